@@ -1,0 +1,91 @@
+// Command herald is the single binary of herald: the controller, the
+// speaker, the proxy and the user's tools are its subcommands.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/internal/version"
+)
+
+type command struct {
+	summary string
+	run     func(args []string) int
+}
+
+var commands = map[string]command{
+	"validate":   {"check herald YAML offline before kubectl apply", validate},
+	"version":    {"print the version", func([]string) int { fmt.Println(version.String()); return 0 }},
+	"controller": {"assign LoadBalancer IPs (not implemented yet: issue #4)", notYet("controller", 4)},
+	"proxy":      {"iptables service proxy (not implemented yet: issue #5)", notYet("proxy", 5)},
+	"speaker":    {"announce IPs over L2 or BGP (not implemented yet: issues #6, #7)", notYet("speaker", 6)},
+}
+
+var order = []string{"controller", "speaker", "proxy", "validate", "version"}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		if os.Args[1] != "-h" && os.Args[1] != "--help" && os.Args[1] != "help" {
+			fmt.Fprintf(os.Stderr, "herald: unknown command %q\n", os.Args[1])
+		}
+		usage()
+		os.Exit(2)
+	}
+	os.Exit(cmd.run(os.Args[2:]))
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: herald COMMAND [flags]\n\ncommands:")
+	for _, name := range order {
+		fmt.Fprintf(os.Stderr, "  %-11s %s\n", name, commands[name].summary)
+	}
+}
+
+func notYet(name string, issue int) func([]string) int {
+	return func([]string) int {
+		fmt.Fprintf(os.Stderr, "herald %s: not implemented yet (issue #%d)\n", name, issue)
+		return 1
+	}
+}
+
+// files collects repeated -f flags.
+type files []string
+
+func (f *files) String() string     { return fmt.Sprint(*f) }
+func (f *files) Set(v string) error { *f = append(*f, v); return nil }
+
+func validate(args []string) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	var paths files
+	fs.Var(&paths, "f", "YAML file to check (repeatable; - for stdin)")
+	ns := fs.String("namespace", "herald-system", "namespace herald reads its configuration from")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: herald validate -f FILE [-f FILE...] [--namespace NS]\n\nRuns herald's configuration parser over the files and prints every problem; exits 1 if there is any.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	paths = append(paths, fs.Args()...)
+	if len(paths) == 0 {
+		fs.Usage()
+		return 2
+	}
+	n, err := config.ValidateFiles(os.Stdout, *ns, paths)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "herald validate: %v\n", err)
+		return 2
+	}
+	if n > 0 {
+		return 1
+	}
+	return 0
+}

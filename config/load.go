@@ -1,0 +1,188 @@
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/herald-lb/herald/config/v1beta1"
+)
+
+// Skipped is a document a loader read but did not use, with the reason.
+type Skipped struct {
+	Source string // file:document-number
+	Reason string
+}
+
+// Loader gathers herald objects from YAML streams into Resources.
+type Loader struct {
+	Resources Resources
+	// Problems are objects that could not be decoded (typos in field names,
+	// wrong types); they never reach the parser.
+	Problems Problems
+	Skipped  []Skipped
+	// HasSecrets tells whether any Secret was read.
+	HasSecrets bool
+}
+
+// LoadFiles reads every file (multi-document YAML, or "-" for stdin).
+func (l *Loader) LoadFiles(paths []string) error {
+	for _, path := range paths {
+		var rd io.Reader
+		if path == "-" {
+			rd = os.Stdin
+		} else {
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			rd = f
+		}
+		if err := l.Load(path, rd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type header struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+}
+
+// Load reads one multi-document YAML stream. Syntax errors that make the
+// rest of the stream unreadable are returned; problems with single objects
+// are collected.
+func (l *Loader) Load(source string, rd io.Reader) error {
+	yr := utilyaml.NewYAMLReader(bufio.NewReader(rd))
+	for n := 1; ; n++ {
+		doc, err := yr.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: document %d: %v", source, n, err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		where := fmt.Sprintf("%s:%d", source, n)
+		var h header
+		if err := yaml.Unmarshal(doc, &h); err != nil {
+			return fmt.Errorf("%s: not valid YAML: %v", where, err)
+		}
+		if h.Kind == "List" {
+			l.Skipped = append(l.Skipped, Skipped{where, "kind List is not supported; write one object per document"})
+			continue
+		}
+		l.decode(where, h, doc)
+	}
+}
+
+func stripComments(doc []byte) []byte {
+	var out bytes.Buffer
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			out.Write(line)
+			out.WriteByte('\n')
+		}
+	}
+	return out.Bytes()
+}
+
+func (l *Loader) decode(where string, h header, doc []byte) {
+	if h.APIVersion == "v1" && h.Kind == "Secret" {
+		var s corev1.Secret
+		if l.strict(where, h, doc, &s) {
+			// stringData is folded into data by the API server; do the same.
+			if s.Data == nil {
+				s.Data = map[string][]byte{}
+			}
+			for k, v := range s.StringData {
+				s.Data[k] = []byte(v)
+			}
+			l.Resources.Secrets = append(l.Resources.Secrets, s)
+			l.HasSecrets = true
+		}
+		return
+	}
+	group, _, _ := strings.Cut(h.APIVersion, "/")
+	switch {
+	case group == "metallb.io":
+		l.Skipped = append(l.Skipped, Skipped{where, fmt.Sprintf("%s %s is MetalLB configuration; convert it with `herald migrate`", h.Kind, h.Metadata.Name)})
+		return
+	case group != v1beta1.GroupVersion.Group:
+		l.Skipped = append(l.Skipped, Skipped{where, fmt.Sprintf("%s %s (%s) is not herald configuration", h.Kind, h.Metadata.Name, h.APIVersion)})
+		return
+	case h.APIVersion != v1beta1.GroupVersion.String():
+		l.Problems = append(l.Problems, Problem{Kind: h.Kind, Namespace: h.Metadata.Namespace, Name: h.Metadata.Name, Field: "apiVersion",
+			Message: fmt.Sprintf("%s is not served; use %s", h.APIVersion, v1beta1.GroupVersion)})
+		return
+	}
+	r := &l.Resources
+	switch h.Kind {
+	case KindIPAddressPool:
+		var o v1beta1.IPAddressPool
+		if l.strict(where, h, doc, &o) {
+			r.Pools = append(r.Pools, o)
+		}
+	case KindL2Advertisement:
+		var o v1beta1.L2Advertisement
+		if l.strict(where, h, doc, &o) {
+			r.L2Advertisements = append(r.L2Advertisements, o)
+		}
+	case KindBGPAdvertisement:
+		var o v1beta1.BGPAdvertisement
+		if l.strict(where, h, doc, &o) {
+			r.BGPAdvertisements = append(r.BGPAdvertisements, o)
+		}
+	case KindBGPPeer:
+		var o v1beta1.BGPPeer
+		if l.strict(where, h, doc, &o) {
+			r.Peers = append(r.Peers, o)
+		}
+	case KindCommunity:
+		var o v1beta1.Community
+		if l.strict(where, h, doc, &o) {
+			r.Communities = append(r.Communities, o)
+		}
+	case KindBFDProfile:
+		var o v1beta1.BFDProfile
+		if l.strict(where, h, doc, &o) {
+			r.BFDProfiles = append(r.BFDProfiles, o)
+		}
+	case "ServiceAnnouncement":
+		l.Skipped = append(l.Skipped, Skipped{where, "ServiceAnnouncement is written by the speakers, not configuration"})
+	default:
+		l.Problems = append(l.Problems, Problem{Kind: h.Kind, Namespace: h.Metadata.Namespace, Name: h.Metadata.Name, Field: "kind",
+			Message: fmt.Sprintf("herald.io has no kind %q", h.Kind)})
+	}
+}
+
+// strict decodes refusing unknown fields, so a misspelt field is reported
+// instead of silently ignored.
+func (l *Loader) strict(where string, h header, doc []byte, into any) bool {
+	if err := yaml.UnmarshalStrict(doc, into); err != nil {
+		msg := err.Error()
+		msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
+		msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
+		msg = strings.TrimPrefix(msg, "json: ")
+		l.Problems = append(l.Problems, Problem{Kind: h.Kind, Namespace: h.Metadata.Namespace, Name: h.Metadata.Name,
+			Message: fmt.Sprintf("cannot be read (%s): %s", where, msg)})
+		return false
+	}
+	return true
+}
