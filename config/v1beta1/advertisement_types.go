@@ -93,7 +93,13 @@ type BGPAdvertisementSpec struct {
 	// +optional
 	AggregationLengthV6 *int32 `json:"aggregationLengthV6,omitempty"`
 
+	// The bounds keep values a uint32 cannot hold out of the API server: one
+	// such object would make herald fail to decode the whole list.
+
 	// LocalPref is the LOCAL_PREF attribute; it is only sent to iBGP peers.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4294967295
+	// +kubebuilder:validation:Format=int64
 	// +optional
 	LocalPref *uint32 `json:"localPref,omitempty"`
 

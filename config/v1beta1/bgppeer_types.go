@@ -26,21 +26,30 @@ type SecretKeyRef struct {
 	Key string `json:"key,omitempty"`
 }
 
+// The rules relating several fields sit on BGPPeerSpec but report the field to
+// change (fieldPath), so that kubectl names it.
+
 // BGPPeerSpec describes one BGP session each selected node opens.
-// +kubebuilder:validation:XValidation:rule="has(self.peerASN) != has(self.dynamicASN)",message="exactly one of peerASN and dynamicASN must be set"
-// +kubebuilder:validation:XValidation:rule="!(has(self.password) && has(self.passwordSecret))",message="password and passwordSecret are mutually exclusive"
-// +kubebuilder:validation:XValidation:rule="!has(self.sourceAddress) || !isIP(self.sourceAddress) || !isIP(self.peerAddress) || ip(self.sourceAddress).family() == ip(self.peerAddress).family()",message="sourceAddress must be of the same IP family as peerAddress"
-// +kubebuilder:validation:XValidation:rule="!has(self.ebgpMultiHop) || !self.ebgpMultiHop || (has(self.peerASN) ? self.peerASN != self.myASN : self.dynamicASN != 'internal')",message="ebgpMultiHop applies to eBGP sessions only; this peer is in the same AS as myASN"
-// +kubebuilder:validation:XValidation:rule="!has(self.keepaliveTime) || !self.keepaliveTime.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (has(self.holdTime) && !self.holdTime.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')) || duration(self.keepaliveTime) <= (has(self.holdTime) ? duration(self.holdTime) : duration('90s'))",message="keepaliveTime must not be longer than holdTime (90s when unset)"
+// +kubebuilder:validation:XValidation:rule="has(self.peerASN) || has(self.dynamicASN)",message="one of peerASN and dynamicASN must be set",fieldPath=".peerASN"
+// +kubebuilder:validation:XValidation:rule="!has(self.peerASN) || !has(self.dynamicASN)",message="peerASN and dynamicASN are mutually exclusive",fieldPath=".dynamicASN"
+// +kubebuilder:validation:XValidation:rule="!(has(self.password) && has(self.passwordSecret))",message="password and passwordSecret are mutually exclusive",fieldPath=".passwordSecret"
+// +kubebuilder:validation:XValidation:rule="!has(self.sourceAddress) || !isIP(self.sourceAddress) || !isIP(self.peerAddress) || ip(self.sourceAddress).family() == ip(self.peerAddress).family()",message="sourceAddress must be of the same IP family as peerAddress",fieldPath=".sourceAddress"
+// +kubebuilder:validation:XValidation:rule="!has(self.ebgpMultiHop) || !self.ebgpMultiHop || (has(self.peerASN) ? self.peerASN != self.myASN : !has(self.dynamicASN) || self.dynamicASN != 'internal')",message="ebgpMultiHop applies to eBGP sessions only; this peer is in the same AS as myASN",fieldPath=".ebgpMultiHop"
+// +kubebuilder:validation:XValidation:rule="!has(self.keepaliveTime) || !self.keepaliveTime.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || (has(self.holdTime) && !self.holdTime.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')) || duration(self.keepaliveTime) <= (has(self.holdTime) ? duration(self.holdTime) : duration('90s'))",message="keepaliveTime must not be longer than holdTime (90s when unset)",fieldPath=".keepaliveTime"
 type BGPPeerSpec struct {
+	// controller-gen declares uint32 fields as format int32; the AS number
+	// fields say int64 so that clients do not refuse four-byte AS numbers.
+
 	// MyASN is the AS number the node speaks for.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=4294967295
+	// +kubebuilder:validation:Format=int64
 	MyASN uint32 `json:"myASN"`
 
 	// PeerASN is the AS number expected from the peer.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=4294967295
+	// +kubebuilder:validation:Format=int64
 	// +optional
 	PeerASN uint32 `json:"peerASN,omitempty"`
 
@@ -156,7 +165,7 @@ type BGPPeerList struct {
 
 // BFDProfileSpec holds BFD session parameters (RFC 5880). Unset fields take
 // the BFD daemon's defaults (300 ms intervals, multiplier 3).
-// +kubebuilder:validation:XValidation:rule="!has(self.echoInterval) || (has(self.echoMode) && self.echoMode)",message="echoInterval has no effect unless echoMode is true"
+// +kubebuilder:validation:XValidation:rule="!has(self.echoInterval) || (has(self.echoMode) && self.echoMode)",message="echoInterval has no effect unless echoMode is true",fieldPath=".echoInterval"
 type BFDProfileSpec struct {
 	// ReceiveInterval is the minimum interval, in milliseconds, at which
 	// this node can receive control packets.
