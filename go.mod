@@ -3,6 +3,7 @@ module github.com/herald-lb/herald
 go 1.26
 
 require (
+	k8s.io/api v0.34.13
 	k8s.io/apiextensions-apiserver v0.34.13
 	k8s.io/apimachinery v0.34.13
 	k8s.io/apiserver v0.34.13
@@ -77,7 +78,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.34.13 // indirect
 	k8s.io/client-go v0.34.13 // indirect
 	k8s.io/code-generator v0.34.13 // indirect
 	k8s.io/component-base v0.34.13 // indirect
