@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -172,6 +173,8 @@ func (l *Loader) decode(where string, h header, doc []byte) {
 	}
 }
 
+var goField = regexp.MustCompile(` into Go struct field [A-Za-z0-9]+\.([A-Za-z0-9.\[\]]+)`)
+
 // strict decodes refusing unknown fields, so a misspelt field is reported
 // instead of silently ignored.
 func (l *Loader) strict(where string, h header, doc []byte, into any) bool {
@@ -180,8 +183,15 @@ func (l *Loader) strict(where string, h header, doc []byte, into any) bool {
 		msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
 		msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
 		msg = strings.TrimPrefix(msg, "json: ")
+		// A value of the wrong type or size: name the field as the API
+		// server would ("Go struct field BGPPeerSpec.spec.myASN").
+		var field string
+		if m := goField.FindStringSubmatch(msg); m != nil {
+			field = m[1]
+			msg = strings.Replace(msg, m[0], " into a field", 1)
+		}
 		l.Problems = append(l.Problems, Problem{Kind: h.Kind, Namespace: h.Metadata.Namespace, Name: h.Metadata.Name,
-			Message: fmt.Sprintf("cannot be read (%s): %s", where, msg)})
+			Field: field, Message: fmt.Sprintf("cannot be read (%s): %s", where, msg)})
 		return false
 	}
 	return true

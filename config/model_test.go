@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -207,5 +208,43 @@ func TestValidateSamples(t *testing.T) {
 		if out.String() != string(want) {
 			t.Errorf("herald validate -f %s printed:\n%s\nwant (%s):\n%s", tc.file, out.String(), tc.golden, want)
 		}
+	}
+}
+
+// TestParserRefusesWhatTheSchemaRefuses keeps herald validate and the CRD in
+// step: every object the API server refuses (config/samples/invalid-schema,
+// proved against the schema in config/crd) is refused by the parser too, on
+// the same field.
+func TestParserRefusesWhatTheSchemaRefuses(t *testing.T) {
+	files, err := filepath.Glob("samples/invalid-schema/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no invalid-schema samples: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var field string
+			for _, line := range strings.Split(string(data), "\n") {
+				if v, ok := strings.CutPrefix(line, "# field: "); ok {
+					field = strings.TrimSpace(v)
+				}
+			}
+			var l Loader
+			if err := l.Load(f, strings.NewReader(string(data))); err != nil {
+				t.Fatal(err)
+			}
+			l.Resources.SecretsUnavailable = true
+			_, problems := Parse(l.Resources)
+			all := append(append(Problems{}, l.Problems...), problems...)
+			for _, p := range all {
+				if p.Severity == Error && (p.Field == field || strings.HasPrefix(p.Field, field+".") || strings.HasPrefix(p.Field, field+"[")) {
+					return
+				}
+			}
+			t.Errorf("the API server refuses %s on %s, the parser does not:\n%s", f, field, all.Error())
+		})
 	}
 }

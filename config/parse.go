@@ -352,12 +352,12 @@ func (p *parser) peer(o *v1beta1.BGPPeer) {
 		peer.SourceAddress = src
 	}
 	switch {
-	case s.PeerPort == 0:
+	case s.PeerPort == nil:
 		peer.Port = DefaultPeerPort
-	case s.PeerPort < 1 || s.PeerPort > 65535:
-		r.errorf("spec.peerPort", "%d is out of range: must be between 1 and 65535", s.PeerPort)
+	case *s.PeerPort < 1 || *s.PeerPort > 65535:
+		r.errorf("spec.peerPort", "%d is out of range: must be between 1 and 65535", *s.PeerPort)
 	default:
-		peer.Port = uint16(s.PeerPort)
+		peer.Port = uint16(*s.PeerPort)
 	}
 
 	peer.HoldTime = DefaultHoldTime

@@ -91,7 +91,7 @@ func TestParseBadInput(t *testing.T) {
 		{"empty serviceAllocation", []string{pool("p", "  addresses: [192.0.2.0/24]\n  serviceAllocation: {}")}, KindIPAddressPool, "p", "spec.serviceAllocation", "must set at least one of priority", Error},
 		{"bad selector", []string{pool("p", "  addresses: [192.0.2.0/24]\n  serviceAllocation:\n    serviceSelectors: [{matchExpressions: [{key: a, operator: Near, values: [b]}]}]")}, KindIPAddressPool, "p", "spec.serviceAllocation.serviceSelectors[0]", `invalid label selector: "Near" is not a valid label selector operator`, Error},
 		{"misspelt field", []string{pool("p", "  adresses: [192.0.2.0/24]")}, KindIPAddressPool, "p", "", `unknown field "adresses"`, Error},
-		{"wrong type", []string{pool("p", "  addresses: [192.0.2.0/24]\n  autoAssign: maybe")}, KindIPAddressPool, "p", "", "cannot be read", Error},
+		{"wrong type", []string{pool("p", "  addresses: [192.0.2.0/24]\n  autoAssign: maybe")}, KindIPAddressPool, "p", "spec.autoAssign", "cannot unmarshal string into a field of type bool", Error},
 		{"other namespace", []string{"apiVersion: herald.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: p, namespace: default}\nspec: {addresses: [192.0.2.0/24]}"}, KindIPAddressPool, "p", "metadata.namespace", `herald reads configuration only from namespace "herald-system"; this object is ignored`, Warning},
 		{"duplicate name", []string{pool("base", "  addresses: [192.0.2.0/24]")}, KindIPAddressPool, "base", "metadata.name", "another IPAddressPool has the same name; the first one is used", Error},
 		{"missing name", []string{"apiVersion: herald.io/v1beta1\nkind: IPAddressPool\nmetadata: {namespace: herald-system}\nspec: {addresses: [192.0.2.0/24]}"}, KindIPAddressPool, "", "metadata.name", "must be set", Error},

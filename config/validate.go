@@ -31,9 +31,10 @@ func ValidateFiles(out io.Writer, namespace string, files []string) (int, error)
 	objects := countObjects(l.Resources) + len(l.Problems)
 	warnings := len(all) - all.Errors()
 	if len(all) == 0 {
-		fmt.Fprintf(out, "%d objects checked: no problems\n", objects)
+		fmt.Fprintf(out, "%s checked: no problems\n", plural(objects, "object"))
 	} else {
-		fmt.Fprintf(out, "%d objects checked: %d problems (%d errors, %d warnings)\n", objects, len(all), all.Errors(), warnings)
+		fmt.Fprintf(out, "%s checked: %s (%s, %s)\n", plural(objects, "object"), plural(len(all), "problem"),
+			plural(all.Errors(), "error"), plural(warnings, "warning"))
 	}
 	return len(all), nil
 }
@@ -49,4 +50,11 @@ func hasPasswordSecrets(r Resources) bool {
 		}
 	}
 	return false
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -74,7 +74,7 @@ type BGPPeerSpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	// +kubebuilder:default=179
 	// +optional
-	PeerPort int32 `json:"peerPort,omitempty"`
+	PeerPort *int32 `json:"peerPort,omitempty"`
 
 	// HoldTime is the BGP hold time proposed to the peer: 0s disables
 	// keepalives, otherwise at least 3s. Default 90s.
