@@ -3,6 +3,7 @@ package config
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,20 @@ type Loader struct {
 	Skipped  []Skipped
 	// HasSecrets tells whether any Secret was read.
 	HasSecrets bool
+	// Schema, when set, checks each herald.io document as the API server
+	// would; what it refuses goes to SchemaProblems. The object still goes
+	// to the parser, so one run shows every problem.
+	Schema         func(doc []byte) []FieldError
+	SchemaProblems Problems
+	// Objects counts the herald.io documents read.
+	Objects int
+
+	quietDecode bool
+}
+
+// FieldError is one schema violation.
+type FieldError struct {
+	Field, Message string
 }
 
 // LoadFiles reads every file (multi-document YAML, or "-" for stdin).
@@ -85,8 +100,21 @@ func (l *Loader) Load(source string, rd io.Reader) error {
 		if err := yaml.Unmarshal(doc, &h); err != nil {
 			return fmt.Errorf("%s: not valid YAML: %v", where, err)
 		}
-		if h.Kind == "List" {
-			l.Skipped = append(l.Skipped, Skipped{where, "kind List is not supported; write one object per document"})
+		if strings.HasSuffix(h.Kind, "List") {
+			// `kubectl get -o yaml` output: check every item.
+			var list struct {
+				Items []json.RawMessage `json:"items"`
+			}
+			if err := yaml.Unmarshal(doc, &list); err != nil {
+				return fmt.Errorf("%s: %s: %v", where, h.Kind, err)
+			}
+			for i, item := range list.Items {
+				var ih header
+				if err := yaml.Unmarshal(item, &ih); err != nil {
+					return fmt.Errorf("%s: item %d: %v", where, i, err)
+				}
+				l.decode(fmt.Sprintf("%s item %d", where, i), ih, item)
+			}
 			continue
 		}
 		l.decode(where, h, doc)
@@ -123,7 +151,7 @@ func (l *Loader) decode(where string, h header, doc []byte) {
 	group, _, _ := strings.Cut(h.APIVersion, "/")
 	switch {
 	case group == "metallb.io":
-		l.Skipped = append(l.Skipped, Skipped{where, fmt.Sprintf("%s %s is MetalLB configuration; convert it with `herald migrate`", h.Kind, h.Metadata.Name)})
+		l.Skipped = append(l.Skipped, Skipped{where, fmt.Sprintf("%s %s is MetalLB configuration, which herald does not read; write it as herald.io/v1beta1", h.Kind, h.Metadata.Name)})
 		return
 	case group != v1beta1.GroupVersion.Group:
 		l.Skipped = append(l.Skipped, Skipped{where, fmt.Sprintf("%s %s (%s) is not herald configuration", h.Kind, h.Metadata.Name, h.APIVersion)})
@@ -132,6 +160,19 @@ func (l *Loader) decode(where string, h header, doc []byte) {
 		l.Problems = append(l.Problems, Problem{Kind: h.Kind, Namespace: h.Metadata.Namespace, Name: h.Metadata.Name, Field: "apiVersion",
 			Message: fmt.Sprintf("%s is not served; use %s", h.APIVersion, v1beta1.GroupVersion)})
 		return
+	}
+	if knownKind(h.Kind) {
+		l.Objects++
+	}
+	if l.Schema != nil && knownKind(h.Kind) {
+		errs := l.Schema(doc)
+		for _, e := range errs {
+			l.SchemaProblems = append(l.SchemaProblems, Problem{Kind: h.Kind, Namespace: h.Metadata.Namespace, Name: h.Metadata.Name,
+				Field: e.Field, Message: e.Message})
+		}
+		// The schema names the exact field of an unknown or mistyped value;
+		// the Go decoder's own complaint would only repeat it less precisely.
+		l.quietDecode = len(errs) > 0
 	}
 	r := &l.Resources
 	switch h.Kind {
@@ -179,6 +220,9 @@ var goField = regexp.MustCompile(` into Go struct field [A-Za-z0-9]+\.([A-Za-z0-
 // instead of silently ignored.
 func (l *Loader) strict(where string, h header, doc []byte, into any) bool {
 	if err := yaml.UnmarshalStrict(doc, into); err != nil {
+		if l.quietDecode {
+			return false
+		}
 		msg := err.Error()
 		msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
 		msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
@@ -195,4 +239,12 @@ func (l *Loader) strict(where string, h header, doc []byte, into any) bool {
 		return false
 	}
 	return true
+}
+
+func knownKind(kind string) bool {
+	switch kind {
+	case KindIPAddressPool, KindL2Advertisement, KindBGPAdvertisement, KindBGPPeer, KindCommunity, KindBFDProfile:
+		return true
+	}
+	return false
 }

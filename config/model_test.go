@@ -180,37 +180,6 @@ func TestSecretsUnavailable(t *testing.T) {
 	}
 }
 
-func TestValidateSamples(t *testing.T) {
-	for _, tc := range []struct {
-		file, golden string
-		problems     bool
-	}{
-		{"samples/valid.yaml", "testdata/validate-valid.golden", false},
-		{"samples/invalid.yaml", "testdata/validate-invalid.golden", true},
-	} {
-		var out strings.Builder
-		n, err := ValidateFiles(&out, "herald-system", []string{tc.file})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if (n > 0) != tc.problems {
-			t.Errorf("%s: %d problems", tc.file, n)
-		}
-		if os.Getenv("UPDATE_GOLDEN") != "" {
-			if err := os.WriteFile(tc.golden, []byte(out.String()), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(tc.golden)
-		if err != nil {
-			t.Fatalf("%v (UPDATE_GOLDEN=1 writes it)", err)
-		}
-		if out.String() != string(want) {
-			t.Errorf("herald validate -f %s printed:\n%s\nwant (%s):\n%s", tc.file, out.String(), tc.golden, want)
-		}
-	}
-}
-
 // TestParserRefusesWhatTheSchemaRefuses keeps herald validate and the CRD in
 // step: every object the API server refuses (config/samples/invalid-schema,
 // proved against the schema in config/crd) is refused by the parser too, on

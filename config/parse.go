@@ -47,7 +47,7 @@ func Parse(in Resources) (*Config, Problems) {
 	for i := range in.Secrets {
 		s := &in.Secrets[i]
 		if p.inScope(s.Namespace) {
-			p.secrets[s.Name] = s.Data
+			p.secrets[s.Namespace+"/"+s.Name] = s.Data
 		}
 	}
 
@@ -219,8 +219,8 @@ func (p *parser) community(o *v1beta1.Community) {
 		defs[a.Name] = c
 	}
 	for name, c := range defs {
-		if _, ok := p.aliases[name]; ok {
-			continue // an older object defines it (same value, or already reported)
+		if prev, ok := p.aliases[name]; ok && prev.broken == "" {
+			continue // an older valid object defines it (same value, or already reported)
 		}
 		if r.ok() {
 			p.aliases[name] = aliasDef{value: c, from: o.Name}
@@ -363,14 +363,19 @@ func (p *parser) peer(o *v1beta1.BGPPeer) {
 	peer.HoldTime = DefaultHoldTime
 	if s.HoldTime != nil {
 		peer.HoldTime = s.HoldTime.Duration
-		if h := peer.HoldTime; h < 0 || (h > 0 && h < 3*time.Second) {
-			r.errorf("spec.holdTime", "%s is not allowed: use 0s (no keepalives) or at least 3s", h)
+		switch h := peer.HoldTime; {
+		case h%time.Second != 0:
+			r.errorf("spec.holdTime", "%s is not a whole number of seconds; BGP carries the hold time in seconds", h)
+		case h < 0 || (h > 0 && h < 3*time.Second) || h > 65535*time.Second:
+			r.errorf("spec.holdTime", "%s is not allowed: use 0s (no keepalives) or between 3s and 65535s", h)
 		}
 	}
-	peer.KeepaliveTime = peer.HoldTime / 3
+	peer.KeepaliveTime = (peer.HoldTime / 3).Truncate(time.Second)
 	if s.KeepaliveTime != nil {
 		peer.KeepaliveTime = s.KeepaliveTime.Duration
 		switch k := peer.KeepaliveTime; {
+		case k%time.Second != 0:
+			r.errorf("spec.keepaliveTime", "%s is not a whole number of seconds", k)
 		case k < 0:
 			r.errorf("spec.keepaliveTime", "%s is negative", k)
 		case k > peer.HoldTime:
@@ -442,7 +447,15 @@ func (p *parser) peerPassword(r *reporter, o *v1beta1.BGPPeer, peer *Peer) {
 	if p.in.SecretsUnavailable {
 		return
 	}
-	data, ok := p.secrets[ref.Name]
+	data, ok := p.secrets[o.Namespace+"/"+ref.Name]
+	if !ok && p.in.Namespace != "" {
+		// Objects written without a namespace count as in herald's own.
+		if o.Namespace == "" {
+			data, ok = p.secrets[p.in.Namespace+"/"+ref.Name]
+		} else {
+			data, ok = p.secrets["/"+ref.Name]
+		}
+	}
 	switch {
 	case !ok:
 		r.errorf("spec.passwordSecret.name", "Secret %s does not exist in this namespace", ref.Name)

@@ -120,7 +120,10 @@ func TestParseBadInput(t *testing.T) {
 		{"hostname peer", []string{peer("x", "  myASN: 64512\n  peerASN: 1\n  peerAddress: router.example")}, KindBGPPeer, "x", "spec.peerAddress", `"router.example" is not an IPv4 or IPv6 address`, Error},
 		{"source family", []string{peer("x", peerOK+"  sourceAddress: \"2001:db8::1\"")}, KindBGPPeer, "x", "spec.sourceAddress", "2001:db8::1 is not of the same IP family as peerAddress 198.18.0.9", Error},
 		{"port range", []string{peer("x", peerOK+"  peerPort: 70000")}, KindBGPPeer, "x", "spec.peerPort", "70000 is out of range: must be between 1 and 65535", Error},
-		{"short hold", []string{peer("x", peerOK+"  holdTime: 2s")}, KindBGPPeer, "x", "spec.holdTime", "2s is not allowed: use 0s (no keepalives) or at least 3s", Error},
+		{"fractional hold", []string{peer("x", peerOK+"  holdTime: 3500ms")}, KindBGPPeer, "x", "spec.holdTime", "3.5s is not a whole number of seconds", Error},
+		{"huge hold", []string{peer("x", peerOK+"  holdTime: 100000s")}, KindBGPPeer, "x", "spec.holdTime", "use 0s (no keepalives) or between 3s and 65535s", Error},
+		{"fractional keepalive", []string{peer("x", peerOK+"  keepaliveTime: 1500ms")}, KindBGPPeer, "x", "spec.keepaliveTime", "1.5s is not a whole number of seconds", Error},
+		{"short hold", []string{peer("x", peerOK+"  holdTime: 2s")}, KindBGPPeer, "x", "spec.holdTime", "2s is not allowed: use 0s (no keepalives) or between 3s and 65535s", Error},
 		{"keepalive over hold", []string{peer("x", peerOK+"  holdTime: 9s\n  keepaliveTime: 10s")}, KindBGPPeer, "x", "spec.keepaliveTime", "10s is longer than holdTime 9s", Error},
 		{"keepalive over default hold", []string{peer("x", peerOK+"  keepaliveTime: 2m")}, KindBGPPeer, "x", "spec.keepaliveTime", "2m0s is longer than holdTime 1m30s", Error},
 		{"connect time", []string{peer("x", peerOK+"  connectTime: 500ms")}, KindBGPPeer, "x", "spec.connectTime", "500ms is out of range: must be between 1s and 65535s", Error},
@@ -230,4 +233,24 @@ func modelHas(cfg *Config, kind, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestValidAliasReplacesBrokenOne: an alias defined by a broken Community is
+// still usable when a valid Community defines it too.
+func TestValidAliasReplacesBrokenOne(t *testing.T) {
+	ts := func(name, date, spec string) string {
+		return "apiVersion: herald.io/v1beta1\nkind: Community\nmetadata: {name: " + name + ", namespace: herald-system, creationTimestamp: \"" + date + "\"}\nspec:\n" + spec
+	}
+	cfg, problems := load(t,
+		ts("oldest", "2026-01-01T00:00:00Z", "  communities: [{name: x, value: \"3:3\"}]"),
+		ts("mid", "2026-02-01T00:00:00Z", "  communities: [{name: x, value: \"2:2\"}, {name: lb, value: \"1:1\"}]"),
+		ts("newest", "2026-03-01T00:00:00Z", "  communities: [{name: lb, value: \"1:1\"}]"),
+		bgp("a", "  communities: [lb]"),
+	)
+	if len(cfg.BGPAdvertisements) != 1 || cfg.Communities["lb"] != (Community{Standard: 1<<16 | 1}) {
+		t.Fatalf("alias lb should resolve through Community newest:\n%s", problems.Error())
+	}
+	if ps := problems.For(KindCommunity, "herald-system", "mid"); len(ps) != 1 {
+		t.Errorf("want one problem on Community mid, got:\n%s", problems.Error())
+	}
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/config/validate"
 	"github.com/herald-lb/herald/internal/version"
 )
 
@@ -17,7 +17,7 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"validate":   {"check herald YAML offline before kubectl apply", validate},
+	"validate":   {"check herald YAML offline before kubectl apply", runValidate},
 	"version":    {"print the version", func([]string) int { fmt.Println(version.String()); return 0 }},
 	"controller": {"assign LoadBalancer IPs (not implemented yet: issue #4)", notYet("controller", 4)},
 	"proxy":      {"iptables service proxy (not implemented yet: issue #5)", notYet("proxy", 5)},
@@ -62,7 +62,7 @@ type files []string
 func (f *files) String() string     { return fmt.Sprint(*f) }
 func (f *files) Set(v string) error { *f = append(*f, v); return nil }
 
-func validate(args []string) int {
+func runValidate(args []string) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	var paths files
 	fs.Var(&paths, "f", "YAML file to check (repeatable; - for stdin)")
@@ -79,7 +79,7 @@ func validate(args []string) int {
 		fs.Usage()
 		return 2
 	}
-	n, err := config.ValidateFiles(os.Stdout, *ns, paths)
+	n, err := validate.Files(os.Stdout, *ns, paths)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "herald validate: %v\n", err)
 		return 2

@@ -76,18 +76,19 @@ type BGPPeerSpec struct {
 	// +optional
 	PeerPort *int32 `json:"peerPort,omitempty"`
 
-	// HoldTime is the BGP hold time proposed to the peer: 0s disables
-	// keepalives, otherwise at least 3s. Default 90s.
+	// HoldTime is the BGP hold time proposed to the peer, in whole seconds
+	// (BGP carries it as a 16-bit count of seconds): 0s disables
+	// keepalives, otherwise 3s to 65535s. Default 90s.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self) == duration('0s') || duration(self) >= duration('3s')",message="holdTime must be 0s (no keepalives) or at least 3s"
+	// +kubebuilder:validation:Pattern=`^([0-9]+(h|m|s))+$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(h|m|s))+$') || duration(self) == duration('0s') || (duration(self) >= duration('3s') && duration(self) <= duration('65535s'))",message="holdTime must be 0s (no keepalives) or between 3s and 65535s"
 	// +optional
 	HoldTime *metav1.Duration `json:"holdTime,omitempty"`
 
-	// KeepaliveTime is the interval between keepalives; default a third of
-	// holdTime.
+	// KeepaliveTime is the interval between keepalives, in whole seconds;
+	// default a third of holdTime, rounded down.
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:Pattern=`^([0-9]+(h|m|s))+$`
 	// +optional
 	KeepaliveTime *metav1.Duration `json:"keepaliveTime,omitempty"`
 

@@ -1,0 +1,69 @@
+package validate
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestValidateSamples(t *testing.T) {
+	for _, tc := range []struct {
+		file, golden string
+		problems     bool
+	}{
+		{"../samples/valid.yaml", "testdata/validate-valid.golden", false},
+		{"../samples/invalid.yaml", "testdata/validate-invalid.golden", true},
+	} {
+		var out strings.Builder
+		n, err := Files(&out, "herald-system", []string{tc.file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (n > 0) != tc.problems {
+			t.Errorf("%s: %d problems", tc.file, n)
+		}
+		if os.Getenv("UPDATE_GOLDEN") != "" {
+			if err := os.WriteFile(tc.golden, []byte(out.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(tc.golden)
+		if err != nil {
+			t.Fatalf("%v (UPDATE_GOLDEN=1 writes it)", err)
+		}
+		if out.String() != string(want) {
+			t.Errorf("herald validate -f %s printed:\n%s\nwant (%s):\n%s", tc.file, out.String(), tc.golden, want)
+		}
+	}
+}
+
+// TestValidateRefusesWhatKubectlRefuses: objects the parser alone would read
+// as valid (an explicit empty or zero value looks like "unset" to Go) are
+// still refused, because validate runs the CRD schema first.
+func TestValidateRefusesWhatKubectlRefuses(t *testing.T) {
+	peer := "apiVersion: herald.io/v1beta1\nkind: BGPPeer\nmetadata: {name: p, namespace: herald-system}\nspec:\n"
+	cases := map[string]struct{ yaml, want string }{
+		"empty sourceAddress": {peer + "  myASN: 64512\n  peerASN: 64500\n  peerAddress: 198.18.0.9\n  sourceAddress: \"\"", "BGPPeer herald-system/p: spec.sourceAddress: must be an IPv4 or IPv6 address"},
+		"zero peerASN":        {peer + "  myASN: 64512\n  peerASN: 0\n  dynamicASN: internal\n  peerAddress: 198.18.0.9", "spec.peerASN"},
+		"leading zeros":       {"apiVersion: herald.io/v1beta1\nkind: BGPAdvertisement\nmetadata: {name: a, namespace: herald-system}\nspec:\n  communities: [\"000001:1\"]", "BGPAdvertisement herald-system/a: spec.communities[0]"},
+		"List from kubectl get": {"apiVersion: v1\nkind: List\nitems:\n- apiVersion: herald.io/v1beta1\n  kind: IPAddressPool\n  metadata: {name: l, namespace: herald-system}\n  spec: {addresses: [192.0.2.7/24]}",
+			"IPAddressPool herald-system/l: spec.addresses[0]: \"192.0.2.7/24\" has bits set past its /24 prefix"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "in.yaml")
+			if err := os.WriteFile(f, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			n, err := Files(&out, "herald-system", []string{f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 || !strings.Contains(out.String(), tc.want) {
+				t.Errorf("want a problem containing %q, got %d:\n%s", tc.want, n, out.String())
+			}
+		})
+	}
+}
