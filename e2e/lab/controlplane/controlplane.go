@@ -1,0 +1,782 @@
+// Package controlplane runs the lab's Kubernetes control plane as child
+// processes in the current (root) network namespace: etcd (Debian's
+// etcd-server), kube-apiserver, kube-controller-manager and kube-scheduler
+// from the lab's multi-call binary (package k8sbin).
+//
+// Everything lives under one state directory:
+//
+//	controlplane.json   state file: PIDs, ports, paths (see Down)
+//	pki/                CA, serving and client certificates, SA keys
+//	kubeconfig/         admin, controller-manager and scheduler kubeconfigs
+//	etcd/               etcd data
+//	logs/               one log file per process
+//	run/                scratch directories of the components
+//
+// Up writes the state file before it starts the first process and after
+// each one, so Down can stop what an interrupted or crashed Up (or a
+// crashed owner of a running control plane) left behind.
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/herald-lb/herald/e2e/lab/kubeconfig"
+	"github.com/herald-lb/herald/e2e/lab/pki"
+	"github.com/herald-lb/herald/e2e/lab/proc"
+)
+
+// Defaults. The lab only ever uses documentation and benchmark ranges.
+const (
+	DefaultServiceCIDR          = "198.19.0.0/16"
+	DefaultClusterCIDR          = "198.18.0.0/16"
+	DefaultNodeCIDRMaskSize     = 24
+	DefaultEtcdPath             = "/usr/bin/etcd"
+	DefaultReadyTimeout         = 3 * time.Minute
+	DefaultServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+
+	// StateFile is the state file's name inside the state directory.
+	StateFile = "controlplane.json"
+)
+
+// Component names, as used for binaries, log files and process records.
+const (
+	Etcd              = "etcd"
+	APIServer         = "kube-apiserver"
+	ControllerManager = "kube-controller-manager"
+	Scheduler         = "kube-scheduler"
+)
+
+// ErrRunning is returned by Up when the state directory belongs to a
+// control plane whose processes still run.
+var ErrRunning = errors.New("a control plane from this state directory is still running; run down first")
+
+// Config describes the control plane to start.
+type Config struct {
+	// StateDir holds everything the control plane writes. Required.
+	StateDir string
+	// BinDir holds kube-apiserver, kube-controller-manager and
+	// kube-scheduler (k8sbin.Bin.Dir). Required.
+	BinDir string
+	// EtcdPath is the etcd binary. Default /usr/bin/etcd.
+	EtcdPath string
+
+	// Address is where the API server listens and what it advertises
+	// (the `kubernetes` Service's endpoint). Default 127.0.0.1; the
+	// lab's topology gives the host 192.0.2.254 on the LAN bridge so node
+	// namespaces can reach the API server, and the address must exist
+	// before Up. With a loopback address the `kubernetes` endpoint is not
+	// reconciled (Kubernetes rejects loopback endpoint addresses).
+	Address string
+	// APIServerPort is the API server's port. Zero picks a free port.
+	APIServerPort int
+	// ExtraSANs are added to the API server certificate (IPs or names).
+	ExtraSANs []string
+
+	// ServiceCIDR, ClusterCIDR and NodeCIDRMaskSize default to
+	// 198.19.0.0/16, 198.18.0.0/16 and 24.
+	ServiceCIDR      string
+	ClusterCIDR      string
+	NodeCIDRMaskSize int
+
+	// Extra*Args are appended to the components' generated flags (a later
+	// flag wins).
+	ExtraEtcdArgs, ExtraAPIServerArgs, ExtraControllerManagerArgs, ExtraSchedulerArgs []string
+
+	// KillWithParent has the kernel kill the processes when the starting
+	// process dies (for tests). Off for a control plane that must outlive
+	// the command that started it.
+	KillWithParent bool
+	// ReadyTimeout bounds the wait for each component. Default 3m.
+	ReadyTimeout time.Duration
+	// Log receives progress lines. Nil: discard.
+	Log io.Writer
+}
+
+// State is the content of the state file.
+type State struct {
+	StateDir        string        `json:"stateDir"`
+	StartedAt       time.Time     `json:"startedAt"`
+	Address         string        `json:"address"`
+	APIServerURL    string        `json:"apiServerURL"`
+	EtcdURL         string        `json:"etcdURL"`
+	ServiceCIDR     string        `json:"serviceCIDR"`
+	ClusterCIDR     string        `json:"clusterCIDR"`
+	AdminKubeconfig string        `json:"adminKubeconfig"`
+	Processes       []proc.Record `json:"processes"`
+	// Created lists what Up created (directories and files), removed by
+	// Stop/Down. CreatedStateDir says whether Up created StateDir itself.
+	Created         []string `json:"created"`
+	CreatedStateDir bool     `json:"createdStateDir"`
+}
+
+// ControlPlane is a running control plane started by Up.
+type ControlPlane struct {
+	cfg   Config
+	state State
+	procs []*proc.Process
+	log   io.Writer
+
+	// Paths.
+	pkiDir, kubeconfigDir, logDir string
+	caCertPEM                     []byte
+	adminTLS                      tls.Certificate
+
+	// Ports of the controller-manager and scheduler secure servers.
+	cmPort, schedPort int
+}
+
+// Paths of things inside a state directory.
+func statePath(dir string) string { return filepath.Join(dir, StateFile) }
+
+// APIServerURL is the https URL of the API server.
+func (cp *ControlPlane) APIServerURL() string { return cp.state.APIServerURL }
+
+// AdminKubeconfig is the path of the cluster-admin kubeconfig
+// (system:masters), for kubectl.
+func (cp *ControlPlane) AdminKubeconfig() string { return cp.state.AdminKubeconfig }
+
+// Kubeconfig is the path of the named kubeconfig ("admin",
+// "kube-controller-manager", "kube-scheduler").
+func (cp *ControlPlane) Kubeconfig(name string) string {
+	return filepath.Join(cp.kubeconfigDir, name+".kubeconfig")
+}
+
+// PKIDir holds ca.crt/ca.key (the cluster CA, which also signs kubelet
+// client and serving certificates; load it with pki.LoadCA(dir, "ca")),
+// sa.key/sa.pub and the components' certificates.
+func (cp *ControlPlane) PKIDir() string { return cp.pkiDir }
+
+// CACertPEM is the cluster CA certificate.
+func (cp *ControlPlane) CACertPEM() []byte { return cp.caCertPEM }
+
+// CAFile is the path of the cluster CA certificate.
+func (cp *ControlPlane) CAFile() string { return filepath.Join(cp.pkiDir, "ca.crt") }
+
+// ServiceCIDR and ClusterCIDR are the ranges the control plane uses.
+func (cp *ControlPlane) ServiceCIDR() string { return cp.state.ServiceCIDR }
+func (cp *ControlPlane) ClusterCIDR() string { return cp.state.ClusterCIDR }
+
+// State is a copy of the control plane's state file content.
+func (cp *ControlPlane) State() State {
+	s := cp.state
+	s.Processes = append([]proc.Record(nil), s.Processes...)
+	s.Created = append([]string(nil), s.Created...)
+	return s
+}
+
+// LogFiles lists the log file of every process, in start order.
+func (cp *ControlPlane) LogFiles() []string {
+	var files []string
+	for _, p := range cp.state.Processes {
+		files = append(files, p.LogPath)
+	}
+	return files
+}
+
+// WriteLogTails writes the last lines of every log file to w, for test
+// failures.
+func (cp *ControlPlane) WriteLogTails(w io.Writer, lines int) {
+	for _, f := range cp.LogFiles() {
+		proc.WriteTail(w, f, lines)
+	}
+}
+
+// Processes are the running processes (etcd first).
+func (cp *ControlPlane) Processes() []*proc.Process { return append([]*proc.Process(nil), cp.procs...) }
+
+func (c *Config) setDefaults() error {
+	if c.StateDir == "" {
+		return errors.New("controlplane: no state directory")
+	}
+	if c.BinDir == "" {
+		return errors.New("controlplane: no binary directory (k8sbin.Bin.Dir)")
+	}
+	abs, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return err
+	}
+	c.StateDir = abs
+	if c.EtcdPath == "" {
+		c.EtcdPath = DefaultEtcdPath
+	}
+	if c.Address == "" {
+		c.Address = "127.0.0.1"
+	}
+	if _, err := netip.ParseAddr(c.Address); err != nil {
+		return fmt.Errorf("controlplane: address %q: %w", c.Address, err)
+	}
+	if c.ServiceCIDR == "" {
+		c.ServiceCIDR = DefaultServiceCIDR
+	}
+	if c.ClusterCIDR == "" {
+		c.ClusterCIDR = DefaultClusterCIDR
+	}
+	if c.NodeCIDRMaskSize == 0 {
+		c.NodeCIDRMaskSize = DefaultNodeCIDRMaskSize
+	}
+	for _, cidr := range []string{c.ServiceCIDR, c.ClusterCIDR} {
+		if _, err := netip.ParsePrefix(cidr); err != nil {
+			return fmt.Errorf("controlplane: %w", err)
+		}
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	if _, err := os.Stat(c.EtcdPath); err != nil {
+		return fmt.Errorf("controlplane: etcd not installed (%w): apt-get install etcd-server", err)
+	}
+	for _, b := range []string{APIServer, ControllerManager, Scheduler} {
+		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
+			return fmt.Errorf("controlplane: %w", err)
+		}
+	}
+	return nil
+}
+
+// FirstServiceIP is the first host address of the service range: the
+// ClusterIP of the `kubernetes` Service.
+func FirstServiceIP(cidr string) (netip.Addr, error) {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return p.Masked().Addr().Next(), nil
+}
+
+// Up starts the control plane and returns once the API server is ready,
+// the controller-manager and the scheduler are healthy and the
+// controller-manager has created the `default` ServiceAccount. If it
+// fails, whatever it started is stopped again.
+func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if old, err := ReadState(cfg.StateDir); err == nil {
+		for _, p := range old.Processes {
+			if p.Alive() {
+				return nil, fmt.Errorf("controlplane: %s (pid %d from %s): %w", p.Name, p.PID, statePath(cfg.StateDir), ErrRunning)
+			}
+		}
+		// Leftovers of a crashed run: clean them up first.
+		if err := Down(cfg.StateDir, DownOptions{Log: cfg.Log}); err != nil {
+			return nil, err
+		}
+	}
+
+	cp := &ControlPlane{
+		cfg:           cfg,
+		log:           cfg.Log,
+		pkiDir:        filepath.Join(cfg.StateDir, "pki"),
+		kubeconfigDir: filepath.Join(cfg.StateDir, "kubeconfig"),
+		logDir:        filepath.Join(cfg.StateDir, "logs"),
+	}
+	cp.state = State{
+		StateDir:    cfg.StateDir,
+		StartedAt:   start,
+		Address:     cfg.Address,
+		ServiceCIDR: cfg.ServiceCIDR,
+		ClusterCIDR: cfg.ClusterCIDR,
+	}
+	if _, err := os.Stat(cfg.StateDir); errors.Is(err, os.ErrNotExist) {
+		cp.state.CreatedStateDir = true
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	// Record what we create before creating it, so an interrupted Up is
+	// cleaned up by Down.
+	for _, d := range []string{"pki", "kubeconfig", "etcd", "logs", "run"} {
+		p := filepath.Join(cfg.StateDir, d)
+		if _, err := os.Stat(p); err == nil && d != "logs" { // logs kept by an earlier down are appended to
+			return nil, fmt.Errorf("controlplane: %s exists; choose an empty state directory or run down", p)
+		}
+		cp.state.Created = append(cp.state.Created, p)
+	}
+	cp.state.Created = append(cp.state.Created, statePath(cfg.StateDir))
+	if err := cp.saveState(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			fmt.Fprintf(cp.log, "controlplane: start failed: %v\n", err)
+			cp.WriteLogTails(cp.log, 30)
+			if serr := cp.Stop(StopOptions{}); serr != nil {
+				fmt.Fprintf(cp.log, "controlplane: cleanup after failed start: %v\n", serr)
+			}
+		}
+	}()
+	for _, d := range []string{cp.logDir, filepath.Join(cfg.StateDir, "run")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+
+	ports, err := cp.allocatePorts()
+	if err != nil {
+		return nil, err
+	}
+	apiHost := net.JoinHostPort(cfg.Address, strconv.Itoa(ports.apiserver))
+	cp.state.APIServerURL = "https://" + apiHost
+	cp.state.EtcdURL = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports.etcdClient))
+	cp.cmPort, cp.schedPort = ports.controllerManager, ports.scheduler
+
+	if err := cp.writePKI(); err != nil {
+		return nil, err
+	}
+	if err := cp.saveState(); err != nil {
+		return nil, err
+	}
+
+	// etcd.
+	etcdArgs := []string{
+		"--name=herald-lab",
+		"--data-dir=" + filepath.Join(cfg.StateDir, "etcd"),
+		"--listen-client-urls=" + cp.state.EtcdURL,
+		"--advertise-client-urls=" + cp.state.EtcdURL,
+		"--listen-peer-urls=" + ports.etcdPeerURL(),
+		"--initial-advertise-peer-urls=" + ports.etcdPeerURL(),
+		"--initial-cluster=herald-lab=" + ports.etcdPeerURL(),
+		"--initial-cluster-state=new",
+		"--initial-cluster-token=herald-lab",
+		"--logger=zap",
+		"--log-outputs=stderr",
+	}
+	if err := cp.start(ctx, Etcd, cfg.EtcdPath, "", append(etcdArgs, cfg.ExtraEtcdArgs...)); err != nil {
+		return nil, err
+	}
+	if err := cp.waitHTTP(ctx, Etcd, cp.state.EtcdURL+"/health", nil, func(body string) bool {
+		return strings.Contains(body, `"health":"true"`)
+	}); err != nil {
+		return nil, err
+	}
+
+	// kube-apiserver.
+	pkiFile := func(n string) string { return filepath.Join(cp.pkiDir, n) }
+	apiArgs := []string{
+		"--etcd-servers=" + cp.state.EtcdURL,
+		"--bind-address=" + cfg.Address,
+		"--advertise-address=" + cfg.Address,
+		"--secure-port=" + strconv.Itoa(ports.apiserver),
+		"--cert-dir=" + filepath.Join(cfg.StateDir, "run", APIServer),
+		"--tls-cert-file=" + pkiFile("apiserver.crt"),
+		"--tls-private-key-file=" + pkiFile("apiserver.key"),
+		"--client-ca-file=" + pkiFile("ca.crt"),
+		"--kubelet-client-certificate=" + pkiFile("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + pkiFile("apiserver-kubelet-client.key"),
+		"--service-cluster-ip-range=" + cfg.ServiceCIDR,
+		"--service-account-issuer=" + DefaultServiceAccountIssuer,
+		"--service-account-key-file=" + pkiFile("sa.pub"),
+		"--service-account-signing-key-file=" + pkiFile("sa.key"),
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+	}
+	if addr, _ := netip.ParseAddr(cfg.Address); addr.IsLoopback() {
+		apiArgs = append(apiArgs, "--endpoint-reconciler-type=none")
+	}
+	if err := cp.start(ctx, APIServer, filepath.Join(cfg.BinDir, APIServer), APIServer, append(apiArgs, cfg.ExtraAPIServerArgs...)); err != nil {
+		return nil, err
+	}
+	if err := cp.waitHTTP(ctx, APIServer, cp.state.APIServerURL+"/readyz", cp.adminClient(), okBody); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cp.log, "controlplane: kube-apiserver ready at %s after %s\n", cp.state.APIServerURL, time.Since(start).Round(time.Millisecond))
+
+	// kube-controller-manager and kube-scheduler.
+	cmKubeconfig := cp.Kubeconfig(ControllerManager)
+	cmArgs := []string{
+		"--kubeconfig=" + cmKubeconfig,
+		"--authentication-kubeconfig=" + cmKubeconfig,
+		"--authorization-kubeconfig=" + cmKubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports.controllerManager),
+		"--tls-cert-file=" + pkiFile("kube-controller-manager-serving.crt"),
+		"--tls-private-key-file=" + pkiFile("kube-controller-manager-serving.key"),
+		"--client-ca-file=" + pkiFile("ca.crt"),
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + pkiFile("sa.key"),
+		"--root-ca-file=" + pkiFile("ca.crt"),
+		"--cluster-signing-cert-file=" + pkiFile("ca.crt"),
+		"--cluster-signing-key-file=" + pkiFile("ca.key"),
+		"--cluster-cidr=" + cfg.ClusterCIDR,
+		"--allocate-node-cidrs=true",
+		"--node-cidr-mask-size=" + strconv.Itoa(cfg.NodeCIDRMaskSize),
+		"--service-cluster-ip-range=" + cfg.ServiceCIDR,
+		"--configure-cloud-routes=false",
+		"--leader-elect=false",
+	}
+	if err := cp.start(ctx, ControllerManager, filepath.Join(cfg.BinDir, ControllerManager), ControllerManager, append(cmArgs, cfg.ExtraControllerManagerArgs...)); err != nil {
+		return nil, err
+	}
+	schedKubeconfig := cp.Kubeconfig(Scheduler)
+	schedArgs := []string{
+		"--kubeconfig=" + schedKubeconfig,
+		"--authentication-kubeconfig=" + schedKubeconfig,
+		"--authorization-kubeconfig=" + schedKubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports.scheduler),
+		"--tls-cert-file=" + pkiFile("kube-scheduler-serving.crt"),
+		"--tls-private-key-file=" + pkiFile("kube-scheduler-serving.key"),
+		"--client-ca-file=" + pkiFile("ca.crt"),
+		"--leader-elect=false",
+	}
+	if err := cp.start(ctx, Scheduler, filepath.Join(cfg.BinDir, Scheduler), Scheduler, append(schedArgs, cfg.ExtraSchedulerArgs...)); err != nil {
+		return nil, err
+	}
+	local := func(port int, path string) string {
+		return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + path
+	}
+	if err := cp.waitHTTP(ctx, ControllerManager, local(ports.controllerManager, "/healthz"), cp.adminClient(), okBody); err != nil {
+		return nil, err
+	}
+	if err := cp.waitHTTP(ctx, Scheduler, local(ports.scheduler, "/healthz"), cp.adminClient(), okBody); err != nil {
+		return nil, err
+	}
+	// The controller-manager works (not just serves /healthz) once its
+	// serviceaccount controller has made the default namespace's
+	// ServiceAccount.
+	if err := cp.waitHTTP(ctx, ControllerManager+" (default ServiceAccount)",
+		cp.state.APIServerURL+"/api/v1/namespaces/default/serviceaccounts/default", cp.adminClient(),
+		func(string) bool { return true }); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cp.log, "controlplane: ready after %s (kubeconfig %s)\n", time.Since(start).Round(time.Millisecond), cp.state.AdminKubeconfig)
+	return cp, nil
+}
+
+func okBody(body string) bool { return strings.TrimSpace(body) == "ok" }
+
+type ports struct {
+	etcdClient, etcdPeer, apiserver, controllerManager, scheduler int
+}
+
+func (p ports) etcdPeerURL() string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(p.etcdPeer))
+}
+
+// allocatePorts picks free ports by binding port 0 and keeping every
+// listener open until all are chosen (so no two are the same).
+func (cp *ControlPlane) allocatePorts() (ports, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	pick := func(host string, fixed int) (int, error) {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(fixed)))
+		if err != nil {
+			return 0, fmt.Errorf("controlplane: no port on %s: %w", host, err)
+		}
+		ls = append(ls, l)
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+	var p ports
+	var err error
+	for _, x := range []struct {
+		dst   *int
+		host  string
+		fixed int
+	}{
+		{&p.etcdClient, "127.0.0.1", 0},
+		{&p.etcdPeer, "127.0.0.1", 0},
+		{&p.apiserver, cp.cfg.Address, cp.cfg.APIServerPort},
+		{&p.controllerManager, "127.0.0.1", 0},
+		{&p.scheduler, "127.0.0.1", 0},
+	} {
+		if *x.dst, err = pick(x.host, x.fixed); err != nil {
+			return ports{}, err
+		}
+	}
+	return p, nil
+}
+
+// writePKI makes the CA, the certificates, the service-account keys and
+// the kubeconfigs.
+func (cp *ControlPlane) writePKI() error {
+	ca, err := pki.NewCA("herald-lab-ca")
+	if err != nil {
+		return err
+	}
+	if err := ca.Write(cp.pkiDir, "ca"); err != nil {
+		return err
+	}
+	cp.caCertPEM = ca.CertPEM
+
+	serviceIP, err := FirstServiceIP(cp.cfg.ServiceCIDR)
+	if err != nil {
+		return err
+	}
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.IP(serviceIP.AsSlice())}
+	if a := net.ParseIP(cp.cfg.Address); !a.Equal(ips[0]) {
+		ips = append(ips, a)
+	}
+	dns := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	for _, san := range cp.cfg.ExtraSANs {
+		if ip := net.ParseIP(san); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, san)
+		}
+	}
+	certs := []struct {
+		file string
+		spec pki.CertSpec
+	}{
+		{"apiserver", pki.CertSpec{CommonName: APIServer, DNSNames: dns, IPs: ips, Server: true}},
+		{"apiserver-kubelet-client", pki.CertSpec{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"system:masters"}, Client: true}},
+		{"admin", pki.CertSpec{CommonName: "herald-lab-admin", Organizations: []string{"system:masters"}, Client: true}},
+		{ControllerManager, pki.CertSpec{CommonName: "system:kube-controller-manager", Client: true}},
+		{Scheduler, pki.CertSpec{CommonName: "system:kube-scheduler", Client: true}},
+		{ControllerManager + "-serving", pki.CertSpec{CommonName: ControllerManager, DNSNames: []string{"localhost"}, IPs: ips[:1], Server: true}},
+		{Scheduler + "-serving", pki.CertSpec{CommonName: Scheduler, DNSNames: []string{"localhost"}, IPs: ips[:1], Server: true}},
+	}
+	pairs := map[string]*pki.Pair{}
+	for _, c := range certs {
+		pair, err := ca.Issue(c.spec)
+		if err != nil {
+			return fmt.Errorf("controlplane: certificate %s: %w", c.file, err)
+		}
+		if err := pair.Write(cp.pkiDir, c.file); err != nil {
+			return err
+		}
+		pairs[c.file] = pair
+	}
+	if cp.adminTLS, err = pairs["admin"].TLSCertificate(); err != nil {
+		return err
+	}
+	if _, _, err := pki.WriteServiceAccountKeys(cp.pkiDir, "sa"); err != nil {
+		return err
+	}
+
+	for _, k := range []struct{ name, user string }{
+		{"admin", "herald-lab-admin"},
+		{ControllerManager, "system:kube-controller-manager"},
+		{Scheduler, "system:kube-scheduler"},
+	} {
+		if err := kubeconfig.Write(cp.Kubeconfig(k.name), kubeconfig.Config{
+			Server:        cp.state.APIServerURL,
+			CAPEM:         ca.CertPEM,
+			ClientCertPEM: pairs[k.name].CertPEM,
+			ClientKeyPEM:  pairs[k.name].KeyPEM,
+			UserName:      k.user,
+		}); err != nil {
+			return err
+		}
+	}
+	cp.state.AdminKubeconfig = cp.Kubeconfig("admin")
+	return nil
+}
+
+// start starts one component and records it in the state file.
+func (cp *ControlPlane) start(ctx context.Context, name, path, argv0 string, args []string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	fmt.Fprintf(cp.log, "controlplane: starting %s\n", name)
+	p, err := proc.Start(proc.Spec{
+		Name:           name,
+		Path:           path,
+		Argv0:          argv0,
+		Args:           args,
+		Dir:            cp.cfg.StateDir,
+		LogPath:        filepath.Join(cp.logDir, name+".log"),
+		KillWithParent: cp.cfg.KillWithParent,
+	})
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, p)
+	cp.state.Processes = append(cp.state.Processes, p.Record)
+	return cp.saveState()
+}
+
+// adminClient is an HTTPS client trusting the cluster CA and presenting
+// the admin certificate.
+func (cp *ControlPlane) adminClient() *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.caCertPEM)
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cp.adminTLS}},
+		},
+	}
+}
+
+// waitHTTP polls url until it answers 200 with a body that ok accepts,
+// failing early when the component's process exits.
+func (cp *ControlPlane) waitHTTP(ctx context.Context, what, url string, client *http.Client, ok func(string) bool) error {
+	if client == nil {
+		client = &http.Client{Timeout: 5 * time.Second}
+	}
+	ctx, cancel := context.WithTimeout(ctx, cp.cfg.ReadyTimeout)
+	defer cancel()
+	start := time.Now()
+	var last string
+	for {
+		for _, p := range cp.procs {
+			if p.Exited() {
+				return fmt.Errorf("controlplane: %s exited (%v) while waiting for %s; see %s", p.Name, p.Err(), what, p.LogPath)
+			}
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && ok(string(body)) {
+				fmt.Fprintf(cp.log, "controlplane: %s healthy (%s)\n", what, time.Since(start).Round(time.Millisecond))
+				return nil
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("controlplane: %s not ready after %s (%s): last answer: %s", what, time.Since(start).Round(time.Second), url, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (cp *ControlPlane) saveState() error {
+	return writeState(cp.cfg.StateDir, cp.state)
+}
+
+func writeState(dir string, s State) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := statePath(dir) + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, statePath(dir))
+}
+
+// ReadState reads the state file of the control plane in dir.
+func ReadState(dir string) (State, error) {
+	var s State
+	data, err := os.ReadFile(statePath(dir))
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return s, fmt.Errorf("controlplane: %s: %w", statePath(dir), err)
+	}
+	return s, nil
+}
+
+// StopOptions tune Stop and Down.
+type StopOptions struct {
+	// Grace is how long each process gets between SIGTERM and SIGKILL.
+	// Default proc.DefaultGrace.
+	Grace time.Duration
+	// KeepFiles leaves the state directory's content (logs, PKI, etcd
+	// data) in place; only the processes are stopped.
+	KeepFiles bool
+	// KeepLogs removes everything but logs/.
+	KeepLogs bool
+}
+
+// Stop stops the processes in reverse start order (SIGTERM by PID, then
+// SIGKILL after the grace period) and removes what Up created.
+func (cp *ControlPlane) Stop(opts StopOptions) error {
+	var errs []error
+	for i := len(cp.procs) - 1; i >= 0; i-- {
+		p := cp.procs[i]
+		if err := p.Stop(opts.Grace); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 && !opts.KeepFiles {
+		errs = append(errs, removeCreated(cp.state, opts.KeepLogs))
+	}
+	if len(errs) == 0 {
+		fmt.Fprintf(cp.log, "controlplane: stopped\n")
+	}
+	return errors.Join(errs...)
+}
+
+// DownOptions tune Down.
+type DownOptions struct {
+	StopOptions
+	// Log receives progress lines. Nil: discard.
+	Log io.Writer
+}
+
+// Down stops the control plane recorded in dir's state file — also when
+// the process that started it is gone — and removes what Up created. A
+// directory without a state file is left alone and is not an error.
+// Processes whose PID now belongs to another program are not touched.
+func Down(dir string, opts DownOptions) error {
+	log := opts.Log
+	if log == nil {
+		log = io.Discard
+	}
+	s, err := ReadState(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := len(s.Processes) - 1; i >= 0; i-- {
+		r := s.Processes[i]
+		if r.Alive() {
+			fmt.Fprintf(log, "controlplane: stopping %s (pid %d)\n", r.Name, r.PID)
+		}
+		if err := r.Stop(opts.Grace); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 && !opts.KeepFiles {
+		errs = append(errs, removeCreated(s, opts.KeepLogs))
+	}
+	return errors.Join(errs...)
+}
+
+// removeCreated removes the paths Up recorded (never anything else), then
+// the state directory if Up created it and it is empty.
+func removeCreated(s State, keepLogs bool) error {
+	var errs []error
+	kept := false
+	for _, p := range s.Created {
+		if !strings.HasPrefix(p, s.StateDir+string(filepath.Separator)) {
+			errs = append(errs, fmt.Errorf("controlplane: refusing to remove %s outside %s", p, s.StateDir))
+			continue
+		}
+		if keepLogs && p == filepath.Join(s.StateDir, "logs") {
+			kept = true
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.CreatedStateDir && !kept && len(errs) == 0 {
+		_ = os.Remove(s.StateDir) // only if empty
+	}
+	return errors.Join(errs...)
+}

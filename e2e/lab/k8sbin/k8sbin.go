@@ -1,0 +1,425 @@
+// Package k8sbin builds and caches the lab's multi-call Kubernetes binary
+// (e2e/cmd/k8s: kube-apiserver, kube-controller-manager, kube-scheduler,
+// kube-proxy, kubectl).
+//
+// The binary lives under <e2e>/_cache/k8s/<key>/, where key is the pinned
+// k8s.io/kubernetes version plus a hash of e2e/go.mod, e2e/go.sum and the
+// multi-call main's sources. It is built only when no binary exists for
+// the current key, so changing the pin (or the main) rebuilds it and nothing
+// else does. Next to it, bin/ holds one symlink per component name, and
+// <e2e>/_cache/bin points at the current key's bin/.
+package k8sbin
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ModulePath is the module path of the lab's Go module.
+const ModulePath = "github.com/herald-lb/herald/e2e"
+
+// MainPackage is the multi-call main, relative to the module directory.
+const MainPackage = "cmd/k8s"
+
+// Components are the names the multi-call binary answers to; each gets a
+// symlink in the cache's bin directory.
+var Components = []string{
+	"kube-apiserver",
+	"kube-controller-manager",
+	"kube-scheduler",
+	"kube-proxy",
+	"kubectl",
+}
+
+// Options say where the lab module is and where to report progress.
+type Options struct {
+	// ModuleDir is the e2e module's directory. Empty: FindModuleDir(".").
+	ModuleDir string
+	// CacheDir holds the built binaries. Empty: <ModuleDir>/_cache.
+	CacheDir string
+	// Log receives progress lines. Nil: os.Stderr.
+	Log io.Writer
+	// Env is added to the environment of `go build` (e.g. GOCACHE=...).
+	Env []string
+	// ProgressEvery is how often a progress line is printed while
+	// building. Zero: 15s.
+	ProgressEvery time.Duration
+}
+
+// Bin is a built multi-call binary.
+type Bin struct {
+	// Version is the pinned k8s.io/kubernetes version, e.g. v1.34.10.
+	Version string
+	// Key names the cache entry: <Version>-<hash>.
+	Key string
+	// Path is the multi-call binary itself.
+	Path string
+	// Dir holds a symlink per component name (kube-apiserver, kubectl, ...).
+	Dir string
+	// Built is true when this call built the binary, false on a cache hit.
+	Built bool
+	// BuildTime is how long the build took (zero on a cache hit).
+	BuildTime time.Duration
+}
+
+// Tool is the path of the named component's symlink, e.g. Tool("kubectl").
+func (b *Bin) Tool(name string) string { return filepath.Join(b.Dir, name) }
+
+// FindModuleDir walks up from dir to find the lab module: a directory whose
+// go.mod declares ModulePath, or one with such an e2e/ subdirectory (so it
+// works from the repository root too).
+func FindModuleDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		for _, cand := range []string{d, filepath.Join(d, "e2e")} {
+			if modulePathOf(filepath.Join(cand, "go.mod")) == ModulePath {
+				return cand, nil
+			}
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no %s module (e2e/go.mod) found above %s", ModulePath, abs)
+		}
+	}
+}
+
+func modulePathOf(gomod string) string {
+	data, err := os.ReadFile(gomod)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
+		}
+	}
+	return ""
+}
+
+// PinnedVersion reads the k8s.io/kubernetes version required by the lab
+// module's go.mod.
+func PinnedVersion(moduleDir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(moduleDir, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "require" {
+			f = f[1:]
+		}
+		if len(f) >= 2 && f[0] == "k8s.io/kubernetes" && strings.HasPrefix(f[1], "v") {
+			return f[1], nil
+		}
+	}
+	return "", fmt.Errorf("%s/go.mod does not require k8s.io/kubernetes", moduleDir)
+}
+
+// CacheKey is the cache entry name for the module at moduleDir:
+// <kubernetes version>-<first 16 hex of sha256(go.mod, go.sum, main sources)>.
+func CacheKey(moduleDir string) (version, key string, err error) {
+	version, err = PinnedVersion(moduleDir)
+	if err != nil {
+		return "", "", err
+	}
+	files := []string{"go.mod", "go.sum"}
+	mains, err := filepath.Glob(filepath.Join(moduleDir, MainPackage, "*.go"))
+	if err != nil {
+		return "", "", err
+	}
+	sort.Strings(mains)
+	for _, m := range mains {
+		if strings.HasSuffix(m, "_test.go") {
+			continue
+		}
+		rel, _ := filepath.Rel(moduleDir, m)
+		files = append(files, rel)
+	}
+	h := sha256.New()
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(moduleDir, f))
+		if err != nil {
+			return "", "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.ToSlash(f), len(data))
+		h.Write(data)
+	}
+	return version, version + "-" + hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// Ensure returns the multi-call binary for the current pin, building it
+// first if the cache has none. Concurrent callers (also in other
+// processes) serialise on a lock file, so only one of them builds.
+func Ensure(ctx context.Context, opts Options) (*Bin, error) {
+	if opts.Log == nil {
+		opts.Log = os.Stderr
+	}
+	if opts.ModuleDir == "" {
+		d, err := FindModuleDir(".")
+		if err != nil {
+			return nil, err
+		}
+		opts.ModuleDir = d
+	}
+	if opts.CacheDir == "" {
+		opts.CacheDir = filepath.Join(opts.ModuleDir, "_cache")
+	}
+	version, key, err := CacheKey(opts.ModuleDir)
+	if err != nil {
+		return nil, err
+	}
+	root := filepath.Join(opts.CacheDir, "k8s")
+	entry := filepath.Join(root, key)
+	b := &Bin{
+		Version: version,
+		Key:     key,
+		Path:    filepath.Join(entry, "k8s"),
+		Dir:     filepath.Join(entry, "bin"),
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	unlock, err := lockFile(ctx, filepath.Join(root, ".lock"), opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	if fi, err := os.Stat(b.Path); err != nil || !fi.Mode().IsRegular() {
+		if err := os.MkdirAll(entry, 0o755); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := build(ctx, opts, version, b.Path); err != nil {
+			return nil, err
+		}
+		b.Built, b.BuildTime = true, time.Since(start)
+		fmt.Fprintf(opts.Log, "k8sbin: built %s (kubernetes %s) in %s\n", b.Path, version, b.BuildTime.Round(100*time.Millisecond))
+	}
+	if err := linkTools(b); err != nil {
+		return nil, err
+	}
+	if err := replaceSymlink(filepath.Join("k8s", key, "bin"), filepath.Join(opts.CacheDir, "bin")); err != nil {
+		return nil, err
+	}
+	if !b.Built {
+		fmt.Fprintf(opts.Log, "k8sbin: using cached %s (kubernetes %s)\n", b.Path, version)
+	}
+	return b, nil
+}
+
+// linkTools (re)creates bin/<component> -> ../k8s for every component.
+func linkTools(b *Bin) error {
+	if err := os.MkdirAll(b.Dir, 0o755); err != nil {
+		return err
+	}
+	for _, name := range Components {
+		if err := replaceSymlink(filepath.Join("..", "k8s"), filepath.Join(b.Dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceSymlink atomically makes link point at target.
+func replaceSymlink(target, link string) error {
+	if cur, err := os.Readlink(link); err == nil && cur == target {
+		return nil
+	}
+	tmp := fmt.Sprintf("%s.tmp%d", link, os.Getpid())
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, link)
+}
+
+// lockFile takes an exclusive flock on path, telling the user when it has
+// to wait for another builder.
+func lockFile(ctx context.Context, path string, log io.Writer) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+		return func() { f.Close() }, nil
+	}
+	fmt.Fprintf(log, "k8sbin: waiting for another build (lock %s)\n", path)
+	done := make(chan error, 1)
+	go func() { done <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		return func() { f.Close() }, nil
+	case <-ctx.Done():
+		f.Close() // releases the blocked flock with EBADF
+		return nil, ctx.Err()
+	}
+}
+
+// moduleInfo is what `go list -m -json` says about the kubernetes module.
+type moduleInfo struct {
+	Version string
+	Time    *time.Time
+}
+
+// LDFlags are the linker flags that stamp the component version like the
+// upstream build does (hack/lib/version.sh), so /version, `kubectl version`
+// and version skew checks see the real release instead of v0.0.0-master.
+// The build date is the release's commit time, which keeps the build
+// reproducible.
+func LDFlags(version string, date time.Time) string {
+	major, minor := "", ""
+	if parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3); len(parts) >= 2 {
+		major, minor = parts[0], parts[1]
+	}
+	vars := []struct{ k, v string }{
+		{"gitVersion", version},
+		{"gitMajor", major},
+		{"gitMinor", minor},
+		{"gitTreeState", "clean"},
+		{"buildDate", date.UTC().Format("2006-01-02T15:04:05Z")},
+	}
+	flags := []string{"-s", "-w"}
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		for _, kv := range vars {
+			flags = append(flags, fmt.Sprintf("-X %s.%s=%s", pkg, kv.k, kv.v))
+		}
+	}
+	return strings.Join(flags, " ")
+}
+
+func build(ctx context.Context, opts Options, version, out string) error {
+	env := append(append(os.Environ(), "CGO_ENABLED=0"), opts.Env...)
+	log := opts.Log
+	fmt.Fprintf(log, "k8sbin: building the multi-call Kubernetes binary (kubernetes %s: %s) into %s\n",
+		version, strings.Join(Components, ", "), out)
+	fmt.Fprintf(log, "k8sbin: a cold build takes several minutes; later runs use the cache until e2e/go.mod, go.sum or %s change\n", MainPackage)
+
+	// Build date from the module's release time.
+	date := time.Unix(0, 0)
+	list := exec.CommandContext(ctx, "go", "list", "-m", "-json", "k8s.io/kubernetes")
+	list.Dir, list.Env = opts.ModuleDir, env
+	if js, err := list.Output(); err == nil {
+		var mi moduleInfo
+		if json.Unmarshal(js, &mi) == nil && mi.Time != nil {
+			date = *mi.Time
+		}
+	}
+	// How many packages the main depends on, for the progress lines.
+	total := 0
+	deps := exec.CommandContext(ctx, "go", "list", "-deps", "./"+MainPackage)
+	deps.Dir, deps.Env = opts.ModuleDir, env
+	if o, err := deps.Output(); err == nil {
+		total = bytes.Count(o, []byte("\n"))
+	}
+
+	tmp := out + ".tmp"
+	_ = os.Remove(tmp)
+	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-trimpath", "-buildvcs=false",
+		"-ldflags", LDFlags(version, date), "-o", tmp, "./"+MainPackage)
+	cmd.Dir, cmd.Env = opts.ModuleDir, env
+	// go build -v prints each package it compiles on stderr; count them for
+	// progress and keep everything else (errors) for the failure message.
+	pr, pw := io.Pipe()
+	cmd.Stderr, cmd.Stdout = pw, pw
+	var (
+		mu       sync.Mutex
+		compiled int
+		last     string
+		other    []string
+	)
+	scanDone := make(chan struct{})
+	go func() {
+		defer close(scanDone)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			line := sc.Text()
+			mu.Lock()
+			if isPackagePath(line) {
+				compiled++
+				last = line
+			} else {
+				other = append(other, line)
+			}
+			mu.Unlock()
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		return fmt.Errorf("go build: %w", err)
+	}
+	every := opts.ProgressEvery
+	if every <= 0 {
+		every = 15 * time.Second
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var err error
+loop:
+	for {
+		select {
+		case err = <-waitErr:
+			break loop
+		case <-tick.C:
+			mu.Lock()
+			n, l := compiled, last
+			mu.Unlock()
+			of := ""
+			if total > 0 {
+				of = fmt.Sprintf(" of %d dependencies", total)
+			}
+			fmt.Fprintf(log, "k8sbin: %s elapsed, %d packages compiled%s (latest %s)\n",
+				time.Since(start).Round(time.Second), n, of, l)
+		}
+	}
+	pw.Close()
+	<-scanDone
+	if err != nil {
+		_ = os.Remove(tmp)
+		mu.Lock()
+		defer mu.Unlock()
+		tail := other
+		if len(tail) > 60 {
+			tail = tail[len(tail)-60:]
+		}
+		return fmt.Errorf("go build ./%s in %s: %w\n%s", MainPackage, opts.ModuleDir, err, strings.Join(tail, "\n"))
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return err
+	}
+	mu.Lock()
+	fmt.Fprintf(log, "k8sbin: compiled %d packages, linked in %s total\n", compiled, time.Since(start).Round(time.Second))
+	mu.Unlock()
+	return nil
+}
+
+// isPackagePath tells a `go build -v` progress line (an import path) from
+// compiler output.
+func isPackagePath(line string) bool {
+	return line != "" && !strings.ContainsAny(line, " \t:")
+}
