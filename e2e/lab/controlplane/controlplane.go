@@ -210,6 +210,9 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	c.StateDir = abs
+	if c.BinDir, err = filepath.Abs(c.BinDir); err != nil {
+		return err
+	}
 	if c.EtcdPath == "" {
 		c.EtcdPath = DefaultEtcdPath
 	}

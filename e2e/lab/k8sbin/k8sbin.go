@@ -3,10 +3,10 @@
 // kube-proxy, kubectl).
 //
 // The binary lives under <e2e>/_cache/k8s/<key>/, where key is the pinned
-// k8s.io/kubernetes version plus a hash of e2e/go.mod, e2e/go.sum and the
-// multi-call main's sources. It is built only when no binary exists for
-// the current key, so changing the pin (or the main) rebuilds it and nothing
-// else does. Next to it, bin/ holds one symlink per component name, and
+// k8s.io/kubernetes version plus a hash of e2e/go.mod, e2e/go.sum, the
+// multi-call main's sources and the `go build` flags. It is built only when
+// no binary exists for the current key, so changing the pin (or the main,
+// or how it is built) rebuilds it and nothing else does. Next to it, bin/ holds one symlink per component name, and
 // <e2e>/_cache/bin points at the current key's bin/.
 package k8sbin
 
@@ -132,7 +132,8 @@ func PinnedVersion(moduleDir string) (string, error) {
 }
 
 // CacheKey is the cache entry name for the module at moduleDir:
-// <kubernetes version>-<first 16 hex of sha256(go.mod, go.sum, main sources)>.
+// <kubernetes version>-<first 16 hex of sha256(go.mod, go.sum, main
+// sources, build flags)>.
 func CacheKey(moduleDir string) (version, key string, err error) {
 	version, err = PinnedVersion(moduleDir)
 	if err != nil {
@@ -152,6 +153,9 @@ func CacheKey(moduleDir string) (version, key string, err error) {
 		files = append(files, rel)
 	}
 	h := sha256.New()
+	// The build recipe: how the binary is built is as much part of it as
+	// the sources.
+	fmt.Fprintf(h, "recipe %q %q\n", BuildEnv, BuildArgs(version, time.Unix(0, 0), "k8s"))
 	for _, f := range files {
 		data, err := os.ReadFile(filepath.Join(moduleDir, f))
 		if err != nil {
@@ -179,6 +183,14 @@ func Ensure(ctx context.Context, opts Options) (*Bin, error) {
 	}
 	if opts.CacheDir == "" {
 		opts.CacheDir = filepath.Join(opts.ModuleDir, "_cache")
+	}
+	// Absolute paths, so that the binaries can be run from any directory.
+	var err error
+	if opts.ModuleDir, err = filepath.Abs(opts.ModuleDir); err != nil {
+		return nil, err
+	}
+	if opts.CacheDir, err = filepath.Abs(opts.CacheDir); err != nil {
+		return nil, err
 	}
 	version, key, err := CacheKey(opts.ModuleDir)
 	if err != nil {
@@ -211,6 +223,7 @@ func Ensure(ctx context.Context, opts Options) (*Bin, error) {
 		}
 		b.Built, b.BuildTime = true, time.Since(start)
 		fmt.Fprintf(opts.Log, "k8sbin: built %s (kubernetes %s) in %s\n", b.Path, version, b.BuildTime.Round(100*time.Millisecond))
+		pruneOthers(root, key, opts.Log)
 	}
 	if err := linkTools(b); err != nil {
 		return nil, err
@@ -222,6 +235,23 @@ func Ensure(ctx context.Context, opts Options) (*Bin, error) {
 		fmt.Fprintf(opts.Log, "k8sbin: using cached %s (kubernetes %s)\n", b.Path, version)
 	}
 	return b, nil
+}
+
+// pruneOthers removes the cache entries of other keys (older pins), about
+// 130 MB each. Processes still running an old binary are unaffected.
+func pruneOthers(root, key string, log io.Writer) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == key || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(root, e.Name())); err == nil {
+			fmt.Fprintf(log, "k8sbin: removed the outdated %s\n", filepath.Join(root, e.Name()))
+		}
+	}
 }
 
 // linkTools (re)creates bin/<component> -> ../k8s for every component.
@@ -308,12 +338,24 @@ func LDFlags(version string, date time.Time) string {
 	return strings.Join(flags, " ")
 }
 
+// BuildEnv is added to the environment of `go build` (after Options.Env,
+// so it wins): static binaries, as upstream builds them.
+var BuildEnv = []string{"CGO_ENABLED=0"}
+
+// BuildArgs are the arguments of `go build` (after "go"), run in the
+// module directory. They are part of the cache key (with a fixed date),
+// so changing how the binary is built rebuilds it.
+func BuildArgs(version string, date time.Time, out string) []string {
+	return []string{"build", "-v", "-trimpath", "-buildvcs=false",
+		"-ldflags", LDFlags(version, date), "-o", out, "./" + MainPackage}
+}
+
 func build(ctx context.Context, opts Options, version, out string) error {
-	env := append(append(os.Environ(), "CGO_ENABLED=0"), opts.Env...)
+	env := append(os.Environ(), opts.Env...)
 	log := opts.Log
 	fmt.Fprintf(log, "k8sbin: building the multi-call Kubernetes binary (kubernetes %s: %s) into %s\n",
 		version, strings.Join(Components, ", "), out)
-	fmt.Fprintf(log, "k8sbin: a cold build takes several minutes; later runs use the cache until e2e/go.mod, go.sum or %s change\n", MainPackage)
+	fmt.Fprintf(log, "k8sbin: a cold build takes several minutes; later runs use the cache until e2e/go.mod, go.sum, %s or the build flags change\n", MainPackage)
 
 	// Build date from the module's release time.
 	date := time.Unix(0, 0)
@@ -335,9 +377,8 @@ func build(ctx context.Context, opts Options, version, out string) error {
 
 	tmp := out + ".tmp"
 	_ = os.Remove(tmp)
-	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-trimpath", "-buildvcs=false",
-		"-ldflags", LDFlags(version, date), "-o", tmp, "./"+MainPackage)
-	cmd.Dir, cmd.Env = opts.ModuleDir, env
+	cmd := exec.CommandContext(ctx, "go", BuildArgs(version, date, tmp)...)
+	cmd.Dir, cmd.Env = opts.ModuleDir, append(env, BuildEnv...)
 	// go build -v prints each package it compiles on stderr; count them for
 	// progress and keep everything else (errors) for the failure message.
 	pr, pw := io.Pipe()

@@ -104,3 +104,21 @@ func TestLDFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestPruneOthers(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"v1.34.9-aaaa", "v1.34.10-bbbb"} {
+		os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(root, ".lock"), nil, 0o644)
+	var log strings.Builder
+	pruneOthers(root, "v1.34.10-bbbb", &log)
+	if _, err := os.Stat(filepath.Join(root, "v1.34.9-aaaa")); !os.IsNotExist(err) {
+		t.Error("old entry kept")
+	}
+	for _, keep := range []string{"v1.34.10-bbbb", ".lock"} {
+		if _, err := os.Stat(filepath.Join(root, keep)); err != nil {
+			t.Errorf("%s removed: %v", keep, err)
+		}
+	}
+}

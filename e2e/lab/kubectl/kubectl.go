@@ -48,7 +48,7 @@ func (k *Kubectl) RunStdin(ctx context.Context, stdin io.Reader, args ...string)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if k.Log != nil {
-		fmt.Fprintf(k.Log, "$ kubectl %s\n%s", strings.Join(args, " "), out.String())
+		fmt.Fprintf(k.Log, "$ kubectl %s\n%s", strings.Join(args, " "), withNewline(out.String()))
 		if err != nil {
 			fmt.Fprintf(k.Log, "(%v)\n", err)
 		}
@@ -68,10 +68,17 @@ func (k *Kubectl) Output(ctx context.Context, args ...string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	if k.Log != nil {
-		fmt.Fprintf(k.Log, "$ kubectl %s\n%s%s", strings.Join(args, " "), stdout.String(), stderr.String())
+		fmt.Fprintf(k.Log, "$ kubectl %s\n%s%s", strings.Join(args, " "), withNewline(stdout.String()), withNewline(stderr.String()))
 	}
 	if err != nil {
 		return stdout.String(), &Error{Args: args, Output: stdout.String() + stderr.String(), Err: err}
 	}
 	return stdout.String(), nil
+}
+
+func withNewline(s string) string {
+	if s != "" && !strings.HasSuffix(s, "\n") {
+		return s + "\n"
+	}
+	return s
 }
