@@ -18,7 +18,9 @@ GO ?= go
 GO_MIN := 1.26
 # Extra flags for `go test` of the unit tests and of the e2e suite.
 GOTESTFLAGS ?=
-E2E_TESTFLAGS ?=
+# The e2e suite waits for real processes; the Kubernetes build it needs is
+# done beforehand by `herald-lab build`, so this covers the tests alone.
+E2E_TESTFLAGS ?= -timeout 20m
 # How long `make fuzz` runs each fuzz target (any `go test -fuzztime` value).
 FUZZTIME ?= 60s
 
@@ -79,6 +81,8 @@ e2e-test: toolchain ## the e2e suite in e2e/ (needs root)
 		echo "make: the e2e suite (e2e/) needs root, it builds network namespaces: run make test as root (make unit-test runs the unit tests alone)" >&2; \
 		exit 1; \
 	fi; \
+	echo "cd e2e && $(GO) run ./cmd/herald-lab build   # the lab's Kubernetes binaries, cached in e2e/_cache"; \
+	(cd e2e && $(GO) run ./cmd/herald-lab build); \
 	echo "cd e2e && $(GO) test $(strip $(E2E_TESTFLAGS) ./...)"; \
 	cd e2e && $(GO) test $(strip $(E2E_TESTFLAGS) ./...)
 

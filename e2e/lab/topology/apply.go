@@ -1,0 +1,145 @@
+package topology
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// Runner runs one command; the real one execs, tests use a fake.
+type Runner interface {
+	Run(ctx context.Context, c Cmd) error
+}
+
+// Exec runs commands with os/exec, entering namespaces with `ip netns exec`.
+type Exec struct{}
+
+// Run runs the command and returns its output in the error when it fails.
+func (Exec) Run(ctx context.Context, c Cmd) error {
+	args := c.Args
+	if c.Netns != "" {
+		args = append([]string{"ip", "netns", "exec", c.Netns}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %v: %s", c, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// Up builds the layout. It refuses to start when any of the lab's names is
+// already taken, so it never adopts or breaks something it did not make.
+// On failure the caller runs Down.
+func Up(ctx context.Context, r Runner, l Layout, existing Existing) error {
+	for _, ns := range l.Namespaces() {
+		if existing.Netns[ns] {
+			return fmt.Errorf("network namespace %s already exists: a lab is up (run down first)", ns)
+		}
+	}
+	if existing.Links[l.Bridge] {
+		return fmt.Errorf("link %s already exists: a lab is up (run down first)", l.Bridge)
+	}
+	for _, c := range Commands(l) {
+		if err := r.Run(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Existing is what the machine has now, from `ip netns list` and `ip link`.
+type Existing struct {
+	Netns map[string]bool
+	Links map[string]bool
+}
+
+// Teardown returns the commands that remove every object a lab with this
+// prefix can have (for the largest lab), limited to those that exist. It
+// names objects exactly; nothing is matched by pattern.
+func Teardown(prefix string, existing Existing) ([]Cmd, error) {
+	l, err := Plan(prefix, MaxNodes)
+	if err != nil {
+		return nil, err
+	}
+	var cmds []Cmd
+	// Deleting a namespace destroys the veths inside it and their peers.
+	for _, ns := range l.Namespaces() {
+		if existing.Netns[ns] {
+			cmds = append(cmds, Cmd{Args: []string{"ip", "netns", "delete", ns}})
+		}
+	}
+	links := []string{l.ClientHostIf, l.RouterHostIf, l.Bridge}
+	for _, n := range l.Nodes {
+		links = append(links, n.HostIf)
+	}
+	for _, link := range links {
+		if existing.Links[link] {
+			cmds = append(cmds, Cmd{Args: []string{"ip", "link", "delete", link}})
+		}
+	}
+	return cmds, nil
+}
+
+// Down removes the lab's network. Processes running in its namespaces must
+// be stopped first, or the kernel keeps the namespaces alive.
+func Down(ctx context.Context, r Runner, prefix string) error {
+	existing, err := Observe(ctx)
+	if err != nil {
+		return err
+	}
+	cmds, err := Teardown(prefix, existing)
+	if err != nil {
+		return err
+	}
+	var errs []string
+	for _, c := range cmds {
+		if err := r.Run(ctx, c); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	// Links whose namespace went first disappear on their own; check what
+	// is really left.
+	left, err := Observe(ctx)
+	if err != nil {
+		return err
+	}
+	if rest, _ := Teardown(prefix, left); len(rest) > 0 {
+		return fmt.Errorf("lab network not fully removed: %v (errors: %s)", rest, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Observe reads the machine's namespaces and links.
+func Observe(ctx context.Context) (Existing, error) {
+	e := Existing{Netns: map[string]bool{}, Links: map[string]bool{}}
+	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
+	if err != nil {
+		return e, fmt.Errorf("ip netns list: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			e.Netns[f[0]] = true
+		}
+	}
+	out, err = exec.CommandContext(ctx, "ip", "-o", "link", "show").Output()
+	if err != nil {
+		return e, fmt.Errorf("ip link: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		// "7: hlab-n1@if2: <BROADCAST,..." -> hlab-n1
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		name := strings.TrimSuffix(f[1], ":")
+		if i := strings.IndexByte(name, '@'); i >= 0 {
+			name = name[:i]
+		}
+		e.Links[name] = true
+	}
+	return e, nil
+}

@@ -1,0 +1,96 @@
+package topology
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Cmd is one command to run in the root namespace (Netns empty) or inside
+// a lab namespace.
+type Cmd struct {
+	Netns string
+	Args  []string
+}
+
+func (c Cmd) String() string {
+	s := ""
+	if c.Netns != "" {
+		s = "[" + c.Netns + "] "
+	}
+	return s + fmt.Sprint(c.Args)
+}
+
+type builder struct{ cmds []Cmd }
+
+func (b *builder) root(args ...string)          { b.cmds = append(b.cmds, Cmd{Args: args}) }
+func (b *builder) in(ns string, args ...string) { b.cmds = append(b.cmds, Cmd{Netns: ns, Args: args}) }
+func (b *builder) sysctl(ns, key, value string) { b.in(ns, "sysctl", "-q", "-w", key+"="+value) }
+func pfx(a netip.Addr, p netip.Prefix) string   { return netip.PrefixFrom(a, p.Bits()).String() }
+
+// Commands renders the layout as the commands that build it, in order.
+func Commands(l Layout) []Cmd {
+	var b builder
+	// The LAN bridge, with the host's address on it: node namespaces reach
+	// the API server there.
+	b.root("ip", "link", "add", l.Bridge, "type", "bridge")
+	b.root("ip", "addr", "add", pfx(HostLANv4, LANv4), "dev", l.Bridge)
+	b.root("ip", "addr", "add", pfx(HostLANv6, LANv6), "dev", l.Bridge, "nodad")
+	b.root("ip", "link", "set", l.Bridge, "up")
+
+	// lanLeg gives a namespace one leg on the LAN, named eth0 inside.
+	lanLeg := func(ns, hostIf string, v4, v6 netip.Addr) {
+		b.root("ip", "netns", "add", ns)
+		b.in(ns, "ip", "link", "set", "lo", "up")
+		b.sysctl(ns, "net.ipv6.conf.all.accept_dad", "0")
+		b.sysctl(ns, "net.ipv6.conf.default.accept_dad", "0")
+		b.root("ip", "link", "add", hostIf, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		b.root("ip", "link", "set", hostIf, "master", l.Bridge, "up")
+		b.in(ns, "ip", "addr", "add", pfx(v4, LANv4), "dev", "eth0")
+		b.in(ns, "ip", "addr", "add", pfx(v6, LANv6), "dev", "eth0", "nodad")
+		b.in(ns, "ip", "link", "set", "eth0", "up")
+	}
+
+	lanLeg(l.Router, l.RouterHostIf, RouterLANv4, RouterLANv6)
+	b.sysctl(l.Router, "net.ipv4.ip_forward", "1")
+	b.sysctl(l.Router, "net.ipv6.conf.all.forwarding", "1")
+	// The remote client hangs off the router on its own subnet.
+	b.root("ip", "netns", "add", l.Remote)
+	b.in(l.Remote, "ip", "link", "set", "lo", "up")
+	b.sysctl(l.Remote, "net.ipv6.conf.all.accept_dad", "0")
+	b.sysctl(l.Remote, "net.ipv6.conf.default.accept_dad", "0")
+	b.in(l.Router, "ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth0", "netns", l.Remote)
+	b.in(l.Router, "ip", "addr", "add", pfx(RouterRemV4, RemoteV4), "dev", "eth1")
+	b.in(l.Router, "ip", "addr", "add", pfx(RouterRemV6, RemoteV6), "dev", "eth1", "nodad")
+	b.in(l.Router, "ip", "link", "set", "eth1", "up")
+	b.in(l.Remote, "ip", "addr", "add", pfx(RemoteV4IP, RemoteV4), "dev", "eth0")
+	b.in(l.Remote, "ip", "addr", "add", pfx(RemoteV6IP, RemoteV6), "dev", "eth0", "nodad")
+	b.in(l.Remote, "ip", "link", "set", "eth0", "up")
+	// The router is the remote client's only way anywhere, and the router
+	// itself has no default route, so nothing leaves the lab.
+	b.in(l.Remote, "ip", "route", "add", "default", "via", RouterRemV4.String())
+	b.in(l.Remote, "ip", "-6", "route", "add", "default", "via", RouterRemV6.String())
+
+	lanLeg(l.Client, l.ClientHostIf, ClientV4, ClientV6)
+
+	for _, n := range l.Nodes {
+		lanLeg(n.Netns, n.HostIf, n.IPv4, n.IPv6)
+		b.sysctl(n.Netns, "net.ipv4.ip_forward", "1")
+		b.sysctl(n.Netns, "net.ipv6.conf.all.forwarding", "1")
+		// The pod bridge; the lab kubelet plugs pod veths into it.
+		b.in(n.Netns, "ip", "link", "add", "cbr0", "type", "bridge")
+		b.in(n.Netns, "ip", "addr", "add", pfx(n.PodGateway, n.PodCIDR), "dev", "cbr0")
+		b.in(n.Netns, "ip", "link", "set", "cbr0", "up")
+		for _, o := range l.Nodes {
+			if o.Name != n.Name {
+				b.in(n.Netns, "ip", "route", "add", o.PodCIDR.String(), "via", o.IPv4.String())
+			}
+		}
+		// Service IPs are never routed anywhere: the proxy DNATs them
+		// before they leave. The on-link route only lets a socket connect
+		// so that the DNAT can happen.
+		b.in(n.Netns, "ip", "route", "add", ServiceCIDR.String(), "dev", "eth0")
+		b.in(n.Netns, "ip", "route", "add", RemoteV4.String(), "via", RouterLANv4.String())
+		b.in(n.Netns, "ip", "-6", "route", "add", RemoteV6.String(), "via", RouterLANv6.String())
+	}
+	return b.cmds
+}

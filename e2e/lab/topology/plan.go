@@ -1,0 +1,131 @@
+// Package topology builds the lab's network: one network namespace per node
+// on a shared LAN bridge, a client on the LAN, a router with a remote client
+// behind it. Plan is a pure function from the lab's size to every name and
+// address; Commands renders the plan as `ip`/`sysctl` invocations, so both
+// are tested without root. Only documentation and benchmark ranges are used,
+// and no namespace gets a route that leads off the machine: the LAN and the
+// remote subnet are closed worlds whose only way out is the host's own
+// LAN address, which has no route back into them except the LAN itself.
+package topology
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// MaxNodes is the largest lab: node addresses and pod CIDRs are laid out for
+// it.
+const MaxNodes = 10
+
+// The address plan. The service and pod ranges match the control plane's
+// --service-cluster-ip-range and --cluster-cidr.
+var (
+	LANv4       = netip.MustParsePrefix("192.0.2.0/24")
+	LANv6       = netip.MustParsePrefix("2001:db8:0:1::/64")
+	RemoteV4    = netip.MustParsePrefix("198.51.100.0/24")
+	RemoteV6    = netip.MustParsePrefix("2001:db8:0:2::/64")
+	ClusterCIDR = netip.MustParsePrefix("198.18.0.0/16")
+	ServiceCIDR = netip.MustParsePrefix("198.19.0.0/16")
+	// L2PoolV4 is the part of the LAN left free for LoadBalancer IPs
+	// announced over layer 2; BGPPoolV4 is routed by the router.
+	L2PoolV4  = "192.0.2.200-192.0.2.249"
+	BGPPoolV4 = netip.MustParsePrefix("203.0.113.0/24")
+)
+
+// Host-side and well-known addresses on the LAN.
+var (
+	HostLANv4   = netip.MustParseAddr("192.0.2.254") // the API server listens here too
+	HostLANv6   = netip.MustParseAddr("2001:db8:0:1::fe")
+	RouterLANv4 = netip.MustParseAddr("192.0.2.1")
+	RouterLANv6 = netip.MustParseAddr("2001:db8:0:1::1")
+	ClientV4    = netip.MustParseAddr("192.0.2.100")
+	ClientV6    = netip.MustParseAddr("2001:db8:0:1::100")
+	RouterRemV4 = netip.MustParseAddr("198.51.100.1")
+	RouterRemV6 = netip.MustParseAddr("2001:db8:0:2::1")
+	RemoteV4IP  = netip.MustParseAddr("198.51.100.10")
+	RemoteV6IP  = netip.MustParseAddr("2001:db8:0:2::10")
+)
+
+// Node is one node's share of the plan.
+type Node struct {
+	Name   string // Kubernetes node name, e.g. node1
+	Netns  string
+	HostIf string // the host end of its LAN veth
+	IPv4   netip.Addr
+	IPv6   netip.Addr
+	// PodCIDR is routed to the node by every other node; PodGateway is the
+	// node's address on its pod bridge.
+	PodCIDR    netip.Prefix
+	PodGateway netip.Addr
+}
+
+// Layout is the whole plan.
+type Layout struct {
+	Prefix string
+	Bridge string // LAN bridge in the root namespace
+	Nodes  []Node
+	Client string // netns names
+	Router string
+	Remote string
+	// HostIfs are the host ends of the veths of client and router.
+	ClientHostIf, RouterHostIf string
+}
+
+// Plan lays out a lab of n nodes. prefix (2–5 lower-case letters) starts
+// every name the lab creates, so its objects are easy to tell apart from
+// the machine's own and `down` finds them all.
+func Plan(prefix string, n int) (Layout, error) {
+	if n < 1 || n > MaxNodes {
+		return Layout{}, fmt.Errorf("nodes: %d is out of range 1-%d", n, MaxNodes)
+	}
+	if len(prefix) < 2 || len(prefix) > 5 {
+		return Layout{}, fmt.Errorf("prefix %q: must be 2-5 characters so interface names stay under 16 bytes", prefix)
+	}
+	for _, r := range prefix {
+		if r < 'a' || r > 'z' {
+			return Layout{}, fmt.Errorf("prefix %q: only lower-case letters", prefix)
+		}
+	}
+	l := Layout{
+		Prefix: prefix, Bridge: prefix + "-lan",
+		Client: prefix + "-client", Router: prefix + "-router", Remote: prefix + "-remote",
+		ClientHostIf: prefix + "-c", RouterHostIf: prefix + "-r",
+	}
+	for i := 1; i <= n; i++ {
+		l.Nodes = append(l.Nodes, Node{
+			Name:       fmt.Sprintf("node%d", i),
+			Netns:      fmt.Sprintf("%s-node%d", prefix, i),
+			HostIf:     fmt.Sprintf("%s-n%d", prefix, i),
+			IPv4:       netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}),
+			IPv6:       offset6(LANv6.Addr(), 0x10+i),
+			PodCIDR:    netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i), 0}), 24),
+			PodGateway: netip.AddrFrom4([4]byte{198, 18, byte(i), 1}),
+		})
+	}
+	return l, nil
+}
+
+func offset6(base netip.Addr, n int) netip.Addr {
+	b := base.As16()
+	b[14], b[15] = byte(n>>8), byte(n)
+	return netip.AddrFrom16(b)
+}
+
+// Namespaces lists every namespace of the layout.
+func (l Layout) Namespaces() []string {
+	out := []string{l.Client, l.Router, l.Remote}
+	for _, n := range l.Nodes {
+		out = append(out, n.Netns)
+	}
+	return out
+}
+
+// Node returns the node with the Kubernetes name.
+func (l Layout) Node(name string) (Node, bool) {
+	for _, n := range l.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}

@@ -1,0 +1,145 @@
+package topology
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// documentation and benchmark ranges: the only addresses the lab may use.
+var allowed = []netip.Prefix{
+	netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"),
+	netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("2001:db8::/32"),
+}
+
+func isAllowed(a netip.Addr) bool {
+	for _, p := range allowed {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPlanAddressesAndNames(t *testing.T) {
+	l, err := Plan("hlab", MaxNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, n := range l.Nodes {
+		for _, a := range []netip.Addr{n.IPv4, n.IPv6, n.PodGateway, n.PodCIDR.Addr()} {
+			if !isAllowed(a) {
+				t.Errorf("%s: %s is outside the documentation ranges", n.Name, a)
+			}
+			if seen[a.String()] {
+				t.Errorf("%s: %s used twice", n.Name, a)
+			}
+			seen[a.String()] = true
+		}
+		if !LANv4.Contains(n.IPv4) || !LANv6.Contains(n.IPv6) || !ClusterCIDR.Contains(n.PodGateway) || !n.PodCIDR.Contains(n.PodGateway) {
+			t.Errorf("%s: addresses outside their subnets: %+v", n.Name, n)
+		}
+		if l2, _ := netip.ParseAddr(strings.Split(L2PoolV4, "-")[0]); n.IPv4.Compare(l2) >= 0 {
+			t.Errorf("%s: node address %s inside the L2 pool", n.Name, n.IPv4)
+		}
+	}
+	for _, name := range append(l.Namespaces(), l.Bridge, l.ClientHostIf, l.RouterHostIf) {
+		if len(name) > 15 {
+			t.Errorf("name %q is longer than an interface name may be", name)
+		}
+	}
+	for _, bad := range []struct {
+		prefix string
+		n      int
+	}{{"hlab", 0}, {"hlab", MaxNodes + 1}, {"h", 3}, {"toolong", 3}, {"HL", 3}, {"h-l", 3}} {
+		if _, err := Plan(bad.prefix, bad.n); err == nil {
+			t.Errorf("Plan(%q, %d) accepted", bad.prefix, bad.n)
+		}
+	}
+}
+
+// TestCommandsNeverRouteOffMachine: no namespace gets a default route except
+// the remote client (towards the router, which has none), and every address
+// and route destination is in a documentation range.
+func TestCommandsNeverRouteOffMachine(t *testing.T) {
+	l, _ := Plan("hlab", 3)
+	for _, c := range Commands(l) {
+		args := strings.Join(c.Args, " ")
+		if strings.Contains(args, "route add default") && c.Netns != l.Remote {
+			t.Errorf("default route outside the remote client: %s", c)
+		}
+		for _, f := range c.Args {
+			if p, err := netip.ParsePrefix(f); err == nil && !isAllowed(p.Addr()) {
+				t.Errorf("%s: %s is outside the documentation ranges", c, f)
+			}
+			if a, err := netip.ParseAddr(f); err == nil && !isAllowed(a) {
+				t.Errorf("%s: %s is outside the documentation ranges", c, f)
+			}
+		}
+		if c.Netns == "" && c.Args[0] == "ip" && c.Args[1] == "route" {
+			t.Errorf("route added in the root namespace: %s", c)
+		}
+	}
+}
+
+func TestPodRoutesBetweenNodes(t *testing.T) {
+	l, _ := Plan("hlab", 3)
+	routes := map[string][]string{}
+	for _, c := range Commands(l) {
+		if len(c.Args) > 4 && c.Args[1] == "route" && c.Args[2] == "add" && ClusterCIDR.Contains(netip.MustParsePrefix(ifPrefix(c.Args[3])).Addr()) {
+			routes[c.Netns] = append(routes[c.Netns], c.Args[3]+" via "+c.Args[5])
+		}
+	}
+	want := map[string]string{
+		"hlab-node1": "198.18.2.0/24 via 192.0.2.12,198.18.3.0/24 via 192.0.2.13",
+		"hlab-node2": "198.18.1.0/24 via 192.0.2.11,198.18.3.0/24 via 192.0.2.13",
+		"hlab-node3": "198.18.1.0/24 via 192.0.2.11,198.18.2.0/24 via 192.0.2.12",
+	}
+	for ns, w := range want {
+		if got := strings.Join(routes[ns], ","); got != w {
+			t.Errorf("%s pod routes %q, want %q", ns, got, w)
+		}
+	}
+}
+
+func ifPrefix(s string) string {
+	if _, err := netip.ParsePrefix(s); err == nil {
+		return s
+	}
+	return "0.0.0.0/32"
+}
+
+type fakeRunner struct{ ran []Cmd }
+
+func (f *fakeRunner) Run(_ context.Context, c Cmd) error { f.ran = append(f.ran, c); return nil }
+
+func TestUpRefusesExistingLab(t *testing.T) {
+	l, _ := Plan("hlab", 2)
+	var f fakeRunner
+	err := Up(context.Background(), &f, l, Existing{Netns: map[string]bool{"hlab-node2": true}})
+	if err == nil || !strings.Contains(err.Error(), "hlab-node2 already exists") || len(f.ran) != 0 {
+		t.Fatalf("Up over an existing lab: err=%v ran=%d", err, len(f.ran))
+	}
+}
+
+func TestTeardownNamesOnlyLabObjects(t *testing.T) {
+	existing := Existing{
+		Netns: map[string]bool{"hlab-node1": true, "hlab-router": true, "other": true, "hlab-node11": true},
+		Links: map[string]bool{"hlab-lan": true, "eth0": true, "hlab-n1": true, "docker0": true},
+	}
+	cmds, err := Teardown("hlab", existing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range cmds {
+		got = append(got, strings.Join(c.Args, " "))
+	}
+	want := "ip netns delete hlab-router|ip netns delete hlab-node1|ip link delete hlab-lan|ip link delete hlab-n1"
+	if strings.Join(got, "|") != want {
+		t.Fatalf("teardown:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.ReplaceAll(want, "|", "\n"))
+	}
+}
