@@ -1,0 +1,136 @@
+// Package labbin builds the lab's own programs: lab-kubelet and echoserver
+// from the e2e module, herald from the repository's root module. They go
+// into <e2e>/_cache/lab/bin (git-ignored). Each call runs `go build`,
+// which takes a second or two when nothing changed (the Go build cache
+// holds the compiled packages), so the binaries always match the sources
+// and there is no cache key to get wrong.
+package labbin
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/herald-lb/herald/e2e/lab/k8sbin"
+)
+
+// Program names, which are also the binaries' file names.
+const (
+	Kubelet    = "lab-kubelet"
+	EchoServer = "echoserver"
+	Herald     = "herald"
+)
+
+// Target is one program to build.
+type Target struct {
+	Name string
+	// Root selects the repository's root module instead of the e2e module.
+	Root bool
+	// Package is the main package relative to its module, e.g. ./cmd/herald.
+	Package string
+}
+
+// Targets are the lab's programs.
+var Targets = []Target{
+	{Name: Kubelet, Package: "./cmd/lab-kubelet"},
+	{Name: EchoServer, Package: "./cmd/echoserver"},
+	{Name: Herald, Root: true, Package: "./cmd/herald"},
+}
+
+// Options say where the modules are and where the binaries go.
+type Options struct {
+	// ModuleDir is the e2e module. Empty: k8sbin.FindModuleDir(".").
+	ModuleDir string
+	// BinDir receives the binaries. Empty: <ModuleDir>/_cache/lab/bin.
+	BinDir string
+	// Log receives one line per build. Nil: discard.
+	Log io.Writer
+	// Only limits the build to these program names. Empty: all Targets.
+	Only []string
+}
+
+// Bins are built programs.
+type Bins struct {
+	Dir string
+	// Paths maps a program name to its binary.
+	Paths map[string]string
+}
+
+// Path is the binary of the named program ("" if it was not built).
+func (b *Bins) Path(name string) string { return b.Paths[name] }
+
+// Ensure builds the programs and returns their paths.
+func Ensure(ctx context.Context, opts Options) (*Bins, error) {
+	if opts.ModuleDir == "" {
+		d, err := k8sbin.FindModuleDir(".")
+		if err != nil {
+			return nil, err
+		}
+		opts.ModuleDir = d
+	}
+	mod, err := filepath.Abs(opts.ModuleDir)
+	if err != nil {
+		return nil, err
+	}
+	if opts.BinDir == "" {
+		opts.BinDir = filepath.Join(mod, "_cache", "lab", "bin")
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	if err := os.MkdirAll(opts.BinDir, 0o755); err != nil {
+		return nil, err
+	}
+	bins := &Bins{Dir: opts.BinDir, Paths: map[string]string{}}
+	for _, t := range Targets {
+		if len(opts.Only) > 0 && !contains(opts.Only, t.Name) {
+			continue
+		}
+		dir := mod
+		if t.Root {
+			dir = filepath.Dir(mod)
+		}
+		out := filepath.Join(opts.BinDir, t.Name)
+		if err := build(ctx, dir, t.Package, out, opts.Log); err != nil {
+			return nil, err
+		}
+		bins.Paths[t.Name] = out
+	}
+	return bins, nil
+}
+
+// build runs go build into a temporary file and renames it into place, so
+// a concurrent user of the old binary is not disturbed.
+func build(ctx context.Context, dir, pkg, out string, log io.Writer) error {
+	start := time.Now()
+	tmp := fmt.Sprintf("%s.tmp%d", out, os.Getpid())
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, pkg)
+	cmd.Dir = dir
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Run(); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("labbin: go build %s in %s: %v\n%s", pkg, dir, err, strings.TrimSpace(buf.String()))
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	fmt.Fprintf(log, "labbin: built %s in %s\n", out, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
