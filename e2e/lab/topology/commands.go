@@ -31,11 +31,20 @@ func pfx(a netip.Addr, p netip.Prefix) string   { return netip.PrefixFrom(a, p.B
 func Commands(l Layout) []Cmd {
 	var b builder
 	// The LAN bridge, with the host's address on it: node namespaces reach
-	// the API server there.
+	// the API server there. The address comes without its prefix route
+	// (noprefixroute): the machine may have the same documentation range
+	// on its own network (test environments use them), and the kernel
+	// would then answer the lab through the machine's real interface, off
+	// the machine. Instead hostRoutes sends the host's traffic to each lab
+	// member through the bridge, and nothing else goes there.
 	b.root("ip", "link", "add", l.Bridge, "type", "bridge")
-	b.root("ip", "addr", "add", pfx(HostLANv4, LANv4), "dev", l.Bridge)
-	b.root("ip", "addr", "add", pfx(HostLANv6, LANv6), "dev", l.Bridge, "nodad")
+	b.root("ip", "addr", "add", pfx(HostLANv4, LANv4), "dev", l.Bridge, "noprefixroute")
+	b.root("ip", "addr", "add", pfx(HostLANv6, LANv6), "dev", l.Bridge, "nodad", "noprefixroute")
 	b.root("ip", "link", "set", l.Bridge, "up")
+	hostRoutes := func(v4, v6 netip.Addr) {
+		b.root("ip", "route", "add", v4.String()+"/32", "dev", l.Bridge, "src", HostLANv4.String())
+		b.root("ip", "-6", "route", "add", v6.String()+"/128", "dev", l.Bridge, "src", HostLANv6.String())
+	}
 
 	// lanLeg gives a namespace one leg on the LAN, named eth0 inside.
 	lanLeg := func(ns, hostIf string, v4, v6 netip.Addr) {
@@ -71,9 +80,11 @@ func Commands(l Layout) []Cmd {
 	b.in(l.Remote, "ip", "-6", "route", "add", "default", "via", RouterRemV6.String())
 
 	lanLeg(l.Client, l.ClientHostIf, ClientV4, ClientV6)
+	hostRoutes(ClientV4, ClientV6)
 
 	for _, n := range l.Nodes {
 		lanLeg(n.Netns, n.HostIf, n.IPv4, n.IPv6)
+		hostRoutes(n.IPv4, n.IPv6)
 		b.sysctl(n.Netns, "net.ipv4.ip_forward", "1")
 		b.sysctl(n.Netns, "net.ipv6.conf.all.forwarding", "1")
 		// The pod bridge; the lab kubelet plugs pod veths into it.

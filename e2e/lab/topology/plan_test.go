@@ -79,9 +79,63 @@ func TestCommandsNeverRouteOffMachine(t *testing.T) {
 				t.Errorf("%s: %s is outside the documentation ranges", c, f)
 			}
 		}
-		if c.Netns == "" && c.Args[0] == "ip" && c.Args[1] == "route" {
+		// The root namespace only gets host routes to lab members,
+		// through the lab's own bridge.
+		if c.Netns == "" && isRoute(c.Args) && !hostRouteToLab(l, c.Args) {
 			t.Errorf("route added in the root namespace: %s", c)
 		}
+	}
+}
+
+func isRoute(args []string) bool {
+	return len(args) > 2 && args[0] == "ip" && (args[1] == "route" || args[1] == "-6" && args[2] == "route")
+}
+
+// hostRouteToLab: `ip [-6] route add <member>/32|128 dev <bridge> src <host>`.
+func hostRouteToLab(l Layout, args []string) bool {
+	if len(args) > 1 && args[1] == "-6" {
+		args = append([]string{args[0]}, args[2:]...)
+	}
+	if len(args) != 8 || strings.Join(args[:3], " ") != "ip route add" || args[4] != "dev" || args[5] != l.Bridge || args[6] != "src" {
+		return false
+	}
+	p, err := netip.ParsePrefix(args[3])
+	if err != nil || !p.IsSingleIP() {
+		return false
+	}
+	members := []netip.Addr{ClientV4, ClientV6}
+	for _, n := range l.Nodes {
+		members = append(members, n.IPv4, n.IPv6)
+	}
+	for _, m := range members {
+		if m == p.Addr() {
+			return args[7] == HostLANv4.String() || args[7] == HostLANv6.String()
+		}
+	}
+	return false
+}
+
+func TestHostRoutesOnlyToLabMembers(t *testing.T) {
+	l, _ := Plan("hlab", 2)
+	var got []string
+	for _, c := range Commands(l) {
+		if c.Netns == "" && isRoute(c.Args) {
+			got = append(got, strings.Join(c.Args, " "))
+		}
+		if c.Netns == "" && c.Args[1] == "addr" && !strings.Contains(strings.Join(c.Args, " "), "noprefixroute") {
+			t.Errorf("host address with a prefix route (would compete with the machine's own network): %s", c)
+		}
+	}
+	want := []string{
+		"ip route add 192.0.2.100/32 dev hlab-lan src 192.0.2.254",
+		"ip -6 route add 2001:db8:0:1::100/128 dev hlab-lan src 2001:db8:0:1::fe",
+		"ip route add 192.0.2.11/32 dev hlab-lan src 192.0.2.254",
+		"ip -6 route add 2001:db8:0:1::11/128 dev hlab-lan src 2001:db8:0:1::fe",
+		"ip route add 192.0.2.12/32 dev hlab-lan src 192.0.2.254",
+		"ip -6 route add 2001:db8:0:1::12/128 dev hlab-lan src 2001:db8:0:1::fe",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("host routes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

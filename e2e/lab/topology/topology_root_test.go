@@ -55,6 +55,24 @@ func TestTopologyForReal(t *testing.T) {
 	for _, ns := range l.Namespaces()[2:] { // remote and the nodes
 		serve(t, ns)
 	}
+	// The host answers on its LAN address (the API server listens there).
+	for _, a := range []netip.Addr{HostLANv4, HostLANv6} {
+		ln, err := net.Listen("tcp", addr(a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprint(c, "host")
+				c.Close()
+			}
+		}()
+	}
 	n1, n2 := l.Nodes[0], l.Nodes[1]
 	paths := []struct{ from, to, want string }{
 		{l.Client, addr(n1.IPv4), n1.Netns},
@@ -64,6 +82,9 @@ func TestTopologyForReal(t *testing.T) {
 		{n1.Netns, addr(RemoteV4IP), l.Remote},    // through the router
 		{l.Remote, addr(n2.IPv4), n2.Netns},       // and back
 		{l.Remote, addr(n1.IPv6), n1.Netns},
+		{n1.Netns, addr(HostLANv4), "host"}, // and the host answers back through the lab
+		{n2.Netns, addr(HostLANv6), "host"},
+		{l.Client, addr(HostLANv4), "host"},
 	}
 	for _, p := range paths {
 		got, err := dial(p.from, p.to)
