@@ -1,0 +1,372 @@
+// Package kubelet is the lab's kubelet: one per lab node, it registers the
+// node with the API server and runs the pods the scheduler binds to it as
+// network namespaces and processes.
+//
+// What it does, as the real kubelet does it:
+//
+//   - Registers its Node (labels kubernetes.io/hostname, kubernetes.io/os;
+//     spec.podCIDR from the lab topology; status with a Ready condition, the
+//     node's LAN address as InternalIP, capacity and allocatable), then
+//     renews its Lease in kube-node-lease and refreshes the conditions'
+//     heartbeat every HeartbeatInterval.
+//   - Watches the pods bound to it (fieldSelector spec.nodeName) and runs
+//     each: a network namespace with a veth into the node's pod bridge and
+//     the next free address of the pod CIDR (hostNetwork pods use the
+//     node's namespace and address), then one process per container for
+//     the images it knows (KnownImages). It reports the pod's status
+//     (phase, IPs, conditions, container states, restarts), honours
+//     httpGet/tcpSocket readiness probes, restarts containers per
+//     restartPolicy with a back-off, and on deletion stops containers with
+//     SIGTERM, the grace period, SIGKILL, removes the network and deletes
+//     the pod with grace period 0.
+//
+// It authenticates with a node client certificate (CN=system:node:<name>,
+// O=system:nodes; see WriteNodeKubeconfig), so the API server's Node
+// authorizer limits it to what a real kubelet may do: its own Node and
+// Lease, pods bound to it, and the ConfigMaps and Secrets those pods use.
+// The admin credential would work too, but would hide the permission
+// problems a real node has.
+//
+// Everything it creates is recorded in a state file first, so Down can
+// remove it after a crash. It does not do volumes, init containers, exec
+// or gRPC probes, liveness or startup probes, resource limits, logs or
+// exec through the API (no kubelet API server), or images beyond
+// KnownImages; a pod asking for an unknown image stays Pending with its
+// container Waiting in ErrImagePull, with a message that says why.
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/herald-lb/herald/e2e/lab/kubeconfig"
+	"github.com/herald-lb/herald/e2e/lab/netns"
+	"github.com/herald-lb/herald/e2e/lab/proc"
+)
+
+// Defaults.
+const (
+	DefaultPodBridge         = "cbr0"
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultMaxPods           = 110
+	// LeaseDuration is the Lease's leaseDurationSeconds (the real
+	// kubelet's default).
+	LeaseDuration = 40
+)
+
+// Config describes one lab kubelet.
+type Config struct {
+	// NodeName is the Node's name, e.g. node1.
+	NodeName string
+	// NodeNetns is the node's network namespace; NodeIP its LAN address
+	// (the Node's InternalIP).
+	NodeNetns string
+	NodeIP    netip.Addr
+	// PodCIDR is the node's pod range (spec.podCIDR); PodGateway the
+	// node's address on PodBridge, the pods' default gateway.
+	PodCIDR    netip.Prefix
+	PodGateway netip.Addr
+	PodBridge  string
+	// NetnsPrefix starts the name of every pod namespace
+	// (<prefix>-pod-<namespace>-<name>): the lab's prefix.
+	NetnsPrefix string
+	// Kubeconfig holds the node's credentials.
+	Kubeconfig string
+	// StateDir holds the state file and the pods' log directories.
+	StateDir string
+	// Programs are the binaries behind KnownImages.
+	Programs Programs
+	// KubeletVersion is reported in the Node's nodeInfo (the control
+	// plane's version, e.g. v1.34.10).
+	KubeletVersion string
+	// APIFromHost makes the kubelet reach the API server from the
+	// namespace it runs in instead of the node's namespace. By default
+	// every API connection is opened inside NodeNetns, so the kubelet's
+	// traffic crosses the lab's LAN like a real node's.
+	APIFromHost bool
+	// HeartbeatInterval defaults to 10s; MaxPods to 110.
+	HeartbeatInterval time.Duration
+	MaxPods           int
+	// Log receives what the kubelet does. Nil: os.Stderr.
+	Log io.Writer
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.NodeName == "":
+		return errors.New("kubelet: no node name")
+	case c.NodeNetns == "":
+		return errors.New("kubelet: no node network namespace")
+	case !c.NodeIP.IsValid():
+		return errors.New("kubelet: no node IP")
+	case !c.PodCIDR.IsValid() || !c.PodGateway.IsValid() || !c.PodCIDR.Contains(c.PodGateway):
+		return fmt.Errorf("kubelet: pod CIDR %s and gateway %s do not fit", c.PodCIDR, c.PodGateway)
+	case c.NetnsPrefix == "":
+		return errors.New("kubelet: no namespace prefix")
+	case c.Kubeconfig == "":
+		return errors.New("kubelet: no kubeconfig")
+	case c.StateDir == "":
+		return errors.New("kubelet: no state directory")
+	}
+	if c.PodBridge == "" {
+		c.PodBridge = DefaultPodBridge
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.MaxPods <= 0 {
+		c.MaxPods = DefaultMaxPods
+	}
+	if c.KubeletVersion == "" {
+		c.KubeletVersion = "v0.0.0-lab"
+	}
+	if c.Log == nil {
+		c.Log = os.Stderr
+	}
+	return nil
+}
+
+// Kubelet is a running lab kubelet.
+type Kubelet struct {
+	cfg      Config
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+
+	mu         sync.Mutex
+	state      State
+	workers    map[types.UID]*podWorker
+	finished   map[types.UID]bool
+	ips        map[netip.Addr]types.UID
+	netnsOwner map[string]types.UID
+	nodeUID    types.UID
+	logMu      sync.Mutex
+	wg         sync.WaitGroup
+	ctx        context.Context
+}
+
+func (k *Kubelet) logf(format string, args ...any) {
+	k.logMu.Lock()
+	defer k.logMu.Unlock()
+	fmt.Fprintf(k.cfg.Log, "%s kubelet %s: %s\n", time.Now().Format("15:04:05.000"), k.cfg.NodeName, fmt.Sprintf(format, args...))
+}
+
+// Run runs the kubelet until ctx ends. Leftovers of an earlier kubelet
+// with the same state directory are removed first. On return every pod it
+// ran is stopped and its network removed (the API objects are left as
+// they are, as when a node goes away).
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return err
+	}
+	k := &Kubelet{
+		cfg:        cfg,
+		workers:    map[types.UID]*podWorker{},
+		finished:   map[types.UID]bool{},
+		ips:        map[netip.Addr]types.UID{},
+		netnsOwner: map[string]types.UID{},
+		state:      State{NodeName: cfg.NodeName, NodeNetns: cfg.NodeNetns},
+		ctx:        ctx,
+	}
+	if err := Down(cfg.StateDir, DownOptions{Log: cfg.Log, KeepLogs: true}); err != nil {
+		return fmt.Errorf("kubelet: removing what an earlier kubelet left: %w", err)
+	}
+	if err := k.save(); err != nil {
+		return err
+	}
+
+	rc, err := kubeconfig.RESTConfig(cfg.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubelet: %w", err)
+	}
+	rc.UserAgent = "lab-kubelet/" + cfg.NodeName
+	rc.QPS, rc.Burst = 50, 100
+	if !cfg.APIFromHost {
+		rc.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+			err := netns.Do(cfg.NodeNetns, func() (err error) {
+				c, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		}
+	}
+	if k.client, err = kubernetes.NewForConfig(rc); err != nil {
+		return err
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	k.recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
+
+	start := time.Now()
+	if err := k.registerNode(ctx); err != nil {
+		if ctx.Err() != nil {
+			k.logf("stopped before the node was registered")
+			return nil
+		}
+		return err
+	}
+	k.logf("node registered in %s (InternalIP %s, podCIDR %s)", time.Since(start).Round(time.Millisecond), cfg.NodeIP, cfg.PodCIDR)
+	go k.heartbeat(ctx)
+
+	lw := cache.NewListWatchFromClient(k.client.CoreV1().RESTClient(), "pods", v1.NamespaceAll,
+		fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName))
+	informer := cache.NewSharedIndexInformer(lw, &v1.Pod{}, 0, cache.Indexers{})
+	_, err = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { k.dispatch(obj) },
+		UpdateFunc: func(_, obj any) { k.dispatch(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				k.removed(pod)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	informer.Run(ctx.Done()) // returns when ctx ends
+
+	k.logf("stopping: tearing down %d pods", len(k.workerList()))
+	k.wg.Wait()
+	k.mu.Lock()
+	left := len(k.state.Pods)
+	k.mu.Unlock()
+	if left > 0 {
+		return fmt.Errorf("kubelet: %d pods not fully torn down; run down", left)
+	}
+	k.logf("stopped")
+	return nil
+}
+
+func (k *Kubelet) workerList() []*podWorker {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]*podWorker, 0, len(k.workers))
+	for _, w := range k.workers {
+		out = append(out, w)
+	}
+	return out
+}
+
+// dispatch hands an added or updated pod to its worker, starting one for
+// a new pod.
+func (k *Kubelet) dispatch(obj any) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok || pod.Spec.NodeName != k.cfg.NodeName {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.finished[pod.UID] || k.ctx.Err() != nil {
+		return
+	}
+	if w := k.workers[pod.UID]; w != nil {
+		w.update(pod)
+		return
+	}
+	w := newPodWorker(k, pod)
+	k.workers[pod.UID] = w
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		w.run(k.ctx)
+		k.mu.Lock()
+		delete(k.workers, w.uid)
+		k.finished[w.uid] = true
+		k.mu.Unlock()
+	}()
+}
+
+func (k *Kubelet) removed(pod *v1.Pod) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.finished, pod.UID)
+	if w := k.workers[pod.UID]; w != nil {
+		w.remove()
+	}
+}
+
+// save writes the state file; the caller holds k.mu or is alone.
+func (k *Kubelet) save() error {
+	return writeState(k.cfg.StateDir, k.state)
+}
+
+func (k *Kubelet) saveLocked() {
+	if err := k.save(); err != nil {
+		k.logf("writing the state file: %v", err)
+	}
+}
+
+// putRecord adds or replaces a pod's record and saves the state.
+func (k *Kubelet) putRecord(rec PodRecord) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, p := range k.state.Pods {
+		if p.UID == rec.UID {
+			rec.Processes = p.Processes
+			k.state.Pods[i] = rec
+			k.saveLocked()
+			return
+		}
+	}
+	k.state.Pods = append(k.state.Pods, rec)
+	k.saveLocked()
+}
+
+// forgetPod drops a pod's record once nothing of it is left.
+func (k *Kubelet) forgetPod(uid types.UID) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, p := range k.state.Pods {
+		if p.UID == uid {
+			k.state.Pods = append(k.state.Pods[:i], k.state.Pods[i+1:]...)
+			k.saveLocked()
+			return
+		}
+	}
+}
+
+// recordProcess records (or, with nil, clears) a container's process.
+func (k *Kubelet) recordProcess(uid types.UID, container string, r *proc.Record) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range k.state.Pods {
+		p := &k.state.Pods[i]
+		if p.UID != uid {
+			continue
+		}
+		if r == nil {
+			delete(p.Processes, container)
+		} else {
+			if p.Processes == nil {
+				p.Processes = map[string]proc.Record{}
+			}
+			p.Processes[container] = *r
+		}
+		k.saveLocked()
+		return
+	}
+}

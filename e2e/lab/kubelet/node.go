@@ -1,0 +1,231 @@
+package kubelet
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// NetnsAnnotation on the Node names the node's network namespace, so
+// tools can find it from the API.
+const NetnsAnnotation = "lab.herald.io/netns"
+
+// NodeLeaseNamespace holds the nodes' heartbeat Leases.
+const NodeLeaseNamespace = "kube-node-lease"
+
+// capacity is what the node offers: the machine's CPUs and memory (all
+// lab nodes share them) and MaxPods pods.
+func (k *Kubelet) capacity() v1.ResourceList {
+	mem := memTotal()
+	return v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI),
+		v1.ResourcePods:   *resource.NewQuantity(int64(k.cfg.MaxPods), resource.DecimalSI),
+	}
+}
+
+func (k *Kubelet) allocatable() v1.ResourceList { return k.capacity() }
+
+// memTotal reads MemTotal from /proc/meminfo, in bytes (1 GiB if it
+// cannot).
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 1 << 30
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 2 && fs[0] == "MemTotal:" {
+			if kb, err := strconv.ParseInt(fs[1], 10, 64); err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 1 << 30
+}
+
+// nodeObject is the Node the kubelet registers.
+func (k *Kubelet) nodeObject() *v1.Node {
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: k.cfg.NodeName,
+			Labels: map[string]string{
+				v1.LabelHostname:          k.cfg.NodeName,
+				v1.LabelOSStable:          "linux",
+				v1.LabelArchStable:        runtime.GOARCH,
+				"beta.kubernetes.io/os":   "linux",
+				"beta.kubernetes.io/arch": runtime.GOARCH,
+			},
+			Annotations: map[string]string{NetnsAnnotation: k.cfg.NodeNetns},
+		},
+		Spec: v1.NodeSpec{
+			PodCIDR:  k.cfg.PodCIDR.String(),
+			PodCIDRs: []string{k.cfg.PodCIDR.String()},
+		},
+	}
+}
+
+// registerNode creates the Node, or takes over an existing one with the
+// same name (a restarted kubelet), retrying while the API server is not
+// reachable. It then reports the node's status once.
+func (k *Kubelet) registerNode(ctx context.Context) error {
+	want := k.nodeObject()
+	for {
+		n, err := k.client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			n, err = k.client.CoreV1().Nodes().Get(ctx, want.Name, metav1.GetOptions{})
+			if err == nil && n.Spec.PodCIDR != "" && n.Spec.PodCIDR != want.Spec.PodCIDR {
+				return fmt.Errorf("kubelet: Node %s exists with podCIDR %s, the lab's is %s (it cannot change): delete the Node", n.Name, n.Spec.PodCIDR, want.Spec.PodCIDR)
+			}
+			if err == nil {
+				patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+					"labels": want.Labels, "annotations": want.Annotations,
+				}})
+				n, err = k.client.CoreV1().Nodes().Patch(ctx, want.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+			}
+		}
+		if err == nil {
+			k.nodeUID = n.UID
+			if err = k.updateNodeStatus(ctx); err == nil {
+				return nil
+			}
+		}
+		k.logf("registering node: %v (retrying)", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubelet: registering node %s: %w (last error: %v)", k.cfg.NodeName, ctx.Err(), err)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// nodeInfo describes the machine and the kubelet.
+func (k *Kubelet) nodeInfo() v1.NodeSystemInfo {
+	read := func(path string) string {
+		b, _ := os.ReadFile(path)
+		return strings.TrimSpace(string(b))
+	}
+	var uts unix.Utsname
+	kernel := ""
+	if unix.Uname(&uts) == nil {
+		kernel = unix.ByteSliceToString(uts.Release[:])
+	}
+	osImage := "herald lab"
+	for _, line := range strings.Split(read("/etc/os-release"), "\n") {
+		if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+			osImage = "herald lab on " + strings.Trim(v, `"`)
+		}
+	}
+	return v1.NodeSystemInfo{
+		MachineID:               read("/etc/machine-id"),
+		SystemUUID:              k.cfg.NodeName,
+		BootID:                  read("/proc/sys/kernel/random/boot_id"),
+		KernelVersion:           kernel,
+		OSImage:                 osImage,
+		ContainerRuntimeVersion: "lab://" + k.cfg.KubeletVersion,
+		KubeletVersion:          k.cfg.KubeletVersion,
+		OperatingSystem:         "linux",
+		Architecture:            runtime.GOARCH,
+	}
+}
+
+// updateNodeStatus reports the node's conditions (Ready, no pressure),
+// addresses, capacity and system info; every call refreshes the
+// conditions' heartbeat time.
+func (k *Kubelet) updateNodeStatus(ctx context.Context) error {
+	n, err := k.client.CoreV1().Nodes().Get(ctx, k.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	t := now()
+	cond := func(typ v1.NodeConditionType, status v1.ConditionStatus, reason, msg string) v1.NodeCondition {
+		c := v1.NodeCondition{Type: typ, Status: status, Reason: reason, Message: msg, LastHeartbeatTime: t, LastTransitionTime: t}
+		for _, o := range n.Status.Conditions {
+			if o.Type == typ && o.Status == status {
+				c.LastTransitionTime = o.LastTransitionTime
+			}
+		}
+		return c
+	}
+	st := v1.NodeStatus{
+		Capacity:    k.capacity(),
+		Allocatable: k.allocatable(),
+		Conditions: []v1.NodeCondition{
+			cond(v1.NodeMemoryPressure, v1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+			cond(v1.NodeDiskPressure, v1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+			cond(v1.NodePIDPressure, v1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+			cond(v1.NodeReady, v1.ConditionTrue, "KubeletReady", "lab kubelet is posting ready status"),
+		},
+		Addresses: []v1.NodeAddress{
+			{Type: v1.NodeInternalIP, Address: k.cfg.NodeIP.String()},
+			{Type: v1.NodeHostName, Address: k.cfg.NodeName},
+		},
+		NodeInfo: k.nodeInfo(),
+	}
+	patch, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		return err
+	}
+	_, err = k.client.CoreV1().Nodes().Patch(ctx, k.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
+}
+
+// renewLease creates or renews the node's Lease, which is what the node
+// lifecycle controller watches to tell a live node.
+func (k *Kubelet) renewLease(ctx context.Context) error {
+	leases := k.client.CoordinationV1().Leases(NodeLeaseNamespace)
+	renew := metav1.NewMicroTime(time.Now())
+	l, err := leases.Get(ctx, k.cfg.NodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		holder, dur := k.cfg.NodeName, int32(LeaseDuration)
+		l = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: k.cfg.NodeName, Namespace: NodeLeaseNamespace},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, RenewTime: &renew},
+		}
+		if k.nodeUID != "" {
+			l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: k.cfg.NodeName, UID: k.nodeUID}}
+		}
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	l.Spec.RenewTime = &renew
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	return err
+}
+
+// heartbeat renews the Lease and the node status every interval until
+// ctx ends.
+func (k *Kubelet) heartbeat(ctx context.Context) {
+	for {
+		if err := k.renewLease(ctx); err != nil && ctx.Err() == nil {
+			k.logf("renewing the lease: %v", err)
+		}
+		if err := k.updateNodeStatus(ctx); err != nil && ctx.Err() == nil {
+			k.logf("updating node status: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(k.cfg.HeartbeatInterval):
+		}
+	}
+}

@@ -1,0 +1,387 @@
+package kubelet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// MinGracePeriod is the shortest time a container gets between SIGTERM
+// and SIGKILL, as in the real kubelet (a grace period of 0 still means
+// 2s there unless the pod is force-deleted).
+const MinGracePeriod = 2 * time.Second
+
+// ShutdownGracePeriod caps the grace period when the kubelet itself stops
+// (it then tears its pods down without touching the API).
+var ShutdownGracePeriod = 3 * time.Second
+
+// podWorker owns one pod (by UID): its sandbox, its containers and its
+// status reports. Informer events replace the pod it works from; run
+// reacts to them and to its containers' changes.
+type podWorker struct {
+	k      *Kubelet
+	uid    types.UID
+	key    string // namespace/name, for messages
+	logDir string
+
+	mu      sync.Mutex
+	latest  *v1.Pod
+	removed bool // the pod is gone from the API server
+	notify  chan struct{}
+
+	// Owned by run (containers read sandbox once it is set, before they
+	// start).
+	sandbox      *sandbox
+	sandboxGone  bool
+	containers   []*container
+	started      bool
+	startTime    *metav1.Time
+	lastPodIP    string
+	failedStatus bool
+}
+
+func newPodWorker(k *Kubelet, pod *v1.Pod) *podWorker {
+	return &podWorker{
+		k:      k,
+		uid:    pod.UID,
+		key:    pod.Namespace + "/" + pod.Name,
+		logDir: filepath.Join(k.cfg.StateDir, PodsDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID)),
+		latest: pod,
+		notify: make(chan struct{}, 1),
+	}
+}
+
+// update hands the worker a newer version of its pod.
+func (w *podWorker) update(pod *v1.Pod) {
+	w.mu.Lock()
+	w.latest = pod
+	w.mu.Unlock()
+	w.poke()
+}
+
+// remove tells the worker its pod is gone from the API server.
+func (w *podWorker) remove() {
+	w.mu.Lock()
+	w.removed = true
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *podWorker) poke() {
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (w *podWorker) currentPod() *v1.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.latest
+}
+
+func (w *podWorker) podIP() string {
+	if w.sandbox == nil {
+		return ""
+	}
+	return w.sandbox.ip
+}
+
+func (w *podWorker) event(eventType, reason, format string, args ...any) {
+	w.k.recorder.Eventf(w.currentPod(), eventType, reason, format, args...)
+}
+
+// run is the worker's loop; it returns when the pod is finished with
+// (deleted, or the kubelet stops).
+func (w *podWorker) run(ctx context.Context) {
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	for {
+		w.mu.Lock()
+		pod, removed := w.latest, w.removed
+		w.mu.Unlock()
+		done, again := w.sync(ctx, pod, removed)
+		if done {
+			return
+		}
+		if again > 0 {
+			retry.Reset(again)
+		}
+		select {
+		case <-w.notify:
+		case <-retry.C:
+		case <-ctx.Done():
+			w.k.logf("pod %s: kubelet stopping: tearing the pod down", w.key)
+			w.killAll(min(gracePeriod(pod), ShutdownGracePeriod))
+			for i := 0; i < 3; i++ {
+				err := w.teardown()
+				if err == nil {
+					break
+				}
+				w.k.logf("pod %s: removing sandbox: %v", w.key, err)
+				time.Sleep(500 * time.Millisecond)
+			}
+			return
+		}
+	}
+}
+
+// gracePeriod is how long containers get between SIGTERM and SIGKILL.
+func gracePeriod(pod *v1.Pod) time.Duration {
+	var s int64 = v1.DefaultTerminationGracePeriodSeconds
+	if pod.DeletionGracePeriodSeconds != nil {
+		s = *pod.DeletionGracePeriodSeconds
+	} else if pod.Spec.TerminationGracePeriodSeconds != nil {
+		s = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	return max(time.Duration(s)*time.Second, MinGracePeriod)
+}
+
+func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+// sync moves the pod one step towards what its spec asks. It returns
+// done when the worker has nothing left to do, or a delay after which
+// it wants to be called again (a failed step to retry).
+func (w *podWorker) sync(ctx context.Context, pod *v1.Pod, removed bool) (done bool, again time.Duration) {
+	switch {
+	case removed:
+		// Force-deleted (or deleted by someone else after we asked):
+		// nothing to report any more.
+		w.killAll(gracePeriod(pod))
+		if err := w.teardown(); err != nil {
+			w.k.logf("pod %s: removing sandbox: %v (retrying)", w.key, err)
+			return false, time.Second
+		}
+		w.k.logf("pod %s: removed from the API server; torn down", w.key)
+		return true, 0
+
+	case pod.DeletionTimestamp != nil:
+		grace := gracePeriod(pod)
+		if w.started {
+			w.k.logf("pod %s: deleted: stopping containers (grace %s)", w.key, grace)
+		}
+		w.killAll(grace)
+		if err := w.teardown(); err != nil {
+			w.k.logf("pod %s: removing sandbox: %v (retrying)", w.key, err)
+			return false, time.Second
+		}
+		if w.started {
+			if err := w.syncStatus(ctx, pod, true); err != nil {
+				w.k.logf("pod %s: final status: %v", w.key, err)
+			}
+		}
+		// The kubelet confirms the deletion once nothing runs, which
+		// removes the object.
+		zero := int64(0)
+		err := w.k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: &zero,
+			Preconditions:      &metav1.Preconditions{UID: &w.uid},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			w.k.logf("pod %s: delete: %v", w.key, err)
+			return false, 2 * time.Second
+		}
+		w.k.logf("pod %s: deleted", w.key)
+		return true, 0
+
+	case isTerminal(pod.Status.Phase) && !w.started:
+		// A pod that finished before this kubelet started: nothing runs.
+		return false, 0
+	}
+
+	if !w.started {
+		start := now()
+		w.startTime = &start
+		if pod.Status.StartTime != nil {
+			w.startTime = pod.Status.StartTime
+		}
+		if err := os.MkdirAll(w.logDir, 0o755); err != nil {
+			w.k.logf("pod %s: %v", w.key, err)
+			return false, 5 * time.Second
+		}
+		sb, err := w.k.setupSandbox(ctx, pod, w.logDir)
+		if err != nil {
+			w.k.logf("pod %s: sandbox: %v", w.key, err)
+			w.event(v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			_ = w.syncStatus(ctx, pod, false)
+			return false, 5 * time.Second
+		}
+		w.sandbox = sb
+		w.lastPodIP = sb.ip
+		w.k.logf("pod %s: sandbox ready: netns %s, IP %s", w.key, sb.netns, sb.ip)
+		for _, spec := range pod.Spec.Containers {
+			c := newContainer(w, spec)
+			w.containers = append(w.containers, c)
+		}
+		for _, c := range w.containers {
+			go c.run()
+		}
+		w.started = true
+	}
+
+	// Once every container is finished for good, the sandbox goes (and
+	// its address is free again), as the real kubelet does.
+	if w.allFinished() && w.sandbox != nil && !w.sandboxGone {
+		w.k.logf("pod %s: all containers finished: removing the sandbox", w.key)
+		if err := w.teardown(); err != nil {
+			w.k.logf("pod %s: removing sandbox: %v (retrying)", w.key, err)
+			return false, time.Second
+		}
+	}
+	if err := w.syncStatus(ctx, pod, false); err != nil {
+		w.k.logf("pod %s: status: %v", w.key, err)
+		return false, 2 * time.Second
+	}
+	return false, 0
+}
+
+// allFinished tells whether no container runs or will run again.
+func (w *podWorker) allFinished() bool {
+	if len(w.containers) == 0 {
+		return false
+	}
+	for _, c := range w.containers {
+		select {
+		case <-c.done:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// killAll stops every container (in parallel) and waits for them.
+func (w *podWorker) killAll(grace time.Duration) {
+	var wg sync.WaitGroup
+	for _, c := range w.containers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.stop(grace)
+		}()
+	}
+	wg.Wait()
+}
+
+// teardown removes the sandbox (containers must be stopped); after an
+// error the sandbox stays recorded and a later call tries again.
+func (w *podWorker) teardown() error {
+	if w.sandbox == nil || w.sandboxGone {
+		if w.sandbox == nil {
+			w.k.forgetPod(w.uid)
+		}
+		return nil
+	}
+	if err := w.k.teardownSandbox(w.uid, w.sandbox); err != nil {
+		return err
+	}
+	w.sandboxGone = true
+	return nil
+}
+
+// syncStatus sends the pod's status if it differs from what the API
+// server has.
+func (w *podWorker) syncStatus(ctx context.Context, pod *v1.Pod, terminating bool) error {
+	in := statusInput{
+		hostIP:       w.k.cfg.NodeIP.String(),
+		podIP:        w.lastPodIP,
+		sandboxReady: w.sandbox != nil && !w.sandboxGone,
+		startTime:    w.startTime,
+		terminating:  terminating,
+		now:          now(),
+	}
+	if len(w.containers) > 0 {
+		for _, c := range w.containers {
+			in.containers = append(in.containers, c.snapshot())
+		}
+	} else {
+		for _, spec := range pod.Spec.Containers {
+			in.containers = append(in.containers, v1.ContainerStatus{
+				Name: spec.Name, Image: spec.Image,
+				State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}},
+			})
+		}
+	}
+	st := podStatus(pod, in)
+	if sameStatus(&st, &pod.Status) && !w.failedStatus {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pod.UID}, // a precondition: never a same-named successor
+		"status":   st,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = w.k.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	w.failedStatus = err != nil
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone; the informer will tell
+	}
+	return err
+}
+
+// prepare computes what runs for container c of pod: program, arguments
+// and environment.
+func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (string, []string, []string, error) {
+	hostIP := w.k.cfg.NodeIP.String()
+	env, err := containerEnv(ctx, envInput{
+		pod:           pod,
+		podIP:         w.podIP(),
+		hostIP:        hostIP,
+		nodeResources: w.k.allocatable(),
+		serviceEnv:    w.k.serviceEnv(ctx),
+		getter:        w.k,
+	}, c)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	program, args, err := w.k.cfg.Programs.command(c, env.vals)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return program, args, env.list(), nil
+}
+
+// serviceEnv is the `kubernetes` Service's variables (only those: the
+// lab has no other use for service links). Empty when it cannot be read.
+func (k *Kubelet) serviceEnv(ctx context.Context) map[string]string {
+	svc, err := k.client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil || svc.Spec.ClusterIP == "" || len(svc.Spec.Ports) == 0 {
+		return nil
+	}
+	ip := svc.Spec.ClusterIP
+	port := strconv.Itoa(int(svc.Spec.Ports[0].Port))
+	addr := "tcp://" + net.JoinHostPort(ip, port)
+	return map[string]string{
+		"KUBERNETES_SERVICE_HOST":                ip,
+		"KUBERNETES_SERVICE_PORT":                port,
+		"KUBERNETES_SERVICE_PORT_HTTPS":          port,
+		"KUBERNETES_PORT":                        addr,
+		"KUBERNETES_PORT_" + port + "_TCP":       addr,
+		"KUBERNETES_PORT_" + port + "_TCP_PROTO": "tcp",
+		"KUBERNETES_PORT_" + port + "_TCP_PORT":  port,
+		"KUBERNETES_PORT_" + port + "_TCP_ADDR":  ip,
+	}
+}
+
+// ConfigMap and Secret read what env refers to (the Node authorizer lets
+// a node read those of pods bound to it).
+func (k *Kubelet) ConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
+	return k.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (k *Kubelet) Secret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+	return k.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+}
