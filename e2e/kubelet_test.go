@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -602,6 +603,8 @@ func TestLabKubelets(t *testing.T) {
 	sub("readiness-probes", testProbes)
 	sub("host-network-and-herald", testHostNetworkAndHerald)
 	sub("unknown-image", testUnknownImage)
+	sub("kubelet-crash", testKubeletCrash)
+	sub("heartbeats", testHeartbeats)
 
 	// --- Deleting the deployment stops the processes and removes the
 	// pods' namespaces; the objects disappear.
@@ -891,4 +894,116 @@ func testUnknownImage(lab *kubeletLab) {
 		}
 	}
 	lab.deletePods("unknown-image")
+}
+
+// testKubeletCrash: a SIGKILLed kubelet takes its containers with it (they
+// die with their parent), kubelet.Down removes the namespaces it left, and
+// a new kubelet with the same state directory runs the node's pods again.
+func testKubeletCrash(lab *kubeletLab) {
+	kl := lab.kubelets[0]
+	lab.apply(fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: crash-victim}
+spec:
+  nodeSelector: {kubernetes.io/hostname: %s}
+  containers:
+  - name: echo
+    image: registry.k8s.io/echoserver:1.4
+`, kl.cfg.NodeName))
+	lab.poll(time.Minute, "crash-victim Ready", func() (bool, string) {
+		p := lab.pod("crash-victim")
+		return podReady(p), string(p.Status.Phase)
+	})
+	s, err := kubelet.ReadState(kl.cfg.StateDir)
+	if err != nil {
+		lab.t.Fatal(err)
+	}
+	var rec kubelet.PodRecord
+	for _, p := range s.Pods {
+		if p.Name == "crash-victim" {
+			rec = p
+		}
+	}
+	container, ok := rec.Processes["echo"]
+	if !ok || rec.Netns == "" {
+		lab.t.Fatalf("no record of crash-victim in %+v", s)
+	}
+
+	if err := syscall.Kill(kl.p.PID, syscall.SIGKILL); err != nil {
+		lab.t.Fatal(err)
+	}
+	<-kl.p.Done()
+	lab.poll(10*time.Second, "the container to die with its kubelet", func() (bool, string) {
+		return !container.Alive(), fmt.Sprintf("pid %d alive", container.PID)
+	})
+	existing, _ := topology.Observe(lab.ctx)
+	if !existing.Netns[rec.Netns] {
+		lab.t.Errorf("expected %s to be left behind by the killed kubelet", rec.Netns)
+	}
+	if err := kubelet.Down(kl.cfg.StateDir, kubelet.DownOptions{KeepLogs: true, Log: lab.t.Output()}); err != nil {
+		lab.t.Fatal(err)
+	}
+	existing, _ = topology.Observe(lab.ctx)
+	if existing.Netns[rec.Netns] {
+		lab.t.Errorf("down left %s", rec.Netns)
+	}
+
+	// A new kubelet picks the node's pods up again.
+	if kl.p, err = kubelet.Start(kl.cfg, kubelet.StartOptions{Binary: lab.bins.Path(labbin.Kubelet), LogPath: kl.log, KillWithParent: true}); err != nil {
+		lab.t.Fatal(err)
+	}
+	var p *v1.Pod
+	lab.poll(time.Minute, "crash-victim running again under the new kubelet", func() (bool, string) {
+		p = lab.pod("crash-victim")
+		cs := p.Status.ContainerStatuses
+		return podReady(p) && len(cs) == 1 && cs[0].ContainerID != "" && cs[0].ContainerID != lab.containerIDBefore(rec),
+			fmt.Sprintf("%s ready=%v %+v", p.Status.Phase, podReady(p), cs)
+	})
+	// From its own node a pod is reached over the pod bridge, from the
+	// node's address there.
+	lab.expectEcho(kl.cfg.NodeNetns, "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/", kl.cfg.PodGateway.String())
+	lab.deletePods("crash-victim")
+}
+
+// containerIDBefore is the container ID the kubelet reported for the
+// recorded process.
+func (lab *kubeletLab) containerIDBefore(rec kubelet.PodRecord) string {
+	return fmt.Sprintf("lab://%s/%d", rec.Netns, rec.Processes["echo"].PID)
+}
+
+// testHeartbeats: every node's Lease is renewed and its Ready condition's
+// heartbeat refreshed (every 10s).
+func testHeartbeats(lab *kubeletLab) {
+	first := map[string]time.Time{}
+	for _, n := range lab.layout.Nodes {
+		l, err := lab.cs.CoordinationV1().Leases(kubelet.NodeLeaseNamespace).Get(lab.ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			lab.t.Fatal(err)
+		}
+		first[n.Name] = l.Spec.RenewTime.Time
+	}
+	lab.poll(30*time.Second, "renewed Leases and node heartbeats", func() (bool, string) {
+		var stale []string
+		for _, n := range lab.layout.Nodes {
+			l, err := lab.cs.CoordinationV1().Leases(kubelet.NodeLeaseNamespace).Get(lab.ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			node, err := lab.cs.CoreV1().Nodes().Get(lab.ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var hb time.Time
+			for _, c := range node.Status.Conditions {
+				if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue {
+					hb = c.LastHeartbeatTime.Time
+				}
+			}
+			if !l.Spec.RenewTime.Time.After(first[n.Name]) || hb.Before(first[n.Name].Truncate(time.Second)) {
+				stale = append(stale, fmt.Sprintf("%s lease %s heartbeat %s", n.Name, l.Spec.RenewTime.Time, hb))
+			}
+		}
+		return len(stale) == 0, strings.Join(stale, "; ")
+	})
 }
