@@ -531,6 +531,22 @@ func TestLabKubelets(t *testing.T) {
 		t.Errorf("pod hostIP %s", first.Status.HostIP)
 	}
 	lab.kubectl("get", "pods", "-o", "wide")
+	// The kubelet reports what it did as events, as `kubectl describe`
+	// shows them.
+	lab.poll(30*time.Second, "a Started event from the kubelet", func() (bool, string) {
+		evs, err := lab.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + first.Name})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Reason == "Started" && e.Source.Component == "kubelet" && e.Source.Host == first.Spec.NodeName {
+				return true, ""
+			}
+			seen = append(seen, e.Source.Component+"/"+e.Reason)
+		}
+		return false, fmt.Sprint(seen)
+	})
 	lab.kubectl("expose", "deployment", "source-ip-app", "--port=8080")
 	lab.waitEndpoints("source-ip-app", map[string]bool{first.Status.PodIP: true})
 
