@@ -177,6 +177,12 @@ func startKubeletLab(t *testing.T, ctx context.Context, nodes int) *kubeletLab {
 	}
 	t.Logf("lab programs built in %s", time.Since(start).Round(time.Millisecond))
 
+	// One lab at a time on this machine: they share the address plan.
+	release, err := topology.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release) // after everything below is undone
 	before := observeMachine(t, ctx)
 	if lab.layout, err = topology.Plan(kubeletLabPrefix, nodes); err != nil {
 		t.Fatal(err)

@@ -25,6 +25,11 @@ func TestTopologyForReal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const prefix = "hltst"
+	release, err := Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release) // runs after Down
 	before, err := Observe(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,51 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// LockPath is the machine-wide lock of the lab's address plan. Every lab
+// gives the host the same LAN address (HostLANv4) and routes to the same
+// node addresses, whatever its prefix, so two labs up at once break each
+// other's host traffic; tests that bring a lab up hold this lock for the
+// lab's lifetime (go test runs packages in parallel).
+var LockPath = filepath.Join(lockDir(), "herald-lab.lock")
+
+func lockDir() string {
+	if st, err := os.Stat("/run/lock"); err == nil && st.IsDir() {
+		return "/run/lock"
+	}
+	return os.TempDir()
+}
+
+// Lock waits until no other process holds the lab lock, then holds it
+// until the returned release function is called (or the process exits).
+func Lock(ctx context.Context) (release func(), err error) {
+	f, err := os.OpenFile(LockPath, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", LockPath, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("waiting for another lab to finish (lock %s): %w", LockPath, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
