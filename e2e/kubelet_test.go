@@ -444,7 +444,7 @@ func TestLabKubelets(t *testing.T) {
 
 	// --- Nodes: registered, Ready, schedulable, with the topology's
 	// addresses and pod CIDRs.
-	start := time.Now()
+	var start time.Time
 	lab.poll(2*time.Minute, "3 Ready, schedulable nodes", func() (bool, string) {
 		nodes, err := lab.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
