@@ -163,9 +163,7 @@ func startKubeletLab(t *testing.T, ctx context.Context, nodes int) *kubeletLab {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds network namespaces and runs pods in them")
 	}
-	if _, err := os.Stat(controlplane.DefaultEtcdPath); err != nil {
-		t.Skip("etcd not installed: apt-get install etcd-server")
-	}
+	requireEtcd(t)
 	lab := &kubeletLab{t: t, ctx: ctx}
 	bin, err := k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: ".", Log: t.Output()})
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // TCP, as a pod's client would.
 func TestEchoServerBinary(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds a program")
+		t.Skip("short mode: builds a program")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
