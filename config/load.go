@@ -177,35 +177,17 @@ func (l *Loader) decode(where string, h header, doc []byte) {
 	r := &l.Resources
 	switch h.Kind {
 	case KindIPAddressPool:
-		var o v1beta1.IPAddressPool
-		if l.strict(where, h, doc, &o) {
-			r.Pools = append(r.Pools, o)
-		}
+		decodeInto(l, where, h, doc, &r.Pools)
 	case KindL2Advertisement:
-		var o v1beta1.L2Advertisement
-		if l.strict(where, h, doc, &o) {
-			r.L2Advertisements = append(r.L2Advertisements, o)
-		}
+		decodeInto(l, where, h, doc, &r.L2Advertisements)
 	case KindBGPAdvertisement:
-		var o v1beta1.BGPAdvertisement
-		if l.strict(where, h, doc, &o) {
-			r.BGPAdvertisements = append(r.BGPAdvertisements, o)
-		}
+		decodeInto(l, where, h, doc, &r.BGPAdvertisements)
 	case KindBGPPeer:
-		var o v1beta1.BGPPeer
-		if l.strict(where, h, doc, &o) {
-			r.Peers = append(r.Peers, o)
-		}
+		decodeInto(l, where, h, doc, &r.Peers)
 	case KindCommunity:
-		var o v1beta1.Community
-		if l.strict(where, h, doc, &o) {
-			r.Communities = append(r.Communities, o)
-		}
+		decodeInto(l, where, h, doc, &r.Communities)
 	case KindBFDProfile:
-		var o v1beta1.BFDProfile
-		if l.strict(where, h, doc, &o) {
-			r.BFDProfiles = append(r.BFDProfiles, o)
-		}
+		decodeInto(l, where, h, doc, &r.BFDProfiles)
 	case "ServiceAnnouncement":
 		l.Skipped = append(l.Skipped, Skipped{where, "ServiceAnnouncement is written by the speakers, not configuration"})
 	default:
@@ -215,6 +197,15 @@ func (l *Loader) decode(where string, h header, doc []byte) {
 }
 
 var goField = regexp.MustCompile(` into Go struct field [A-Za-z0-9]+\.([A-Za-z0-9.\[\]]+)`)
+
+// decodeInto strictly decodes one object and appends it to the list of
+// its kind.
+func decodeInto[T any](l *Loader, where string, h header, doc []byte, list *[]T) {
+	var o T
+	if l.strict(where, h, doc, &o) {
+		*list = append(*list, o)
+	}
+}
 
 // strict decodes refusing unknown fields, so a misspelt field is reported
 // instead of silently ignored.

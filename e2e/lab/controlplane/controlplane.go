@@ -21,10 +21,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
@@ -37,6 +37,7 @@ import (
 	"github.com/herald-lb/herald/e2e/lab/kubeconfig"
 	"github.com/herald-lb/herald/e2e/lab/pki"
 	"github.com/herald-lb/herald/e2e/lab/proc"
+	"github.com/herald-lb/herald/e2e/lab/statefile"
 )
 
 // Defaults. The lab only ever uses documentation and benchmark ranges.
@@ -403,43 +404,38 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	fmt.Fprintf(cp.log, "controlplane: kube-apiserver ready at %s after %s\n", cp.state.APIServerURL, time.Since(start).Round(time.Millisecond))
 
 	// kube-controller-manager and kube-scheduler.
-	cmKubeconfig := cp.Kubeconfig(ControllerManager)
-	cmArgs := []string{
-		"--kubeconfig=" + cmKubeconfig,
-		"--authentication-kubeconfig=" + cmKubeconfig,
-		"--authorization-kubeconfig=" + cmKubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports.controllerManager),
-		"--tls-cert-file=" + pkiFile("kube-controller-manager-serving.crt"),
-		"--tls-private-key-file=" + pkiFile("kube-controller-manager-serving.key"),
-		"--client-ca-file=" + pkiFile("ca.crt"),
+	// Both serve their health endpoints over TLS on loopback and
+	// authenticate as themselves.
+	componentArgs := func(name string, port int) []string {
+		kc := cp.Kubeconfig(name)
+		return []string{
+			"--kubeconfig=" + kc,
+			"--authentication-kubeconfig=" + kc,
+			"--authorization-kubeconfig=" + kc,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(port),
+			"--tls-cert-file=" + pkiFile(name+"-serving.crt"),
+			"--tls-private-key-file=" + pkiFile(name+"-serving.key"),
+			"--client-ca-file=" + pkiFile("ca.crt"),
+		}
+	}
+	cmArgs := append(componentArgs(ControllerManager, ports.controllerManager),
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + pkiFile("sa.key"),
-		"--root-ca-file=" + pkiFile("ca.crt"),
-		"--cluster-signing-cert-file=" + pkiFile("ca.crt"),
-		"--cluster-signing-key-file=" + pkiFile("ca.key"),
-		"--cluster-cidr=" + cfg.ClusterCIDR,
+		"--service-account-private-key-file="+pkiFile("sa.key"),
+		"--root-ca-file="+pkiFile("ca.crt"),
+		"--cluster-signing-cert-file="+pkiFile("ca.crt"),
+		"--cluster-signing-key-file="+pkiFile("ca.key"),
+		"--cluster-cidr="+cfg.ClusterCIDR,
 		"--allocate-node-cidrs=true",
-		"--node-cidr-mask-size=" + strconv.Itoa(cfg.NodeCIDRMaskSize),
-		"--service-cluster-ip-range=" + cfg.ServiceCIDR,
+		"--node-cidr-mask-size="+strconv.Itoa(cfg.NodeCIDRMaskSize),
+		"--service-cluster-ip-range="+cfg.ServiceCIDR,
 		"--configure-cloud-routes=false",
 		"--leader-elect=false",
-	}
+	)
 	if err := cp.start(ctx, ControllerManager, filepath.Join(cfg.BinDir, ControllerManager), ControllerManager, append(cmArgs, cfg.ExtraControllerManagerArgs...)); err != nil {
 		return nil, err
 	}
-	schedKubeconfig := cp.Kubeconfig(Scheduler)
-	schedArgs := []string{
-		"--kubeconfig=" + schedKubeconfig,
-		"--authentication-kubeconfig=" + schedKubeconfig,
-		"--authorization-kubeconfig=" + schedKubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports.scheduler),
-		"--tls-cert-file=" + pkiFile("kube-scheduler-serving.crt"),
-		"--tls-private-key-file=" + pkiFile("kube-scheduler-serving.key"),
-		"--client-ca-file=" + pkiFile("ca.crt"),
-		"--leader-elect=false",
-	}
+	schedArgs := append(componentArgs(Scheduler, ports.scheduler), "--leader-elect=false")
 	if err := cp.start(ctx, Scheduler, filepath.Join(cfg.BinDir, Scheduler), Scheduler, append(schedArgs, cfg.ExtraSchedulerArgs...)); err != nil {
 		return nil, err
 	}
@@ -665,29 +661,15 @@ func (cp *ControlPlane) saveState() error {
 	return writeState(cp.cfg.StateDir, cp.state)
 }
 
-func writeState(dir string, s State) error {
-	data, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := statePath(dir) + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, statePath(dir))
-}
+func writeState(dir string, s State) error { return statefile.Write(statePath(dir), s) }
 
 // ReadState reads the state file of the control plane in dir.
 func ReadState(dir string) (State, error) {
-	var s State
-	data, err := os.ReadFile(statePath(dir))
-	if err != nil {
-		return s, err
+	s, err := statefile.Read[State](statePath(dir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err = fmt.Errorf("controlplane: %w", err)
 	}
-	if err := json.Unmarshal(data, &s); err != nil {
-		return s, fmt.Errorf("controlplane: %s: %w", statePath(dir), err)
-	}
-	return s, nil
+	return s, err
 }
 
 // StopOptions tune Stop and Down.

@@ -3,10 +3,10 @@ package kubelet
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/herald-lb/herald/e2e/lab/netns"
 	"github.com/herald-lb/herald/e2e/lab/proc"
+	"github.com/herald-lb/herald/e2e/lab/statefile"
 )
 
 // StateFile is the kubelet's state file inside its state directory. It
@@ -56,28 +57,14 @@ func statePath(dir string) string { return filepath.Join(dir, StateFile) }
 
 // ReadState reads the state file in dir.
 func ReadState(dir string) (State, error) {
-	var s State
-	data, err := os.ReadFile(statePath(dir))
-	if err != nil {
-		return s, err
+	s, err := statefile.Read[State](statePath(dir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err = fmt.Errorf("kubelet: %w", err)
 	}
-	if err := json.Unmarshal(data, &s); err != nil {
-		return s, fmt.Errorf("kubelet: %s: %w", statePath(dir), err)
-	}
-	return s, nil
+	return s, err
 }
 
-func writeState(dir string, s State) error {
-	data, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := statePath(dir) + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, statePath(dir))
-}
+func writeState(dir string, s State) error { return statefile.Write(statePath(dir), s) }
 
 // DownOptions tune Down.
 type DownOptions struct {

@@ -67,17 +67,7 @@ func TestTopologyForReal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				fmt.Fprint(c, "host")
-				c.Close()
-			}
-		}()
+		answer(t, ln, "host")
 	}
 	n1, n2 := l.Nodes[0], l.Nodes[1]
 	paths := []struct{ from, to, want string }{
@@ -129,6 +119,11 @@ func serve(t *testing.T, ns string) {
 	if err := netns.Do(ns, func() (err error) { ln, err = net.Listen("tcp", ":9000"); return err }); err != nil {
 		t.Fatal(err)
 	}
+	answer(t, ln, ns)
+}
+
+// answer replies to every connection on ln with name, until the test ends.
+func answer(t *testing.T, ln net.Listener, name string) {
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -136,7 +131,7 @@ func serve(t *testing.T, ns string) {
 			if err != nil {
 				return
 			}
-			fmt.Fprint(c, ns)
+			fmt.Fprint(c, name)
 			c.Close()
 		}
 	}()
