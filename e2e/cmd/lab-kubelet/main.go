@@ -2,7 +2,7 @@
 // lab node until SIGTERM or SIGINT, then stops the node's pods and
 // removes their network namespaces.
 //
-//	lab-kubelet --node-name=node1 --node-netns=hlab-node1 --node-ip=192.0.2.11 \
+//	lab-kubelet --node-name=node1 --node-netns=hlab-node1 --node-ip=198.51.100.11 \
 //	  --pod-cidr=198.18.1.0/24 --pod-gateway=198.18.1.1 --netns-prefix=hlab \
 //	  --kubeconfig=node1.kubeconfig --state-dir=/tmp/herald-lab/node1 \
 //	  --echoserver=e2e/_cache/lab/bin/echoserver --herald=e2e/_cache/lab/bin/herald

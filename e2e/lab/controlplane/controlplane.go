@@ -77,7 +77,7 @@ type Config struct {
 
 	// Address is where the API server listens and what it advertises
 	// (the `kubernetes` Service's endpoint). Default 127.0.0.1; the
-	// lab's topology gives the host 192.0.2.254 on the LAN bridge so node
+	// lab's topology gives the host 198.51.100.254 on the LAN bridge so node
 	// namespaces can reach the API server, and the address must exist
 	// before Up. With a loopback address the `kubernetes` endpoint is not
 	// reconciled (Kubernetes rejects loopback endpoint addresses).

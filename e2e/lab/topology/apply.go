@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"strings"
 )
@@ -43,6 +44,9 @@ func Up(ctx context.Context, r Runner, l Layout, existing Existing) error {
 	if existing.Links[l.Bridge] {
 		return fmt.Errorf("link %s already exists: a lab is up (run down first)", l.Bridge)
 	}
+	if err := CheckHostAddresses(existing.Addrs); err != nil {
+		return err
+	}
 	for _, c := range Commands(l) {
 		if err := r.Run(ctx, c); err != nil {
 			return err
@@ -55,6 +59,26 @@ func Up(ctx context.Context, r Runner, l Layout, existing Existing) error {
 type Existing struct {
 	Netns map[string]bool
 	Links map[string]bool
+	// Addrs are the root namespace's interface addresses with their
+	// prefix lengths, from `ip -o addr show`.
+	Addrs []netip.Prefix
+}
+
+// labRanges are the subnets the lab routes inside its namespaces.
+var labRanges = []netip.Prefix{LANv4, LANv6, RemoteV4, RemoteV6, ClusterCIDR, ServiceCIDR, BGPPoolV4, BGPPoolV6}
+
+// CheckHostAddresses refuses a machine whose own network overlaps the
+// lab's ranges: lab members would then shadow real neighbours (or the
+// machine's gateway), and replies could leave through the real uplink.
+func CheckHostAddresses(addrs []netip.Prefix) error {
+	for _, a := range addrs {
+		for _, r := range labRanges {
+			if a.Overlaps(r) {
+				return fmt.Errorf("this machine has %s on one of its interfaces, which overlaps the lab's %s; the lab would capture real traffic, so it refuses to start", a, r)
+			}
+		}
+	}
+	return nil
 }
 
 // Teardown returns the commands that remove every object a lab with this
@@ -141,5 +165,29 @@ func Observe(ctx context.Context) (Existing, error) {
 		}
 		e.Links[name] = true
 	}
+	out, err = exec.CommandContext(ctx, "ip", "-o", "addr", "show").Output()
+	if err != nil {
+		return e, fmt.Errorf("ip addr: %v", err)
+	}
+	e.Addrs = parseAddrs(string(out))
 	return e, nil
+}
+
+// parseAddrs reads `ip -o addr show` lines such as
+// "2: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0".
+func parseAddrs(out string) []netip.Prefix {
+	var addrs []netip.Prefix
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] != "inet" && f[i] != "inet6" {
+				continue
+			}
+			if p, err := netip.ParsePrefix(f[i+1]); err == nil && !p.Addr().IsLoopback() && !p.Addr().IsLinkLocalUnicast() {
+				addrs = append(addrs, p)
+			}
+			break
+		}
+	}
+	return addrs
 }

@@ -18,31 +18,36 @@ import (
 const MaxNodes = 10
 
 // The address plan. The service and pod ranges match the control plane's
-// --service-cluster-ip-range and --cluster-cidr.
+// --service-cluster-ip-range and --cluster-cidr. 192.0.2.0/24 is left
+// unused on purpose: it is the range test machines (this one included) most
+// often have on their real uplink, and a lab address equal to the uplink's
+// gateway would capture the machine's own traffic.
 var (
-	LANv4       = netip.MustParsePrefix("192.0.2.0/24")
+	LANv4       = netip.MustParsePrefix("198.51.100.0/24")
 	LANv6       = netip.MustParsePrefix("2001:db8:0:1::/64")
-	RemoteV4    = netip.MustParsePrefix("198.51.100.0/24")
+	RemoteV4    = netip.MustParsePrefix("203.0.113.0/25")
 	RemoteV6    = netip.MustParsePrefix("2001:db8:0:2::/64")
 	ClusterCIDR = netip.MustParsePrefix("198.18.0.0/16")
 	ServiceCIDR = netip.MustParsePrefix("198.19.0.0/16")
-	// L2PoolV4 is the part of the LAN left free for LoadBalancer IPs
-	// announced over layer 2; BGPPoolV4 is routed by the router.
-	L2PoolV4  = "192.0.2.200-192.0.2.249"
-	BGPPoolV4 = netip.MustParsePrefix("203.0.113.0/24")
+	// L2PoolV4/V6 are the part of the LAN left free for LoadBalancer IPs
+	// announced over layer 2; BGPPoolV4/V6 are reached through the router.
+	L2PoolV4  = "198.51.100.200-198.51.100.249"
+	L2PoolV6  = "2001:db8:0:1::200-2001:db8:0:1::249"
+	BGPPoolV4 = netip.MustParsePrefix("203.0.113.128/25")
+	BGPPoolV6 = netip.MustParsePrefix("2001:db8:0:100::/120")
 )
 
 // Host-side and well-known addresses on the LAN.
 var (
-	HostLANv4   = netip.MustParseAddr("192.0.2.254") // the API server listens here too
+	HostLANv4   = netip.MustParseAddr("198.51.100.254") // the API server listens here too
 	HostLANv6   = netip.MustParseAddr("2001:db8:0:1::fe")
-	RouterLANv4 = netip.MustParseAddr("192.0.2.1")
+	RouterLANv4 = netip.MustParseAddr("198.51.100.1")
 	RouterLANv6 = netip.MustParseAddr("2001:db8:0:1::1")
-	ClientV4    = netip.MustParseAddr("192.0.2.100")
+	ClientV4    = netip.MustParseAddr("198.51.100.100")
 	ClientV6    = netip.MustParseAddr("2001:db8:0:1::100")
-	RouterRemV4 = netip.MustParseAddr("198.51.100.1")
+	RouterRemV4 = netip.MustParseAddr("203.0.113.1")
 	RouterRemV6 = netip.MustParseAddr("2001:db8:0:2::1")
-	RemoteV4IP  = netip.MustParseAddr("198.51.100.10")
+	RemoteV4IP  = netip.MustParseAddr("203.0.113.10")
 	RemoteV6IP  = netip.MustParseAddr("2001:db8:0:2::10")
 )
 
@@ -96,13 +101,19 @@ func Plan(prefix string, n int) (Layout, error) {
 			Name:       fmt.Sprintf("node%d", i),
 			Netns:      fmt.Sprintf("%s-node%d", prefix, i),
 			HostIf:     fmt.Sprintf("%s-n%d", prefix, i),
-			IPv4:       netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}),
+			IPv4:       offset4(LANv4.Addr(), 10+i),
 			IPv6:       offset6(LANv6.Addr(), 0x10+i),
 			PodCIDR:    netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i), 0}), 24),
 			PodGateway: netip.AddrFrom4([4]byte{198, 18, byte(i), 1}),
 		})
 	}
 	return l, nil
+}
+
+func offset4(base netip.Addr, n int) netip.Addr {
+	b := base.As4()
+	b[3] = byte(n)
+	return netip.AddrFrom4(b)
 }
 
 func offset6(base netip.Addr, n int) netip.Addr {

@@ -127,11 +127,11 @@ func TestHostRoutesOnlyToLabMembers(t *testing.T) {
 		}
 	}
 	want := []string{
-		"ip route add 192.0.2.100/32 dev hlab-lan src 192.0.2.254",
+		"ip route add 198.51.100.100/32 dev hlab-lan src 198.51.100.254",
 		"ip -6 route add 2001:db8:0:1::100/128 dev hlab-lan src 2001:db8:0:1::fe",
-		"ip route add 192.0.2.11/32 dev hlab-lan src 192.0.2.254",
+		"ip route add 198.51.100.11/32 dev hlab-lan src 198.51.100.254",
 		"ip -6 route add 2001:db8:0:1::11/128 dev hlab-lan src 2001:db8:0:1::fe",
-		"ip route add 192.0.2.12/32 dev hlab-lan src 192.0.2.254",
+		"ip route add 198.51.100.12/32 dev hlab-lan src 198.51.100.254",
 		"ip -6 route add 2001:db8:0:1::12/128 dev hlab-lan src 2001:db8:0:1::fe",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -148,9 +148,9 @@ func TestPodRoutesBetweenNodes(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		"hlab-node1": "198.18.2.0/24 via 192.0.2.12,198.18.3.0/24 via 192.0.2.13",
-		"hlab-node2": "198.18.1.0/24 via 192.0.2.11,198.18.3.0/24 via 192.0.2.13",
-		"hlab-node3": "198.18.1.0/24 via 192.0.2.11,198.18.2.0/24 via 192.0.2.12",
+		"hlab-node1": "198.18.2.0/24 via 198.51.100.12,198.18.3.0/24 via 198.51.100.13",
+		"hlab-node2": "198.18.1.0/24 via 198.51.100.11,198.18.3.0/24 via 198.51.100.13",
+		"hlab-node3": "198.18.1.0/24 via 198.51.100.11,198.18.2.0/24 via 198.51.100.12",
 	}
 	for ns, w := range want {
 		if got := strings.Join(routes[ns], ","); got != w {
@@ -195,5 +195,26 @@ func TestTeardownNamesOnlyLabObjects(t *testing.T) {
 	want := "ip netns delete hlab-router|ip netns delete hlab-node1|ip link delete hlab-lan|ip link delete hlab-n1"
 	if strings.Join(got, "|") != want {
 		t.Fatalf("teardown:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.ReplaceAll(want, "|", "\n"))
+	}
+}
+
+func TestUpRefusesOverlappingHostNetwork(t *testing.T) {
+	out := "1: lo    inet 127.0.0.1/8 scope host lo\n" +
+		"2: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0\n" +
+		"2: eth0    inet6 fd00::2/64 scope global\n" +
+		"2: eth0    inet6 fe80::fc:ff:fe00:1/64 scope link\n"
+	addrs := parseAddrs(out)
+	if len(addrs) != 2 {
+		t.Fatalf("parsed %v, want the two global addresses", addrs)
+	}
+	if err := CheckHostAddresses(addrs); err != nil {
+		t.Fatalf("192.0.2.0/24 and fd00::/64 are outside the lab: %v", err)
+	}
+	l, _ := Plan("hlab", 2)
+	var f fakeRunner
+	clash := append(addrs, netip.MustParsePrefix("198.51.100.7/24"))
+	err := Up(context.Background(), &f, l, Existing{Addrs: clash})
+	if err == nil || !strings.Contains(err.Error(), "198.51.100.7/24") || len(f.ran) != 0 {
+		t.Fatalf("Up on a machine with the LAN range: err=%v ran=%d", err, len(f.ran))
 	}
 }
