@@ -63,8 +63,21 @@ apt_install() {
 		apt-get update -q
 		APT_UPDATED=1
 	fi
+	# frr and bird2 start system-wide daemons when installed on a machine
+	# with an init system; the lab runs its own instances in its router
+	# namespace and wants nothing running outside it. policy-rc.d is
+	# Debian's switch for "do not start services now"; a machine that has
+	# its own policy keeps it.
+	local policy=/usr/sbin/policy-rc.d made= rc=0
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\n# written by herald hack/bootstrap.sh during apt-get install\nexit 101\n' >"$policy"
+		chmod 755 "$policy"
+		made=1
+	fi
 	log "apt-get install $*"
-	apt-get install -y -q --no-install-recommends "$@"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" || rc=$?
+	if [[ -n $made ]]; then rm -f "$policy"; fi
+	return "$rc"
 }
 
 # ---------------------------------------------------------------------------
