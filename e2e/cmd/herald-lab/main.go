@@ -1,14 +1,16 @@
-// Command herald-lab drives the lab: a Kubernetes cluster on one machine.
+// Command herald-lab drives the lab: a Kubernetes cluster on one machine,
+// nodes and pods as network namespaces (package lab/cluster).
 //
-// So far it offers the control plane on its own:
+//	herald-lab up [--nodes N] [--bare]      build what is missing, bring a lab up, return
+//	herald-lab status                       what runs, what is missing
+//	herald-lab exec TARGET -- CMD [ARG...]  run CMD in node1.., client, router, remote, pod/[NS/]NAME
+//	herald-lab kubeconfig                   print the admin kubeconfig's path
+//	herald-lab down                         remove everything the lab made (also after a crash)
+//	herald-lab build                        build or reuse the multi-call Kubernetes binary
+//	herald-lab controlplane up|down|status  the control plane alone
 //
-//	herald-lab build                                  build or reuse the multi-call Kubernetes binary
-//	herald-lab controlplane up   [--state DIR] [--address IP] [--port N]
-//	herald-lab controlplane down [--state DIR] [--keep-logs]
-//	herald-lab controlplane status [--state DIR]
-//
-// `up` leaves the processes running and returns; `down` stops them by the
-// PIDs in the state file, also after a crash, and removes the files.
+// The lab's processes outlive `up`; `down` stops them by the PIDs in the
+// state file (default /tmp/herald-lab/hlab/lab.json).
 package main
 
 import (
@@ -17,17 +19,27 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/herald-lb/herald/e2e/lab/cluster"
 	"github.com/herald-lb/herald/e2e/lab/controlplane"
 	"github.com/herald-lb/herald/e2e/lab/k8sbin"
+	"github.com/herald-lb/herald/e2e/lab/topology"
 )
 
 const defaultState = "/tmp/herald-lab/controlplane"
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
+  herald-lab up [--nodes N] [--bare] [--prefix P] [--state DIR] [--e2e DIR]
+  herald-lab status [--state DIR]
+  herald-lab exec [--state DIR] TARGET -- CMD [ARG...]
+      TARGET: node1..nodeN, client, router, remote, pod/NAME, pod/NAMESPACE/NAME
+  herald-lab kubeconfig [--state DIR]
+  herald-lab down [--state DIR] [--keep-logs]
   herald-lab build [--e2e DIR]
   herald-lab controlplane up     [--state DIR] [--address IP] [--port N] [--e2e DIR]
   herald-lab controlplane down   [--state DIR] [--keep-logs]
@@ -44,6 +56,20 @@ func main() {
 	}
 	var err error
 	switch os.Args[1] {
+	case "up":
+		err = up(ctx, os.Args[2:])
+	case "down":
+		err = down(ctx, os.Args[2:])
+	case "status":
+		err = status(ctx, os.Args[2:])
+	case "exec":
+		var code int
+		code, err = execIn(ctx, os.Args[2:])
+		if err == nil {
+			os.Exit(code)
+		}
+	case "kubeconfig":
+		err = printKubeconfig(os.Args[2:])
 	case "build":
 		err = build(ctx, os.Args[2:])
 	case "controlplane":
@@ -140,5 +166,150 @@ func cpStatus(args []string) error {
 		}
 		fmt.Printf("  %-24s pid %-8d %-8s %s\n", p.Name, p.PID, st, p.LogPath)
 	}
+	return nil
+}
+
+func stateFlag(fs *flag.FlagSet) *string {
+	return fs.String("state", cluster.DefaultStateDir(cluster.DefaultPrefix), "the lab's state directory")
+}
+
+func up(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("up", flag.ExitOnError)
+	nodes := fs.Int("nodes", cluster.DefaultNodes, fmt.Sprintf("number of nodes (1-%d)", topology.MaxNodes))
+	bare := fs.Bool("bare", false, "a cluster without herald (CRDs are still installed)")
+	prefix := fs.String("prefix", cluster.DefaultPrefix, "starts the name of every namespace and link the lab makes")
+	state := fs.String("state", "", "state directory (default /tmp/herald-lab/PREFIX)")
+	e2e := fs.String("e2e", "", "the e2e module directory (default: found from the current directory)")
+	_ = fs.Parse(args)
+	if *state == "" {
+		*state = cluster.DefaultStateDir(*prefix)
+	}
+	start := time.Now()
+	l, err := cluster.Up(ctx, cluster.Options{
+		Prefix: *prefix, Nodes: *nodes, Bare: *bare, StateDir: *state, ModuleDir: *e2e, Log: os.Stderr,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("lab up in %s: %d nodes, API server %s\n", time.Since(start).Round(time.Millisecond), l.Nodes, l.APIServerURL)
+	fmt.Printf("  export KUBECONFIG=%s PATH=%s:$PATH   # the lab's kubectl\n", l.Kubeconfig, l.K8s.Dir)
+	fmt.Printf("  herald-lab exec client -- curl -s http://%s:8080/   # from the LAN client\n", l.Layout.Nodes[0].IPv4)
+	fmt.Printf("  herald-lab down\n")
+	return nil
+}
+
+func down(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("down", flag.ExitOnError)
+	state := stateFlag(fs)
+	keepLogs := fs.Bool("keep-logs", false, "keep the logs in the state directory")
+	_ = fs.Parse(args)
+	start := time.Now()
+	if _, err := cluster.ReadState(*state); errors.Is(err, os.ErrNotExist) {
+		fmt.Printf("no lab in %s\n", *state)
+		return nil
+	}
+	if err := cluster.Down(ctx, *state, cluster.DownOptions{KeepLogs: *keepLogs, Log: os.Stderr}); err != nil {
+		return err
+	}
+	fmt.Printf("lab down in %s\n", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func status(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("status", flag.ExitOnError)
+	state := stateFlag(fs)
+	_ = fs.Parse(args)
+	s, err := cluster.ReadState(*state)
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Printf("no lab in %s\n", *state)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("lab %q (%s since %s): %d nodes, API server %s\nkubeconfig: %s\n",
+		s.Prefix, s.Phase, s.CreatedAt.Format("2006-01-02 15:04:05"), s.Nodes, s.APIServerURL, s.Kubeconfig)
+	if cp, err := controlplane.ReadState(s.ControlPlaneDir); err == nil {
+		for _, p := range cp.Processes {
+			fmt.Printf("  %-26s pid %-8d %s\n", p.Name, p.PID, aliveWord(p.Alive()))
+		}
+	}
+	for _, k := range s.Kubelets {
+		fmt.Printf("  %-26s pid %-8d %s\n", "lab-kubelet "+k.Node, k.Process.PID, aliveWord(k.Process.Alive()))
+	}
+	l, err := s.Layout()
+	if err != nil {
+		return err
+	}
+	existing, err := topology.Observe(ctx)
+	if err != nil {
+		return err
+	}
+	missing := 0
+	for _, ns := range l.Namespaces() {
+		if !existing.Netns[ns] {
+			fmt.Printf("  network namespace %s is missing\n", ns)
+			missing++
+		}
+	}
+	if missing == 0 {
+		fmt.Printf("  network: %d namespaces on bridge %s\n", len(l.Namespaces()), l.Bridge)
+	}
+	out, err := s.KubectlClient().Output(ctx, "get", "nodes", "-o", "wide")
+	if err != nil {
+		return fmt.Errorf("kubectl get nodes: %w", err)
+	}
+	fmt.Print(out)
+	return nil
+}
+
+func aliveWord(alive bool) string {
+	if alive {
+		return "running"
+	}
+	return "GONE"
+}
+
+// execIn runs a command in a lab namespace with the terminal attached and
+// returns its exit code.
+func execIn(ctx context.Context, args []string) (int, error) {
+	fs := flag.NewFlagSet("exec", flag.ExitOnError)
+	state := stateFlag(fs)
+	_ = fs.Parse(args)
+	rest := fs.Args()
+	if len(rest) < 3 || rest[1] != "--" {
+		usage()
+	}
+	s, err := cluster.ReadState(*state)
+	if err != nil {
+		return 0, fmt.Errorf("no lab in %s: %w", *state, err)
+	}
+	l, err := s.Layout()
+	if err != nil {
+		return 0, err
+	}
+	ns, err := cluster.Netns(ctx, l, rest[0], cluster.KubectlPodLookup(s.KubectlClient()))
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, rest[2:]...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	return 0, err
+}
+
+func printKubeconfig(args []string) error {
+	fs := flag.NewFlagSet("kubeconfig", flag.ExitOnError)
+	state := stateFlag(fs)
+	_ = fs.Parse(args)
+	s, err := cluster.ReadState(*state)
+	if err != nil {
+		return fmt.Errorf("no lab in %s: %w", *state, err)
+	}
+	fmt.Println(s.Kubeconfig)
 	return nil
 }

@@ -8,6 +8,8 @@
 //	  --echoserver=e2e/_cache/lab/bin/echoserver --herald=e2e/_cache/lab/bin/herald
 //
 // `lab-kubelet down --state-dir=DIR` removes what a crashed kubelet left.
+// `lab-kubelet mount-exec --bind SRC:DST... -- PROGRAM ARGS` is what the
+// kubelet runs inside a container's mount namespace to mount its volumes.
 package main
 
 import (
@@ -22,6 +24,12 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == kubelet.MountExecCommand {
+		// Only returns on failure; the container then exits with 127.
+		err := kubelet.MountExec(os.Args[2:], os.Environ())
+		fmt.Fprintln(os.Stderr, "lab-kubelet:", err)
+		os.Exit(127)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "down" {
 		fs := flag.NewFlagSet("down", flag.ExitOnError)
 		dir := fs.String("state-dir", "", "state directory of the kubelet")

@@ -82,10 +82,6 @@ func containerEnv(ctx context.Context, in envInput, c *v1.Container) (*orderedEn
 	for _, k := range keys {
 		env.set(k, in.serviceEnv[k])
 	}
-	configErr := func(format string, args ...any) error {
-		return &containerError{Reason: ReasonCreateContainerConfigError, Message: fmt.Sprintf(format, args...)}
-	}
-
 	for _, from := range c.EnvFrom {
 		switch {
 		case from.ConfigMapRef != nil:
@@ -267,4 +263,10 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// configErr is a mistake in the pod's spec: the container waits with
+// CreateContainerConfigError until the spec or what it refers to changes.
+func configErr(format string, args ...any) error {
+	return &containerError{Reason: ReasonCreateContainerConfigError, Message: fmt.Sprintf(format, args...)}
 }

@@ -158,6 +158,9 @@ type Kubelet struct {
 	logMu      sync.Mutex
 	wg         sync.WaitGroup
 	ctx        context.Context
+	// self is this program, which makes containers' volume mounts
+	// (MountExecCommand).
+	self string
 }
 
 func (k *Kubelet) logf(format string, args ...any) {
@@ -185,6 +188,10 @@ func Run(ctx context.Context, cfg Config) error {
 		netnsOwner: map[string]types.UID{},
 		state:      State{NodeName: cfg.NodeName, NodeNetns: cfg.NodeNetns},
 		ctx:        ctx,
+	}
+	var err error
+	if k.self, err = os.Executable(); err != nil {
+		return fmt.Errorf("kubelet: own path: %w", err)
 	}
 	if err := Down(cfg.StateDir, DownOptions{Log: cfg.Log, KeepLogs: true}); err != nil {
 		return fmt.Errorf("kubelet: removing what an earlier kubelet left: %w", err)

@@ -49,6 +49,8 @@ type podWorker struct {
 	startTime    *metav1.Time
 	lastPodIP    string
 	failedStatus bool
+	// stopRefresh ends the projected-volume refresher.
+	stopRefresh context.CancelFunc
 }
 
 func newPodWorker(k *Kubelet, pod *v1.Pod) *podWorker {
@@ -227,6 +229,9 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod, removed bool) (done b
 		for _, c := range w.containers {
 			go c.run()
 		}
+		var refreshCtx context.Context
+		refreshCtx, w.stopRefresh = context.WithCancel(ctx)
+		go w.volumes(pod).refreshVolumes(refreshCtx)
 		w.started = true
 	}
 
@@ -282,6 +287,9 @@ func (w *podWorker) teardown() error {
 			w.k.forgetPod(w.uid)
 		}
 		return nil
+	}
+	if w.stopRefresh != nil {
+		w.stopRefresh()
 	}
 	if err := w.k.teardownSandbox(w.uid, w.sandbox); err != nil {
 		return err
@@ -351,7 +359,25 @@ func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (
 	if err != nil {
 		return "", nil, nil, err
 	}
+	binds, warnings, err := w.volumes(pod).binds(ctx, c)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	for _, warn := range warnings {
+		w.event(v1.EventTypeWarning, "FailedMount", "%s", warn)
+		w.k.logf("pod %s: container %s: %s", w.key, c.Name, warn)
+	}
+	if len(binds) > 0 {
+		// The kubelet's own binary makes the mounts in the container's
+		// mount namespace, then execs the program.
+		args = mountExecArgs(binds, program, args)
+		program = w.k.self
+	}
 	return program, args, env.list(), nil
+}
+
+func (w *podWorker) volumes(pod *v1.Pod) volumeWriter {
+	return volumeWriter{k: w.k, pod: pod, dir: w.logDir, podIP: w.podIP(), hostIP: w.k.cfg.NodeIP.String()}
 }
 
 // serviceEnv is the `kubernetes` Service's variables (only those: the

@@ -72,6 +72,9 @@ var labRanges = []netip.Prefix{LANv4, LANv6, RemoteV4, RemoteV6, ClusterCIDR, Se
 // machine's gateway), and replies could leave through the real uplink.
 func CheckHostAddresses(addrs []netip.Prefix) error {
 	for _, a := range addrs {
+		if a.Addr() == HostLANv4 || a.Addr() == HostLANv6 {
+			return fmt.Errorf("another lab is up on this machine (the host already has the lab's LAN address %s); bring it down first (herald-lab down)", a.Addr())
+		}
 		for _, r := range labRanges {
 			if a.Overlaps(r) {
 				return fmt.Errorf("this machine has %s on one of its interfaces, which overlaps the lab's %s; the lab would capture real traffic, so it refuses to start", a, r)

@@ -85,6 +85,10 @@ func Commands(l Layout) []Cmd {
 	for _, n := range l.Nodes {
 		lanLeg(n.Netns, n.HostIf, n.IPv4, n.IPv6)
 		hostRoutes(n.IPv4, n.IPv6)
+		// Pods that are not on the host network (herald's controller)
+		// reach the API server on the host; its replies go back to the
+		// pod through the pod's node, as on a routed pod network.
+		b.root("ip", "route", "add", n.PodCIDR.String(), "via", n.IPv4.String(), "dev", l.Bridge, "src", HostLANv4.String())
 		b.sysctl(n.Netns, "net.ipv4.ip_forward", "1")
 		b.sysctl(n.Netns, "net.ipv6.conf.all.forwarding", "1")
 		// The pod bridge; the lab kubelet plugs pod veths into it.

@@ -91,8 +91,14 @@ func isRoute(args []string) bool {
 	return len(args) > 2 && args[0] == "ip" && (args[1] == "route" || args[1] == "-6" && args[2] == "route")
 }
 
-// hostRouteToLab: `ip [-6] route add <member>/32|128 dev <bridge> src <host>`.
+// hostRouteToLab: `ip [-6] route add <member>/32|128 dev <bridge> src <host>`,
+// or `ip route add <pod CIDR> via <its node> dev <bridge> src <host>`.
 func hostRouteToLab(l Layout, args []string) bool {
+	for _, n := range l.Nodes {
+		if strings.Join(args, " ") == "ip route add "+n.PodCIDR.String()+" via "+n.IPv4.String()+" dev "+l.Bridge+" src "+HostLANv4.String() {
+			return true
+		}
+	}
 	if len(args) > 1 && args[1] == "-6" {
 		args = append([]string{args[0]}, args[2:]...)
 	}
@@ -131,8 +137,10 @@ func TestHostRoutesOnlyToLabMembers(t *testing.T) {
 		"ip -6 route add 2001:db8:0:1::100/128 dev hlab-lan src 2001:db8:0:1::fe",
 		"ip route add 198.51.100.11/32 dev hlab-lan src 198.51.100.254",
 		"ip -6 route add 2001:db8:0:1::11/128 dev hlab-lan src 2001:db8:0:1::fe",
+		"ip route add 198.18.1.0/24 via 198.51.100.11 dev hlab-lan src 198.51.100.254",
 		"ip route add 198.51.100.12/32 dev hlab-lan src 198.51.100.254",
 		"ip -6 route add 2001:db8:0:1::12/128 dev hlab-lan src 2001:db8:0:1::fe",
+		"ip route add 198.18.2.0/24 via 198.51.100.12 dev hlab-lan src 198.51.100.254",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("host routes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -1,0 +1,361 @@
+// Package cluster brings the whole lab up and down: topology, control
+// plane on the host's LAN address, one lab kubelet per node, the CRDs and
+// herald. Up records every process and object in one state file, so Down
+// removes all of it, also after the process that ran Up crashed.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/herald-lb/herald/e2e/lab/controlplane"
+	"github.com/herald-lb/herald/e2e/lab/k8sbin"
+	"github.com/herald-lb/herald/e2e/lab/kubectl"
+	"github.com/herald-lb/herald/e2e/lab/kubelet"
+	"github.com/herald-lb/herald/e2e/lab/labbin"
+	"github.com/herald-lb/herald/e2e/lab/pki"
+	"github.com/herald-lb/herald/e2e/lab/proc"
+	"github.com/herald-lb/herald/e2e/lab/statefile"
+	"github.com/herald-lb/herald/e2e/lab/topology"
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix = "hlab"
+	DefaultNodes  = 3
+	// StateFile is the lab's record inside its state directory.
+	StateFile = "lab.json"
+)
+
+// DefaultStateDir is where `herald-lab` keeps a lab of the given prefix.
+func DefaultStateDir(prefix string) string {
+	return filepath.Join(os.TempDir(), "herald-lab", prefix)
+}
+
+// Options say what lab to build.
+type Options struct {
+	// Prefix starts every name the lab creates (topology.Plan).
+	Prefix string
+	Nodes  int
+	// StateDir holds the state file, the control plane's files and the
+	// kubelets' directories. It must not hold a lab already.
+	StateDir string
+	// ModuleDir is the e2e module (for building the lab's programs);
+	// empty: found from the current directory.
+	ModuleDir string
+	// Bare leaves herald out: a plain cluster.
+	Bare bool
+	// KillWithParent ties every process to the caller (tests); the CLI
+	// leaves it off so the lab outlives `herald-lab up`.
+	KillWithParent bool
+	// Log receives progress; nil discards it.
+	Log io.Writer
+}
+
+// State is the lab's record on disk.
+type State struct {
+	Prefix    string    `json:"prefix"`
+	Nodes     int       `json:"nodes"`
+	Bare      bool      `json:"bare"`
+	StateDir  string    `json:"stateDir"`
+	CreatedAt time.Time `json:"createdAt"`
+	// Phase is "starting" until Up finished, then "up".
+	Phase           string `json:"phase"`
+	APIServerURL    string `json:"apiServerURL"`
+	Kubeconfig      string `json:"kubeconfig"`
+	KubectlPath     string `json:"kubectl"`
+	ModuleDir       string `json:"moduleDir"`
+	ControlPlaneDir string `json:"controlPlaneDir"`
+	// CreatedDirs are machine directories the lab made (mount points),
+	// removed by Down.
+	CreatedDirs []string       `json:"createdDirs,omitempty"`
+	Kubelets    []KubeletState `json:"kubelets"`
+}
+
+// KubeletState is one node's kubelet.
+type KubeletState struct {
+	Node     string      `json:"node"`
+	StateDir string      `json:"stateDir"`
+	Log      string      `json:"log"`
+	Process  proc.Record `json:"process"`
+}
+
+// Layout is the lab's topology plan.
+func (s *State) Layout() (topology.Layout, error) { return topology.Plan(s.Prefix, s.Nodes) }
+
+// Lab is a lab brought up by this process.
+type Lab struct {
+	State
+	Layout       topology.Layout
+	ControlPlane *controlplane.ControlPlane
+	K8s          *k8sbin.Bin
+	Bins         *labbin.Bins
+	Kubectl      *kubectl.Kubectl
+	Kubelets     []*Kubelet
+	log          io.Writer
+}
+
+// Kubelet is a node's kubelet process.
+type Kubelet struct {
+	Config  kubelet.Config
+	Process *proc.Process
+	Log     string
+}
+
+func statePath(dir string) string { return filepath.Join(dir, StateFile) }
+
+// ReadState reads the lab in dir.
+func ReadState(dir string) (State, error) { return statefile.Read[State](statePath(dir)) }
+
+func (l *Lab) save() error { return statefile.Write(statePath(l.StateDir), l.State) }
+
+func (l *Lab) logf(format string, args ...any) {
+	fmt.Fprintf(l.log, "lab: "+format+"\n", args...)
+}
+
+func (o *Options) setDefaults() error {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Nodes == 0 {
+		o.Nodes = DefaultNodes
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir(o.Prefix)
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.ModuleDir == "" {
+		dir, err := k8sbin.FindModuleDir("")
+		if err != nil {
+			return err
+		}
+		o.ModuleDir = dir
+	}
+	_, err := topology.Plan(o.Prefix, o.Nodes)
+	return err
+}
+
+// Up builds the lab. It refuses when a lab is recorded in StateDir or its
+// network exists. On failure everything it started is removed again.
+func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(statePath(opts.StateDir)); err == nil {
+		return nil, fmt.Errorf("a lab is recorded in %s: run `herald-lab down` first", opts.StateDir)
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the lab needs root: it creates network namespaces, links and mounts")
+	}
+	l := &Lab{log: opts.Log}
+	l.Prefix, l.Nodes, l.Bare, l.StateDir, l.ModuleDir = opts.Prefix, opts.Nodes, opts.Bare, opts.StateDir, opts.ModuleDir
+	l.CreatedAt, l.Phase = time.Now(), "starting"
+	if l.Layout, err = topology.Plan(opts.Prefix, opts.Nodes); err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	if l.K8s, err = k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log}); err != nil {
+		return nil, err
+	}
+	if l.Bins, err = labbin.Ensure(ctx, labbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log}); err != nil {
+		return nil, err
+	}
+	l.logf("programs ready in %s", since(start))
+
+	existing, err := topology.Observe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(l.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	// From here on, the state file says what to undo.
+	if err := l.save(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			l.logf("up failed: %v; removing what was made", err)
+			if derr := Down(context.WithoutCancel(ctx), l.StateDir, DownOptions{Log: opts.Log, KeepLogs: true}); derr != nil {
+				err = fmt.Errorf("%w (and cleaning up: %v)", err, derr)
+			}
+		}
+	}()
+
+	start = time.Now()
+	if err := topology.Up(ctx, topology.Exec{}, l.Layout, existing); err != nil {
+		return nil, err
+	}
+	l.logf("network up in %s: %d nodes, client, router, remote", since(start), opts.Nodes)
+
+	start = time.Now()
+	l.ControlPlaneDir = filepath.Join(l.StateDir, "controlplane")
+	l.ControlPlane, err = controlplane.Up(ctx, controlplane.Config{
+		StateDir:       l.ControlPlaneDir,
+		BinDir:         l.K8s.Dir,
+		Address:        topology.HostLANv4.String(),
+		KillWithParent: opts.KillWithParent,
+		Log:            opts.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.APIServerURL = l.ControlPlane.APIServerURL()
+	l.Kubeconfig = l.ControlPlane.AdminKubeconfig()
+	l.KubectlPath = l.K8s.Tool("kubectl")
+	if err := l.save(); err != nil {
+		return nil, err
+	}
+	l.logf("control plane ready in %s at %s", since(start), l.APIServerURL)
+
+	if l.CreatedDirs, err = kubelet.EnsureMountPoints(); err != nil {
+		return nil, err
+	}
+	if err := l.save(); err != nil {
+		return nil, err
+	}
+	start = time.Now()
+	if err := l.startKubelets(opts.KillWithParent); err != nil {
+		return nil, err
+	}
+	if err := l.waitNodesReady(ctx, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	l.logf("%d nodes Ready in %s", opts.Nodes, since(start))
+
+	start = time.Now()
+	if err := l.installCRDs(ctx); err != nil {
+		return nil, err
+	}
+	l.logf("herald CRDs installed in %s", since(start))
+	if !opts.Bare {
+		if err := l.installHerald(ctx); err != nil {
+			return nil, err
+		}
+	}
+	l.Phase = "up"
+	return l, l.save()
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
+
+func (l *Lab) kubectlClient() *kubectl.Kubectl {
+	if l.Kubectl == nil {
+		l.Kubectl = l.KubectlClient()
+	}
+	return l.Kubectl
+}
+
+func (l *Lab) startKubelets(killWithParent bool) error {
+	ca, err := pki.LoadCA(l.ControlPlane.PKIDir(), "ca")
+	if err != nil {
+		return err
+	}
+	for _, n := range l.Layout.Nodes {
+		cfg := kubelet.ForNode(l.Layout, n)
+		cfg.StateDir = filepath.Join(l.StateDir, "nodes", n.Name)
+		cfg.Kubeconfig = filepath.Join(cfg.StateDir, "kubeconfig")
+		cfg.KubeletVersion = l.K8s.Version
+		cfg.Programs = kubelet.Programs{EchoServer: l.Bins.Path(labbin.EchoServer), Herald: l.Bins.Path(labbin.Herald)}
+		if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+			return err
+		}
+		if err := kubelet.WriteNodeKubeconfig(cfg.Kubeconfig, n.Name, l.APIServerURL, ca); err != nil {
+			return err
+		}
+		k := &Kubelet{Config: cfg, Log: filepath.Join(cfg.StateDir, "lab-kubelet.log")}
+		if k.Process, err = kubelet.Start(cfg, kubelet.StartOptions{Binary: l.Bins.Path(labbin.Kubelet), LogPath: k.Log, KillWithParent: killWithParent}); err != nil {
+			return err
+		}
+		l.Kubelets = append(l.Kubelets, k)
+		l.State.Kubelets = append(l.State.Kubelets, KubeletState{Node: n.Name, StateDir: cfg.StateDir, Log: k.Log, Process: k.Process.Record})
+		if err := l.save(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Lab) waitNodesReady(ctx context.Context, timeout time.Duration) error {
+	k := l.kubectlClient()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		out, err := k.Output(ctx, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+		if err == nil {
+			ready := 0
+			for _, line := range strings.Fields(out) {
+				if strings.HasSuffix(line, "=True") {
+					ready++
+				}
+			}
+			if ready == l.Nodes {
+				return nil
+			}
+			last = strings.Join(strings.Fields(out), " ")
+		} else {
+			last = err.Error()
+		}
+		for _, kl := range l.Kubelets {
+			if kl.Process.Exited() {
+				var b strings.Builder
+				proc.WriteTail(&b, kl.Log, 30)
+				return fmt.Errorf("kubelet of %s exited: %v\n%s", kl.Config.NodeName, kl.Process.Err(), b.String())
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("nodes not Ready after %s: %s", timeout, last)
+}
+
+// installCRDs applies herald's CRDs (from the root module) and waits
+// until the API server serves them.
+func (l *Lab) installCRDs(ctx context.Context) error {
+	dir := CRDDir(l.ModuleDir)
+	k := l.kubectlClient()
+	if _, err := k.Run(ctx, "apply", "--server-side", "-f", dir); err != nil {
+		return err
+	}
+	_, err := k.Run(ctx, "wait", "--for=condition=Established", "--timeout=60s", "-f", dir)
+	return err
+}
+
+// CRDDir is config/crd/bases of the root module, next to the e2e module.
+func CRDDir(e2eModuleDir string) string {
+	return filepath.Join(e2eModuleDir, "..", "config", "crd", "bases")
+}
+
+// DeployDir is config/deploy of the root module: herald's install
+// manifests.
+func DeployDir(e2eModuleDir string) string {
+	return filepath.Join(e2eModuleDir, "..", "config", "deploy")
+}
+
+// installHerald applies herald's install manifests, which run the
+// controller and the speakers as pods of the lab's kubelets.
+func (l *Lab) installHerald(ctx context.Context) error {
+	dir := DeployDir(l.ModuleDir)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		l.logf("herald: no install manifests yet (%s arrives with the controller, issue #4): CRDs only", dir)
+		return nil
+	}
+	start := time.Now()
+	if _, err := l.kubectlClient().Run(ctx, "apply", "-f", dir); err != nil {
+		return err
+	}
+	l.logf("herald installed from %s in %s", dir, since(start))
+	return nil
+}
