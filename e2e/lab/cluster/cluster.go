@@ -54,6 +54,12 @@ type Options struct {
 	// KillWithParent ties every process to the caller (tests); the CLI
 	// leaves it off so the lab outlives `herald-lab up`.
 	KillWithParent bool
+	// WaitForOthers makes Up wait for another lab on the machine to go
+	// down (tests); without it Up refuses at once (the CLI).
+	WaitForOthers bool
+	// BeforeUp, when set, runs once the lab holds the machine's lab lock
+	// and before it changes anything (tests record the machine's state).
+	BeforeUp func() error
 	// Log receives progress; nil discards it.
 	Log io.Writer
 }
@@ -98,7 +104,17 @@ type Lab struct {
 	Bins         *labbin.Bins
 	Kubectl      *kubectl.Kubectl
 	Kubelets     []*Kubelet
-	log          io.Writer
+	// Timings of Up's steps.
+	Timings Timings
+	log     io.Writer
+	// unlock releases the machine's lab lock (topology.Lock).
+	unlock         func()
+	killWithParent bool
+}
+
+// Timings are how long Up's steps took.
+type Timings struct {
+	Programs, Network, ControlPlane, NodesReady, CRDs, Herald, Total time.Duration
 }
 
 // Kubelet is a node's kubelet process.
@@ -155,7 +171,7 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab needs root: it creates network namespaces, links and mounts")
 	}
-	l := &Lab{log: opts.Log}
+	l := &Lab{log: opts.Log, killWithParent: opts.KillWithParent}
 	l.Prefix, l.Nodes, l.Bare, l.StateDir, l.ModuleDir = opts.Prefix, opts.Nodes, opts.Bare, opts.StateDir, opts.ModuleDir
 	l.CreatedAt, l.Phase = time.Now(), "starting"
 	if l.Layout, err = topology.Plan(opts.Prefix, opts.Nodes); err != nil {
@@ -169,8 +185,30 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	if l.Bins, err = labbin.Ensure(ctx, labbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log}); err != nil {
 		return nil, err
 	}
-	l.logf("programs ready in %s", since(start))
+	l.Timings.Programs = since(start)
+	l.logf("programs ready in %s", l.Timings.Programs)
 
+	if !opts.WaitForOthers {
+		if up, err := topology.LabUp(ctx); err != nil || up {
+			if err == nil {
+				err = fmt.Errorf("another lab is up on this machine (the host has %s): bring it down first (herald-lab down)", topology.HostLANv4)
+			}
+			return nil, err
+		}
+	}
+	if l.unlock, err = topology.Lock(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			l.unlock()
+		}
+	}()
+	if opts.BeforeUp != nil {
+		if err := opts.BeforeUp(); err != nil {
+			return nil, err
+		}
+	}
 	existing, err := topology.Observe(ctx)
 	if err != nil {
 		return nil, err
@@ -195,7 +233,8 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	if err := topology.Up(ctx, topology.Exec{}, l.Layout, existing); err != nil {
 		return nil, err
 	}
-	l.logf("network up in %s: %d nodes, client, router, remote", since(start), opts.Nodes)
+	l.Timings.Network = since(start)
+	l.logf("network up in %s: %d nodes, client, router, remote", l.Timings.Network, opts.Nodes)
 
 	start = time.Now()
 	l.ControlPlaneDir = filepath.Join(l.StateDir, "controlplane")
@@ -215,7 +254,8 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	if err := l.save(); err != nil {
 		return nil, err
 	}
-	l.logf("control plane ready in %s at %s", since(start), l.APIServerURL)
+	l.Timings.ControlPlane = since(start)
+	l.logf("control plane ready in %s at %s", l.Timings.ControlPlane, l.APIServerURL)
 
 	if l.CreatedDirs, err = kubelet.EnsureMountPoints(); err != nil {
 		return nil, err
@@ -224,24 +264,29 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 		return nil, err
 	}
 	start = time.Now()
-	if err := l.startKubelets(opts.KillWithParent); err != nil {
+	if err := l.startKubelets(); err != nil {
 		return nil, err
 	}
 	if err := l.waitNodesReady(ctx, 2*time.Minute); err != nil {
 		return nil, err
 	}
-	l.logf("%d nodes Ready in %s", opts.Nodes, since(start))
+	l.Timings.NodesReady = since(start)
+	l.logf("%d nodes Ready in %s after their kubelets started", opts.Nodes, l.Timings.NodesReady)
 
 	start = time.Now()
 	if err := l.installCRDs(ctx); err != nil {
 		return nil, err
 	}
-	l.logf("herald CRDs installed in %s", since(start))
+	l.Timings.CRDs = since(start)
+	l.logf("herald CRDs installed in %s", l.Timings.CRDs)
 	if !opts.Bare {
+		start = time.Now()
 		if err := l.installHerald(ctx); err != nil {
 			return nil, err
 		}
+		l.Timings.Herald = since(start)
 	}
+	l.Timings.Total = since(l.CreatedAt)
 	l.Phase = "up"
 	return l, l.save()
 }
@@ -255,7 +300,7 @@ func (l *Lab) kubectlClient() *kubectl.Kubectl {
 	return l.Kubectl
 }
 
-func (l *Lab) startKubelets(killWithParent bool) error {
+func (l *Lab) startKubelets() error {
 	ca, err := pki.LoadCA(l.ControlPlane.PKIDir(), "ca")
 	if err != nil {
 		return err
@@ -273,16 +318,29 @@ func (l *Lab) startKubelets(killWithParent bool) error {
 			return err
 		}
 		k := &Kubelet{Config: cfg, Log: filepath.Join(cfg.StateDir, "lab-kubelet.log")}
-		if k.Process, err = kubelet.Start(cfg, kubelet.StartOptions{Binary: l.Bins.Path(labbin.Kubelet), LogPath: k.Log, KillWithParent: killWithParent}); err != nil {
-			return err
-		}
 		l.Kubelets = append(l.Kubelets, k)
-		l.State.Kubelets = append(l.State.Kubelets, KubeletState{Node: n.Name, StateDir: cfg.StateDir, Log: k.Log, Process: k.Process.Record})
-		if err := l.save(); err != nil {
+		l.State.Kubelets = append(l.State.Kubelets, KubeletState{Node: n.Name, StateDir: cfg.StateDir, Log: k.Log})
+		if err := l.StartKubelet(k); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// StartKubelet starts the kubelet of k's node (again, after a test
+// stopped or killed it) and records its process in the state file.
+func (l *Lab) StartKubelet(k *Kubelet) error {
+	p, err := kubelet.Start(k.Config, kubelet.StartOptions{Binary: l.Bins.Path(labbin.Kubelet), LogPath: k.Log, KillWithParent: l.killWithParent})
+	if err != nil {
+		return err
+	}
+	k.Process = p
+	for i := range l.State.Kubelets {
+		if l.State.Kubelets[i].Node == k.Config.NodeName {
+			l.State.Kubelets[i].Process = p.Record
+		}
+	}
+	return l.save()
 }
 
 func (l *Lab) waitNodesReady(ctx context.Context, timeout time.Duration) error {

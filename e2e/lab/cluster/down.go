@@ -97,5 +97,10 @@ func (l *Lab) Down(ctx context.Context, opts DownOptions) error {
 	if opts.Log == nil {
 		opts.Log = l.log
 	}
-	return Down(ctx, l.StateDir, opts)
+	err := Down(ctx, l.StateDir, opts)
+	if l.unlock != nil {
+		l.unlock()
+		l.unlock = nil
+	}
+	return err
 }

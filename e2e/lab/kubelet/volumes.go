@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	authv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"golang.org/x/sys/unix"
 )
 
 // ServiceAccountDir is where the ServiceAccount admission plugin mounts a

@@ -4,10 +4,13 @@
 package netns
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,3 +50,17 @@ func Do(name string, fn func() error) error {
 }
 
 func setns(fd uintptr) error { return unix.Setns(int(fd), unix.CLONE_NEWNET) }
+
+// Run runs a command inside the named namespace (`ip netns exec`) and
+// returns its combined output; a failure's error includes the output.
+func Run(ctx context.Context, name string, args ...string) (string, error) {
+	if len(args) == 0 {
+		return "", fmt.Errorf("netns %s: no command", name)
+	}
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", name}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("[%s] %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}

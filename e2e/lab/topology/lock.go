@@ -25,9 +25,48 @@ func lockDir() string {
 	return os.TempDir()
 }
 
-// Lock waits until no other process holds the lab lock, then holds it
-// until the returned release function is called (or the process exits).
+// Lock waits until no other process holds the lab lock and no lab is up
+// (a lab brought up by `herald-lab up` outlives its lock), then holds the
+// lock until the returned release function is called (or the process
+// exits).
 func Lock(ctx context.Context) (release func(), err error) {
+	for {
+		release, err := flock(ctx)
+		if err != nil {
+			return nil, err
+		}
+		up, err := LabUp(ctx)
+		if err != nil || !up {
+			if err != nil {
+				release()
+			}
+			return release, err
+		}
+		release()
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the lab that is up on this machine to go down: %w", ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// LabUp tells whether a lab is up on this machine: the host has the lab's
+// LAN address.
+func LabUp(ctx context.Context) (bool, error) {
+	e, err := Observe(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, a := range e.Addrs {
+		if a.Addr() == HostLANv4 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func flock(ctx context.Context) (release func(), err error) {
 	f, err := os.OpenFile(LockPath, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,393 @@
+// Package harness runs e2e tests against one shared lab per test binary.
+//
+// A package's TestMain calls Main; tests call Start, which brings the lab
+// up on first use (root only) and returns helpers bound to the test:
+// kubectl, apply, polling, pods, HTTP from inside a namespace. Main takes
+// the lab down after the last test and fails the run if the machine's
+// namespaces, links, mounts or processes differ from before. A failed
+// test gets the tails of every lab process's log.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/herald-lb/herald/e2e/lab/cluster"
+	"github.com/herald-lb/herald/e2e/lab/controlplane"
+	"github.com/herald-lb/herald/e2e/lab/kubeconfig"
+	"github.com/herald-lb/herald/e2e/lab/kubectl"
+	"github.com/herald-lb/herald/e2e/lab/kubelet"
+	"github.com/herald-lb/herald/e2e/lab/netns"
+	"github.com/herald-lb/herald/e2e/lab/proc"
+	"github.com/herald-lb/herald/e2e/lab/topology"
+)
+
+// Options describe the shared lab.
+type Options struct {
+	// Prefix names the lab's objects; it must differ from other
+	// packages' labs (they wait for each other, but their names must not
+	// collide).
+	Prefix string
+	Nodes  int
+	// Bare leaves herald out.
+	Bare bool
+}
+
+var shared struct {
+	mu      sync.Mutex
+	opts    Options
+	lab     *cluster.Lab
+	err     error
+	before  MachineState
+	logPath string
+	started time.Duration
+}
+
+// Main runs the tests, then takes the shared lab down (if a test brought
+// it up) and checks that the machine is as before. Use it as
+//
+//	func TestMain(m *testing.M) { os.Exit(harness.Main(m, harness.Options{...})) }
+func Main(m *testing.M, opts Options) int {
+	if opts.Prefix == "" {
+		opts.Prefix = "hle"
+	}
+	if opts.Nodes == 0 {
+		opts.Nodes = cluster.DefaultNodes
+	}
+	shared.opts = opts
+	code := m.Run()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.lab == nil {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	dir := shared.lab.StateDir
+	if err := shared.lab.Down(ctx, cluster.DownOptions{Log: os.Stderr}); err != nil {
+		fmt.Fprintf(os.Stderr, "harness: lab down: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "harness: lab %q down in %s (up took %s)\n", opts.Prefix, time.Since(start).Round(time.Millisecond), shared.started.Round(time.Millisecond))
+	after, err := ObserveMachine(ctx, opts.Prefix)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "harness: %v\n", err)
+		return 1
+	}
+	if diff := shared.before.Diff(after); diff != "" {
+		fmt.Fprintf(os.Stderr, "harness: FAIL: the lab did not leave the machine as it found it:\n%s", diff)
+		return 1
+	}
+	if _, err := os.Stat(dir); err == nil {
+		fmt.Fprintf(os.Stderr, "harness: FAIL: the lab's state directory %s is still there\n", dir)
+		return 1
+	}
+	_ = os.Remove(shared.logPath)
+	return code
+}
+
+// T is the shared lab seen from one test.
+type T struct {
+	T      *testing.T
+	Ctx    context.Context
+	Lab    *cluster.Lab
+	Layout topology.Layout
+	K      *kubectl.Kubectl
+	CS     kubernetes.Interface
+}
+
+// Start returns the shared lab, bringing it up on first use. It skips the
+// test when not root and fails it when the lab cannot come up.
+func Start(t *testing.T) *T {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the lab builds network namespaces and runs pods in them")
+	}
+	if _, err := os.Stat(controlplane.DefaultEtcdPath); err != nil {
+		t.Fatalf("etcd not found at %s (apt-get install etcd-server, or run bash hack/bootstrap.sh): %v", controlplane.DefaultEtcdPath, err)
+	}
+	lab, err := sharedLab()
+	if err != nil {
+		t.Fatalf("the shared lab is not up: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	h := &T{T: t, Ctx: ctx, Lab: lab, Layout: lab.Layout}
+	h.K = &kubectl.Kubectl{Path: lab.KubectlPath, Kubeconfig: lab.Kubeconfig, Log: t.Output()}
+	rc, err := kubeconfig.RESTConfig(lab.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.CS, err = kubernetes.NewForConfig(rc); err != nil {
+		t.Fatal(err)
+	}
+	// HERALD_LAB_LOGS=1 shows the logs of a passing test too.
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("HERALD_LAB_LOGS") != "" {
+			h.DumpLogs()
+		}
+	})
+	return h
+}
+
+func sharedLab() (*cluster.Lab, error) {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.lab != nil || shared.err != nil {
+		return shared.lab, shared.err
+	}
+	opts := shared.opts
+	if opts.Prefix == "" {
+		return nil, fmt.Errorf("harness.Start without harness.Main in TestMain")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "herald-e2e-"+opts.Prefix+"-")
+	if err != nil {
+		shared.err = err
+		return nil, err
+	}
+	logf, err := os.CreateTemp("", "herald-e2e-"+opts.Prefix+"-*.log")
+	if err != nil {
+		shared.err = err
+		return nil, err
+	}
+	defer logf.Close()
+	shared.logPath = logf.Name()
+	start := time.Now()
+	// The lab waits here for any other lab on the machine to finish; the
+	// machine is observed once it holds the lock, so the comparison
+	// after down sees only this lab's doing.
+	shared.lab, shared.err = cluster.Up(ctx, cluster.Options{
+		Prefix:         opts.Prefix,
+		Nodes:          opts.Nodes,
+		Bare:           opts.Bare,
+		StateDir:       filepath.Join(dir, "lab"),
+		KillWithParent: true,
+		WaitForOthers:  true,
+		Log:            logf,
+		BeforeUp: func() error {
+			shared.before, err = ObserveMachine(ctx, opts.Prefix)
+			return err
+		},
+	})
+	shared.started = time.Since(start)
+	_ = os.Remove(dir) // only if the lab did not use it
+	if shared.err != nil {
+		data, _ := os.ReadFile(logf.Name())
+		shared.err = fmt.Errorf("%w\nlab log:\n%s", shared.err, data)
+	}
+	return shared.lab, shared.err
+}
+
+// DumpLogs writes the tails of every log of the lab to the test's log:
+// control plane, kubelets, containers.
+func (h *T) DumpLogs() {
+	var b strings.Builder
+	proc.WriteTail(&b, shared.logPath, 40)
+	if h.Lab.ControlPlane != nil {
+		h.Lab.ControlPlane.WriteLogTails(&b, 80)
+	}
+	for _, k := range h.Lab.Kubelets {
+		proc.WriteTail(&b, k.Log, 200)
+		files, _ := filepath.Glob(filepath.Join(k.Config.StateDir, kubelet.PodsDir, "*", "*.log"))
+		for _, f := range files {
+			proc.WriteTail(&b, f, 40)
+		}
+	}
+	h.T.Log("logs of the lab:\n" + b.String())
+}
+
+// Kubectl runs kubectl and fails the test on error.
+func (h *T) Kubectl(args ...string) string {
+	h.T.Helper()
+	out, err := h.K.Run(h.Ctx, args...)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return out
+}
+
+// Apply applies YAML with kubectl.
+func (h *T) Apply(yaml string) {
+	h.T.Helper()
+	if _, err := h.K.RunStdin(h.Ctx, strings.NewReader(yaml), "apply", "-f", "-"); err != nil {
+		h.T.Fatal(err)
+	}
+}
+
+// Poll calls cond until it returns true, failing the test with cond's
+// last explanation after timeout. It returns how long it waited.
+func (h *T) Poll(timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+	h.T.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		ok, why := cond()
+		if ok {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) || h.Ctx.Err() != nil {
+			h.T.Fatalf("timed out after %s waiting for %s: %s", timeout, what, why)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Pods lists the pods of the default namespace matching selector.
+func (h *T) Pods(selector string) []v1.Pod {
+	h.T.Helper()
+	l, err := h.CS.CoreV1().Pods("default").List(h.Ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return l.Items
+}
+
+// Pod gets a pod of the default namespace.
+func (h *T) Pod(name string) *v1.Pod {
+	h.T.Helper()
+	p, err := h.CS.CoreV1().Pods("default").Get(h.Ctx, name, metav1.GetOptions{})
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return p
+}
+
+// PodReady tells whether the pod's Ready condition is true.
+func PodReady(p *v1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// ReadyPods waits until n pods match selector, all Running and Ready.
+func (h *T) ReadyPods(selector string, n int, timeout time.Duration) ([]v1.Pod, time.Duration) {
+	h.T.Helper()
+	var pods []v1.Pod
+	d := h.Poll(timeout, fmt.Sprintf("%d ready pods %s", n, selector), func() (bool, string) {
+		pods = h.Pods(selector)
+		var states []string
+		ready := 0
+		for i := range pods {
+			p := &pods[i]
+			if p.DeletionTimestamp == nil && p.Status.Phase == v1.PodRunning && PodReady(p) {
+				ready++
+			}
+			states = append(states, fmt.Sprintf("%s on %q: %s ready=%v ip=%s", p.Name, p.Spec.NodeName, p.Status.Phase, PodReady(p), p.Status.PodIP))
+		}
+		return ready == n && len(pods) == n, strings.Join(states, "; ")
+	})
+	return pods, d
+}
+
+// DeletePods deletes pods of the default namespace by name and waits
+// until they are gone.
+func (h *T) DeletePods(names ...string) {
+	h.T.Helper()
+	h.Kubectl(append([]string{"delete", "pod", "--wait=false"}, names...)...)
+	h.Poll(time.Minute, fmt.Sprintf("pods %v to disappear", names), func() (bool, string) {
+		var left []string
+		for _, n := range names {
+			if _, err := h.CS.CoreV1().Pods("default").Get(h.Ctx, n, metav1.GetOptions{}); err == nil {
+				left = append(left, n)
+			}
+		}
+		return len(left) == 0, fmt.Sprint(left)
+	})
+}
+
+// Node is the lab node with the Kubernetes name.
+func (h *T) Node(name string) topology.Node {
+	h.T.Helper()
+	n, ok := h.Layout.Node(name)
+	if !ok {
+		h.T.Fatalf("no lab node %q", name)
+	}
+	return n
+}
+
+// Kubelet is the kubelet of the named node.
+func (h *T) Kubelet(node string) *cluster.Kubelet {
+	h.T.Helper()
+	for _, k := range h.Lab.Kubelets {
+		if k.Config.NodeName == node {
+			return k
+		}
+	}
+	h.T.Fatalf("no kubelet for node %q", node)
+	return nil
+}
+
+// HTTPGetFrom sends GET url from inside the network namespace ns.
+func HTTPGetFrom(ns, url string) (string, error) {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := netns.Do(ns, func() (err error) {
+				c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+		DisableKeepAlives: true,
+	}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// ExpectEcho checks that GET url from ns answers as echoserver:1.4 with
+// client_address=client.
+func (h *T) ExpectEcho(ns, url, client string) {
+	h.T.Helper()
+	var page string
+	var err error
+	for range 20 { // a fresh veth may need a moment for its first ARP
+		if page, err = HTTPGetFrom(ns, url); err == nil {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if err != nil {
+		h.T.Errorf("GET %s from %s: %v", url, ns, err)
+		return
+	}
+	if !strings.Contains(page, "CLIENT VALUES:") || !strings.Contains(page, "client_address="+client+"\n") {
+		h.T.Errorf("GET %s from %s: want client_address=%s, got:\n%s", url, ns, client, page)
+		return
+	}
+	h.T.Logf("GET %s from %s: client_address=%s", url, ns, client)
+}
+
+// Exec runs a command in a lab target (see cluster.Netns) and returns its
+// combined output.
+func (h *T) Exec(target string, args ...string) (string, error) {
+	ns, err := cluster.Netns(h.Ctx, h.Layout, target, cluster.KubectlPodLookup(h.K))
+	if err != nil {
+		return "", err
+	}
+	return netns.Run(h.Ctx, ns, args...)
+}
