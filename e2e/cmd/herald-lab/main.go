@@ -5,6 +5,7 @@
 //	herald-lab status                       what runs, what is missing
 //	herald-lab exec TARGET -- CMD [ARG...]  run CMD in node1.., client, router, remote, pod/[NS/]NAME
 //	herald-lab kubeconfig                   print the admin kubeconfig's path
+//	herald-lab walkthrough                  the "Using Source IP" tutorial, step by step, judged
 //	herald-lab down                         remove everything the lab made (also after a crash)
 //	herald-lab build                        build or reuse the multi-call Kubernetes binary
 //	herald-lab controlplane up|down|status  the control plane alone
@@ -28,6 +29,7 @@ import (
 	"github.com/herald-lb/herald/e2e/lab/controlplane"
 	"github.com/herald-lb/herald/e2e/lab/k8sbin"
 	"github.com/herald-lb/herald/e2e/lab/topology"
+	"github.com/herald-lb/herald/e2e/lab/walkthrough"
 )
 
 const defaultState = "/tmp/herald-lab/controlplane"
@@ -39,6 +41,7 @@ func usage() {
   herald-lab exec [--state DIR] TARGET -- CMD [ARG...]
       TARGET: node1..nodeN, client, router, remote, pod/NAME, pod/NAMESPACE/NAME
   herald-lab kubeconfig [--state DIR]
+  herald-lab walkthrough [--state DIR]
   herald-lab down [--state DIR] [--keep-logs]
   herald-lab build [--e2e DIR]
   herald-lab controlplane up     [--state DIR] [--address IP] [--port N] [--e2e DIR]
@@ -70,6 +73,8 @@ func main() {
 		}
 	case "kubeconfig":
 		err = printKubeconfig(os.Args[2:])
+	case "walkthrough":
+		err = walk(ctx, os.Args[2:])
 	case "build":
 		err = build(ctx, os.Args[2:])
 	case "controlplane":
@@ -180,13 +185,14 @@ func up(ctx context.Context, args []string) error {
 	prefix := fs.String("prefix", cluster.DefaultPrefix, "starts the name of every namespace and link the lab makes")
 	state := fs.String("state", "", "state directory (default /tmp/herald-lab/PREFIX)")
 	e2e := fs.String("e2e", "", "the e2e module directory (default: found from the current directory)")
+	wait := fs.Bool("wait", false, "wait for another lab on this machine to go down instead of refusing")
 	_ = fs.Parse(args)
 	if *state == "" {
 		*state = cluster.DefaultStateDir(*prefix)
 	}
 	start := time.Now()
 	l, err := cluster.Up(ctx, cluster.Options{
-		Prefix: *prefix, Nodes: *nodes, Bare: *bare, StateDir: *state, ModuleDir: *e2e, Log: os.Stderr,
+		Prefix: *prefix, Nodes: *nodes, Bare: *bare, StateDir: *state, ModuleDir: *e2e, WaitForOthers: *wait, Log: os.Stderr,
 	})
 	if err != nil {
 		return err
@@ -311,5 +317,31 @@ func printKubeconfig(args []string) error {
 		return fmt.Errorf("no lab in %s: %w", *state, err)
 	}
 	fmt.Println(s.Kubeconfig)
+	return nil
+}
+
+// walk runs the source-IP walkthrough; it fails only on a FAIL (steps
+// whose herald component is missing are NOT YET).
+func walk(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("walkthrough", flag.ExitOnError)
+	state := stateFlag(fs)
+	_ = fs.Parse(args)
+	s, err := cluster.ReadState(*state)
+	if err != nil {
+		return fmt.Errorf("no lab in %s (herald-lab up first): %w", *state, err)
+	}
+	l, err := s.Layout()
+	if err != nil {
+		return err
+	}
+	results := walkthrough.Run(ctx, walkthrough.Env{Layout: l, Kubectl: s.KubectlClient(), Out: os.Stdout})
+	pass, fail, notYet := walkthrough.Summary(results)
+	fmt.Printf("\nUsing Source IP in the lab: %d passed, %d failed, %d not yet possible\n", pass, fail, notYet)
+	for _, r := range results {
+		fmt.Printf("  %-8s %-22s %s\n", r.Verdict, r.Step, r.Detail)
+	}
+	if fail > 0 {
+		return fmt.Errorf("%d step(s) failed", fail)
+	}
 	return nil
 }
