@@ -156,7 +156,9 @@ func TestHeraldLabCLI(t *testing.T) {
 		}
 	}
 	start = time.Now()
-	out = must("down", "--state", state)
+	if out := must("down", "--state", state); !strings.Contains(out, "lab down in") {
+		t.Errorf("down printed:\n%s", out)
+	}
 	downDone = true
 	t.Logf("TIMING herald-lab down after a crash: %s", time.Since(start).Round(time.Millisecond))
 
