@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
@@ -29,6 +30,9 @@ type MachineState struct {
 	HostAddrs []string
 	// ServiceAccountDir tells whether kubelet.ServiceAccountDir exists.
 	ServiceAccountDir bool
+	// FRRFiles are what FRR leaves outside its directory for a pathspace
+	// of the lab's (/var/run/frr/<prefix>-*, /var/tmp/frr).
+	FRRFiles []string
 	// Processes are the live descendants of this process ("pid exe"):
 	// with KillWithParent, everything the lab starts is one.
 	Processes []string
@@ -69,6 +73,10 @@ func ObserveMachine(ctx context.Context, prefix string) (MachineState, error) {
 	}
 	_, err = os.Stat(kubelet.ServiceAccountDir)
 	m.ServiceAccountDir = err == nil
+	for _, pattern := range []string{"/var/run/frr/" + prefix + "-*", "/var/tmp/frr/*"} {
+		files, _ := filepath.Glob(pattern)
+		m.FRRFiles = append(m.FRRFiles, files...)
+	}
 	m.Processes = Descendants(os.Getpid())
 	for _, s := range [][]string{m.Netns, m.Links, m.Mounts, m.HostAddrs} {
 		sort.Strings(s)

@@ -6,6 +6,7 @@
 //	herald-lab exec TARGET -- CMD [ARG...]  run CMD in node1.., client, router, remote, pod/[NS/]NAME
 //	herald-lab kubeconfig                   print the admin kubeconfig's path
 //	herald-lab walkthrough                  the "Using Source IP" tutorial, step by step, judged
+//	herald-lab vtysh [-- ARGS]              FRR's shell on the lab router
 //	herald-lab down                         remove everything the lab made (also after a crash)
 //	herald-lab build                        build or reuse the multi-call Kubernetes binary
 //	herald-lab controlplane up|down|status  the control plane alone
@@ -42,6 +43,7 @@ func usage() {
       TARGET: node1..nodeN, client, router, remote, pod/NAME, pod/NAMESPACE/NAME
   herald-lab kubeconfig [--state DIR]
   herald-lab walkthrough [--state DIR]
+  herald-lab vtysh [--state DIR] [-- VTYSH-ARGS]   e.g. -- -c 'show bgp summary'
   herald-lab down [--state DIR] [--keep-logs]
   herald-lab build [--e2e DIR]
   herald-lab controlplane up     [--state DIR] [--address IP] [--port N] [--e2e DIR]
@@ -73,6 +75,12 @@ func main() {
 		}
 	case "kubeconfig":
 		err = printKubeconfig(os.Args[2:])
+	case "vtysh":
+		var code int
+		code, err = vtysh(ctx, os.Args[2:])
+		if err == nil {
+			os.Exit(code)
+		}
 	case "walkthrough":
 		err = walk(ctx, os.Args[2:])
 	case "build":
@@ -243,6 +251,9 @@ func status(ctx context.Context, args []string) error {
 	for _, k := range s.Kubelets {
 		fmt.Printf("  %-26s pid %-8d %s\n", "lab-kubelet "+k.Node, k.Process.PID, aliveWord(k.Process.Alive()))
 	}
+	for _, p := range s.FRR {
+		fmt.Printf("  %-26s pid %-8d %s\n", "router "+p.Name, p.PID, aliveWord(p.Alive()))
+	}
 	l, err := s.Layout()
 	if err != nil {
 		return err
@@ -344,4 +355,31 @@ func walk(ctx context.Context, args []string) error {
 		return fmt.Errorf("%d step(s) failed", fail)
 	}
 	return nil
+}
+
+// vtysh runs FRR's shell against the lab router's instance.
+func vtysh(ctx context.Context, args []string) (int, error) {
+	fs := flag.NewFlagSet("vtysh", flag.ExitOnError)
+	state := stateFlag(fs)
+	_ = fs.Parse(args)
+	s, err := cluster.ReadState(*state)
+	if err != nil {
+		return 0, fmt.Errorf("no lab in %s: %w", *state, err)
+	}
+	if s.FRRDir == "" {
+		return 0, errors.New("this lab runs no FRR")
+	}
+	l, err := s.Layout()
+	if err != nil {
+		return 0, err
+	}
+	full := append([]string{"netns", "exec", l.Router, "vtysh", "--vty_socket", s.FRRDir}, fs.Args()...)
+	cmd := exec.CommandContext(ctx, "ip", full...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	return 0, err
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/herald-lb/herald/e2e/lab/labbin"
 	"github.com/herald-lb/herald/e2e/lab/pki"
 	"github.com/herald-lb/herald/e2e/lab/proc"
+	"github.com/herald-lb/herald/e2e/lab/router"
 	"github.com/herald-lb/herald/e2e/lab/statefile"
 	"github.com/herald-lb/herald/e2e/lab/topology"
 )
@@ -82,6 +84,28 @@ type State struct {
 	// removed by Down.
 	CreatedDirs []string       `json:"createdDirs,omitempty"`
 	Kubelets    []KubeletState `json:"kubelets"`
+	// FRRDir holds the router's FRR instance (sockets, config, logs);
+	// FRR are its daemons.
+	FRRDir string        `json:"frrDir,omitempty"`
+	FRR    []proc.Record `json:"frr,omitempty"`
+}
+
+// RouterASN is the lab router's AS; it accepts BGP sessions from any
+// address on the LAN with any other AS (eBGP), so speakers need no
+// per-node router configuration.
+const RouterASN = 64512
+
+// RouterConfig is the FRR configuration the lab starts its router with.
+func RouterConfig() router.RouterBGP {
+	return router.RouterBGP{
+		ASN:          RouterASN,
+		RouterID:     topology.RouterLANv4,
+		MaximumPaths: topology.MaxNodes,
+		Neighbors: []router.Neighbor{
+			{Name: "NODES", Range: topology.LANv4},
+			{Name: "NODES6", Range: topology.LANv6},
+		},
+	}
 }
 
 // KubeletState is one node's kubelet.
@@ -104,6 +128,8 @@ type Lab struct {
 	Bins         *labbin.Bins
 	Kubectl      *kubectl.Kubectl
 	Kubelets     []*Kubelet
+	// Router is FRR in the router namespace.
+	Router *router.FRR
 	// Timings of Up's steps.
 	Timings Timings
 	log     io.Writer
@@ -114,7 +140,7 @@ type Lab struct {
 
 // Timings are how long Up's steps took.
 type Timings struct {
-	Programs, Network, ControlPlane, NodesReady, CRDs, Herald, Total time.Duration
+	Programs, Network, ControlPlane, NodesReady, CRDs, Router, Herald, Total time.Duration
 }
 
 // Kubelet is a node's kubelet process.
@@ -278,6 +304,12 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 		return nil, err
 	}
 	l.Timings.CRDs = since(start)
+	start = time.Now()
+	if err := l.startRouter(ctx); err != nil {
+		return nil, err
+	}
+	l.Timings.Router = since(start)
+	l.logf("FRR up in the router namespace in %s (AS %d; vtysh --vty_socket %s)", l.Timings.Router, RouterASN, l.FRRDir)
 	l.logf("herald CRDs installed in %s", l.Timings.CRDs)
 	if !opts.Bare {
 		start = time.Now()
@@ -403,7 +435,11 @@ func DeployDir(e2eModuleDir string) string {
 }
 
 // installHerald applies herald's install manifests, which run the
-// controller and the speakers as pods of the lab's kubelets.
+// controller and the speakers as pods of the lab's kubelets. The lab has
+// no service proxy until herald's own runs, so the `kubernetes` Service's
+// ClusterIP leads nowhere: the ConfigMap herald-apiserver, which the
+// manifests load into herald's containers (docs/install.md), points them
+// at the API server itself. Up returns once the controller is available.
 func (l *Lab) installHerald(ctx context.Context) error {
 	dir := DeployDir(l.ModuleDir)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
@@ -411,9 +447,67 @@ func (l *Lab) installHerald(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	if _, err := l.kubectlClient().Run(ctx, "apply", "-f", dir); err != nil {
+	k := l.kubectlClient()
+	cm, err := apiServerConfigMap(l.APIServerURL)
+	if err != nil {
 		return err
+	}
+	if _, err := k.RunStdin(ctx, strings.NewReader(cm), "apply", "-f", "-"); err != nil {
+		return err
+	}
+	if _, err := k.Run(ctx, "apply", "-f", dir); err != nil {
+		return err
+	}
+	if _, err := k.Run(ctx, "-n", HeraldNamespace, "wait", "--for=condition=Available", "--timeout=120s", "deployment/"+HeraldController); err != nil {
+		return fmt.Errorf("herald's controller did not become available: %w", err)
 	}
 	l.logf("herald installed from %s in %s", dir, since(start))
 	return nil
+}
+
+// Where the install manifests put herald.
+const (
+	HeraldNamespace  = "herald-system"
+	HeraldController = "herald-controller"
+)
+
+// apiServerConfigMap is herald's namespace and the ConfigMap
+// herald-apiserver with the API server's address and port.
+func apiServerConfigMap(apiServerURL string) (string, error) {
+	u, err := url.Parse(apiServerURL)
+	if err != nil || u.Hostname() == "" || u.Port() == "" {
+		return "", fmt.Errorf("the API server URL %q has no host and port", apiServerURL)
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[1]s
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: herald-apiserver
+  namespace: %[1]s
+data:
+  KUBERNETES_SERVICE_HOST: %[2]q
+  KUBERNETES_SERVICE_PORT: %[3]q
+`, HeraldNamespace, u.Hostname(), u.Port()), nil
+}
+
+// startRouter runs FRR (zebra, bgpd, bfdd) in the router namespace.
+func (l *Lab) startRouter(ctx context.Context) error {
+	l.FRRDir = filepath.Join(l.StateDir, "router", "frr")
+	f, err := router.StartFRR(ctx, router.FRRConfig{
+		Netns:          l.Layout.Router,
+		Dir:            l.FRRDir,
+		Name:           l.Prefix + "-router",
+		Config:         router.FRRBGPConfig(RouterConfig()),
+		KillWithParent: l.killWithParent,
+	})
+	if err != nil {
+		return err
+	}
+	l.Router = f
+	l.FRR = f.Records()
+	return l.save()
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/herald-lb/herald/e2e/lab/controlplane"
 	"github.com/herald-lb/herald/e2e/lab/kubelet"
+	"github.com/herald-lb/herald/e2e/lab/router"
 	"github.com/herald-lb/herald/e2e/lab/topology"
 )
 
@@ -57,6 +58,10 @@ func Down(ctx context.Context, dir string, opts DownOptions) error {
 		step("stopping the kubelet of "+k.Node, k.Process.Stop(KubeletGrace))
 		// Whatever a killed kubelet could not tear down.
 		step("pods of "+k.Node, kubelet.Down(k.StateDir, kubelet.DownOptions{KeepLogs: opts.KeepLogs, Log: log}))
+	}
+	if len(s.FRR) > 0 {
+		fmt.Fprintf(log, "lab: stopping FRR in the router namespace\n")
+		step("router", router.StopRecorded(s.FRR, router.StopGrace))
 	}
 	if s.ControlPlaneDir != "" {
 		step("control plane", controlplane.Down(s.ControlPlaneDir, controlplane.DownOptions{
