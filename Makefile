@@ -29,7 +29,7 @@ BIN := $(CURDIR)/bin
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(BIN)/staticcheck
 
-.PHONY: help deps toolchain tools build generate test unit-test e2e-test lint fuzz clean
+.PHONY: help deps toolchain tools build generate test unit-test e2e-test lab lab-down bench lint fuzz clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /  make \1\t/' | expand -t 22
@@ -85,6 +85,34 @@ e2e-test: toolchain ## the e2e suite in e2e/ (needs root)
 	(cd e2e && $(GO) run ./cmd/herald-lab build); \
 	echo "cd e2e && $(GO) test $(strip $(E2E_TESTFLAGS) ./...)"; \
 	cd e2e && $(GO) test $(strip $(E2E_TESTFLAGS) ./...)
+
+# The lab's command, built from e2e/cmd/herald-lab.
+HERALD_LAB := $(BIN)/herald-lab
+
+$(HERALD_LAB): toolchain FORCE
+	cd e2e && $(GO) build -o $(HERALD_LAB) ./cmd/herald-lab
+
+.PHONY: FORCE
+FORCE:
+
+lab: toolchain ## (root) bring up the lab with herald from this tree, then walk through "Using Source IP"
+	@if [ "$$(id -u)" -ne 0 ]; then echo "make lab: the lab needs root (network namespaces)" >&2; exit 1; fi
+	(cd e2e && $(GO) run ./cmd/herald-lab build)
+	@$(MAKE) $(HERALD_LAB)
+	$(HERALD_LAB) up --reuse
+	$(HERALD_LAB) walkthrough
+	@echo; echo "The lab stays up: $(HERALD_LAB) status | exec node1 -- CMD | vtysh | down"
+
+lab-down: ## (root) take the lab down
+	@$(MAKE) $(HERALD_LAB)
+	$(HERALD_LAB) down
+
+bench: toolchain ## benchmarks (not in CI): go test -bench, and the lab's benchmarks (root)
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+	@if [ "$$(id -u)" -ne 0 ]; then echo "make bench: the lab benchmarks need root: skipped them" >&2; exit 0; fi; \
+	(cd e2e && $(GO) run ./cmd/herald-lab build); \
+	echo "cd e2e && HERALD_BENCH=1 $(GO) test -run '^TestBench' -v -timeout 90m ."; \
+	cd e2e && HERALD_BENCH=1 $(GO) test -run '^TestBench' -v -timeout 90m .
 
 lint: toolchain ## gofmt, go vet and staticcheck (when it can be installed)
 	@echo "gofmt -l"; \

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -194,9 +195,19 @@ func up(ctx context.Context, args []string) error {
 	state := fs.String("state", "", "state directory (default /tmp/herald-lab/PREFIX)")
 	e2e := fs.String("e2e", "", "the e2e module directory (default: found from the current directory)")
 	wait := fs.Bool("wait", false, "wait for another lab on this machine to go down instead of refusing")
+	reuse := fs.Bool("reuse", false, "when a healthy lab is up in the state directory, use it instead of refusing")
 	_ = fs.Parse(args)
 	if *state == "" {
 		*state = cluster.DefaultStateDir(*prefix)
+	}
+	if *reuse {
+		if s, err := cluster.ReadState(*state); err == nil {
+			if bad := cluster.Unhealthy(s); len(bad) > 0 {
+				return fmt.Errorf("the lab in %s is not healthy (%s): run herald-lab down, then up", *state, strings.Join(bad, ", "))
+			}
+			fmt.Printf("reusing the lab in %s (%d nodes, API server %s)\n", *state, s.Nodes, s.APIServerURL)
+			return nil
+		}
 	}
 	start := time.Now()
 	l, err := cluster.Up(ctx, cluster.Options{

@@ -109,3 +109,32 @@ func (l *Lab) Down(ctx context.Context, opts DownOptions) error {
 	}
 	return err
 }
+
+// Unhealthy lists what is wrong with a recorded lab: not fully up, or
+// processes gone. Empty means it can be used.
+func Unhealthy(s State) []string {
+	var bad []string
+	if s.Phase != "up" {
+		bad = append(bad, "phase "+s.Phase)
+	}
+	if cp, err := controlplane.ReadState(s.ControlPlaneDir); err != nil {
+		bad = append(bad, "control plane: "+err.Error())
+	} else {
+		for _, p := range cp.Processes {
+			if !p.Alive() {
+				bad = append(bad, p.Name+" gone")
+			}
+		}
+	}
+	for _, k := range s.Kubelets {
+		if !k.Process.Alive() {
+			bad = append(bad, "kubelet of "+k.Node+" gone")
+		}
+	}
+	for _, p := range s.FRR {
+		if !p.Alive() {
+			bad = append(bad, "router "+p.Name+" gone")
+		}
+	}
+	return bad
+}
