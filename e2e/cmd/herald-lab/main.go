@@ -301,28 +301,40 @@ func aliveWord(alive bool) string {
 // execIn runs a command in a lab namespace with the terminal attached and
 // returns its exit code.
 func execIn(ctx context.Context, args []string) (int, error) {
-	fs := flag.NewFlagSet("exec", flag.ExitOnError)
-	state := stateFlag(fs)
-	_ = fs.Parse(args)
-	rest := fs.Args()
-	if len(rest) < 3 || rest[1] != "--" {
-		usage()
-	}
-	s, err := cluster.ReadState(*state)
-	if err != nil {
-		return 0, fmt.Errorf("no lab in %s: %w", *state, err)
-	}
-	l, err := s.Layout()
+	s, l, rest, err := loadLab("exec", args)
 	if err != nil {
 		return 0, err
+	}
+	if len(rest) < 3 || rest[1] != "--" {
+		usage()
 	}
 	ns, err := cluster.Netns(ctx, l, rest[0], cluster.KubectlPodLookup(s.KubectlClient()))
 	if err != nil {
 		return 0, err
 	}
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, rest[2:]...)...)
+	return runAttached(ctx, ns, rest[2:])
+}
+
+// loadLab parses a subcommand's --state flag and reads the lab there; it
+// returns the remaining arguments.
+func loadLab(name string, args []string) (cluster.State, topology.Layout, []string, error) {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	state := stateFlag(fs)
+	_ = fs.Parse(args)
+	s, err := cluster.ReadState(*state)
+	if err != nil {
+		return s, topology.Layout{}, nil, fmt.Errorf("no lab in %s (herald-lab up first): %w", *state, err)
+	}
+	l, err := s.Layout()
+	return s, l, fs.Args(), err
+}
+
+// runAttached runs a command in a namespace with the terminal attached
+// and returns its exit code.
+func runAttached(ctx context.Context, ns string, args []string) (int, error) {
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return ee.ExitCode(), nil
@@ -331,12 +343,9 @@ func execIn(ctx context.Context, args []string) (int, error) {
 }
 
 func printKubeconfig(args []string) error {
-	fs := flag.NewFlagSet("kubeconfig", flag.ExitOnError)
-	state := stateFlag(fs)
-	_ = fs.Parse(args)
-	s, err := cluster.ReadState(*state)
+	s, _, _, err := loadLab("kubeconfig", args)
 	if err != nil {
-		return fmt.Errorf("no lab in %s: %w", *state, err)
+		return err
 	}
 	fmt.Println(s.Kubeconfig)
 	return nil
@@ -345,14 +354,7 @@ func printKubeconfig(args []string) error {
 // walk runs the source-IP walkthrough; it fails only on a FAIL (steps
 // whose herald component is missing are NOT YET).
 func walk(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("walkthrough", flag.ExitOnError)
-	state := stateFlag(fs)
-	_ = fs.Parse(args)
-	s, err := cluster.ReadState(*state)
-	if err != nil {
-		return fmt.Errorf("no lab in %s (herald-lab up first): %w", *state, err)
-	}
-	l, err := s.Layout()
+	s, l, _, err := loadLab("walkthrough", args)
 	if err != nil {
 		return err
 	}
@@ -370,27 +372,12 @@ func walk(ctx context.Context, args []string) error {
 
 // vtysh runs FRR's shell against the lab router's instance.
 func vtysh(ctx context.Context, args []string) (int, error) {
-	fs := flag.NewFlagSet("vtysh", flag.ExitOnError)
-	state := stateFlag(fs)
-	_ = fs.Parse(args)
-	s, err := cluster.ReadState(*state)
+	s, l, rest, err := loadLab("vtysh", args)
 	if err != nil {
-		return 0, fmt.Errorf("no lab in %s: %w", *state, err)
+		return 0, err
 	}
 	if s.FRRDir == "" {
 		return 0, errors.New("this lab runs no FRR")
 	}
-	l, err := s.Layout()
-	if err != nil {
-		return 0, err
-	}
-	full := append([]string{"netns", "exec", l.Router, "vtysh", "--vty_socket", s.FRRDir}, fs.Args()...)
-	cmd := exec.CommandContext(ctx, "ip", full...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	err = cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode(), nil
-	}
-	return 0, err
+	return runAttached(ctx, l.Router, append([]string{"vtysh", "--vty_socket", s.FRRDir}, rest...))
 }
