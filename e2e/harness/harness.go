@@ -195,12 +195,15 @@ func sharedLab() (*cluster.Lab, error) {
 }
 
 // DumpLogs writes the tails of every log of the lab to the test's log:
-// control plane, kubelets, containers.
+// control plane, router, kubelets, containers.
 func (h *T) DumpLogs() {
 	var b strings.Builder
 	proc.WriteTail(&b, shared.logPath, 40)
 	if h.Lab.ControlPlane != nil {
 		h.Lab.ControlPlane.WriteLogTails(&b, 80)
+	}
+	if h.Lab.Router != nil {
+		h.Lab.Router.WriteLogTails(&b, 40)
 	}
 	for _, k := range h.Lab.Kubelets {
 		proc.WriteTail(&b, k.Log, 200)
