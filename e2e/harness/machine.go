@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -26,7 +27,8 @@ type MachineState struct {
 	// Mounts are the root mount namespace's mount points of the lab's
 	// namespaces and mount points.
 	Mounts []string
-	// HostAddrs are the machine's addresses inside the lab's ranges.
+	// HostAddrs are the machine's addresses inside the lab's ranges
+	// ("dev prefix"), except on other labs' bridges.
 	HostAddrs []string
 	// ServiceAccountDir tells whether kubelet.ServiceAccountDir exists.
 	ServiceAccountDir bool
@@ -56,9 +58,23 @@ func ObserveMachine(ctx context.Context, prefix string) (MachineState, error) {
 			m.Links = append(m.Links, l)
 		}
 	}
-	for _, a := range e.Addrs {
-		if topology.CheckHostAddresses([]netip.Prefix{a}) != nil {
-			m.HostAddrs = append(m.HostAddrs, a.String())
+	out, err := exec.CommandContext(ctx, "ip", "-o", "addr", "show").Output()
+	if err != nil {
+		return m, fmt.Errorf("ip addr: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		// "5: hle-lan    inet 198.51.100.254/24 scope global hle-lan"
+		f := strings.Fields(line)
+		if len(f) < 4 {
+			continue
+		}
+		dev := strings.TrimSuffix(f[1], ":")
+		if strings.HasSuffix(dev, "-lan") && !mine(dev) {
+			continue // another lab's bridge, up at the same time
+		}
+		a, err := netip.ParsePrefix(f[3])
+		if err == nil && topology.CheckHostAddresses([]netip.Prefix{a}) != nil {
+			m.HostAddrs = append(m.HostAddrs, dev+" "+a.String())
 		}
 	}
 	data, err := os.ReadFile("/proc/self/mountinfo")

@@ -72,7 +72,7 @@ func TestHeraldLabCLI(t *testing.T) {
 	}
 	start := time.Now()
 	out := must("up", "--wait", "--nodes", "2", "--prefix", prefix, "--state", state, "--bare")
-	t.Logf("TIMING herald-lab up (2 nodes, warm cache): %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("herald-lab up returned after %s (including any wait for another package's lab); it says:\n%s", time.Since(start).Round(time.Millisecond), out)
 	downDone := false
 	t.Cleanup(func() {
 		if !downDone {

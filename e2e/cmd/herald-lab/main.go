@@ -216,7 +216,10 @@ func up(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("lab up in %s: %d nodes, API server %s\n", time.Since(start).Round(time.Millisecond), l.Nodes, l.APIServerURL)
+	fmt.Printf("lab up in %s: %d nodes, API server %s\n", l.Timings.Total, l.Nodes, l.APIServerURL)
+	if waited := time.Since(start) - l.Timings.Total - l.Timings.Programs; waited > time.Second {
+		fmt.Printf("  (after %s building programs and %s waiting for another lab)\n", l.Timings.Programs, waited.Round(time.Millisecond))
+	}
 	fmt.Printf("  export KUBECONFIG=%s PATH=%s:$PATH   # the lab's kubectl\n", l.Kubeconfig, l.K8s.Dir)
 	fmt.Printf("  herald-lab exec client -- curl -s http://%s:8080/   # from the LAN client\n", l.Layout.Nodes[0].IPv4)
 	fmt.Printf("  herald-lab down\n")

@@ -140,7 +140,9 @@ type Lab struct {
 
 // Timings are how long Up's steps took.
 type Timings struct {
-	Programs, Network, ControlPlane, NodesReady, CRDs, Router, Herald, Total time.Duration
+	Programs, Network, ControlPlane, NodesReady, CRDs, Router, Herald time.Duration
+	// Total runs from taking the machine's lab lock to the lab being up.
+	Total time.Duration
 }
 
 // Kubelet is a node's kubelet process.
@@ -235,6 +237,8 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 			return nil, err
 		}
 	}
+	// Timings start once no other lab is in the way.
+	l.CreatedAt = time.Now()
 	existing, err := topology.Observe(ctx)
 	if err != nil {
 		return nil, err
