@@ -18,9 +18,10 @@ GO ?= go
 GO_MIN := 1.26
 # Extra flags for `go test` of the unit tests and of the e2e suite.
 GOTESTFLAGS ?=
-# The e2e suite waits for real processes; the Kubernetes build it needs is
+# The e2e suite waits for real processes (never cached: its results depend
+# on the machine, not only on the code); the Kubernetes build it needs is
 # done beforehand by `herald-lab build`, so this covers the tests alone.
-E2E_TESTFLAGS ?= -timeout 20m
+E2E_TESTFLAGS ?= -count=1 -timeout 20m
 # How long `make fuzz` runs each fuzz target (any `go test -fuzztime` value).
 FUZZTIME ?= 60s
 
