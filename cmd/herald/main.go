@@ -3,11 +3,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/herald-lb/herald/config/validate"
+	"github.com/herald-lb/herald/controller"
 	"github.com/herald-lb/herald/internal/version"
 )
 
@@ -19,7 +25,7 @@ type command struct {
 var commands = map[string]command{
 	"validate":   {"check herald YAML offline before kubectl apply", runValidate},
 	"version":    {"print the version", func([]string) int { fmt.Println(version.String()); return 0 }},
-	"controller": {"assign LoadBalancer IPs (not implemented yet: issue #4)", notYet("controller", 4)},
+	"controller": {"assign LoadBalancer IPs to Services from IPAddressPools", runController},
 	"proxy":      {"iptables service proxy (not implemented yet: issue #5)", notYet("proxy", 5)},
 	"speaker":    {"announce IPs over L2 or BGP (not implemented yet: issues #6, #7)", notYet("speaker", 6)},
 }
@@ -85,6 +91,25 @@ func runValidate(args []string) int {
 		return 2
 	}
 	if n > 0 {
+		return 1
+	}
+	return 0
+}
+
+func runController(args []string) int {
+	opts, err := controller.ParseFlags(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "herald controller: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := controller.Run(ctx, opts, log); err != nil {
+		log.Error("herald controller stopped", "err", err)
 		return 1
 	}
 	return 0

@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"math/big"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/herald-lb/herald/controller/allocator"
+)
+
+// Metrics are the controller's Prometheus metrics, in a registry of their
+// own so tests can build many controllers.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	addresses   *prometheus.GaugeVec
+	inUse       *prometheus.GaugeVec
+	allocations prometheus.Counter
+	failures    *prometheus.CounterVec
+	releases    prometheus.Counter
+	reconcile   *prometheus.HistogramVec
+	leader      prometheus.Gauge
+	startup     prometheus.Gauge
+	adopted     prometheus.Gauge
+
+	mu    sync.Mutex
+	pools map[string]bool // pools with published gauges
+}
+
+// NewMetrics registers the metrics, with Go runtime and process metrics.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		addresses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herald_controller_pool_addresses_total",
+			Help: "Addresses a pool can hand out, per family (IPv6 counts beyond 2^53 lose precision).",
+		}, []string{"pool", "family"}),
+		inUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herald_controller_pool_addresses_in_use",
+			Help: "Addresses of a pool held by at least one Service, per family.",
+		}, []string{"pool", "family"}),
+		allocations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_controller_allocations_total",
+			Help: "Services given new IPs (one per IPAllocated event).",
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_controller_allocation_failures_total",
+			Help: "Allocation failures reported (one per AllocationFailed event), by reason.",
+		}, []string{"reason"}),
+		releases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_controller_releases_total",
+			Help: "Services whose IPs were released.",
+		}),
+		reconcile: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "herald_controller_reconcile_duration_seconds",
+			Help:    "Time to reconcile one Service, or the configuration, including API writes.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"kind"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_controller_leader",
+			Help: "1 while this replica holds the Lease and allocates, else 0.",
+		}),
+		startup: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_controller_startup_seconds",
+			Help: "Time from becoming leader to ready: caches synced, configuration parsed, Service IPs adopted.",
+		}),
+		adopted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_controller_adopted_services",
+			Help: "Services whose IPs were adopted from their status at the last start.",
+		}),
+	}
+	m.Registry.MustRegister(m.addresses, m.inUse, m.allocations, m.failures, m.releases, m.reconcile,
+		m.leader, m.startup, m.adopted,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// setPools publishes the pool counts and forgets pools that are gone.
+func (m *Metrics) setPools(stats []allocator.PoolStats) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[string]bool{}
+	for _, s := range stats {
+		seen[s.Pool] = true
+	}
+	for p := range m.pools {
+		if !seen[p] {
+			m.addresses.DeletePartialMatch(prometheus.Labels{"pool": p})
+			m.inUse.DeletePartialMatch(prometheus.Labels{"pool": p})
+		}
+	}
+	m.pools = seen
+	for _, s := range stats {
+		for _, f := range []struct {
+			name string
+			st   allocator.FamilyStats
+		}{{"IPv4", s.IPv4}, {"IPv6", s.IPv6}} {
+			total, _ := new(big.Float).SetInt(f.st.Total).Float64()
+			m.addresses.WithLabelValues(s.Pool, f.name).Set(total)
+			m.inUse.WithLabelValues(s.Pool, f.name).Set(float64(f.st.InUse))
+		}
+	}
+}

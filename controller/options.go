@@ -1,0 +1,186 @@
+package controller
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Options configure `herald controller`.
+type Options struct {
+	// Kubeconfig is a kubeconfig file; empty means in-cluster.
+	Kubeconfig string
+	// Namespace is where herald reads its configuration from.
+	Namespace string
+	// LBClass is the spec.loadBalancerClass handled; empty: only Services
+	// without a class.
+	LBClass string
+	// MetricsAddr serves /metrics, /healthz and /readyz.
+	MetricsAddr string
+	// Workers reconcile Services in parallel.
+	Workers int
+	// QPS and Burst limit the controller's requests to the API server.
+	QPS   float64
+	Burst int
+	// StatusInterval is the least time between two status writes of one
+	// herald.io object.
+	StatusInterval time.Duration
+
+	LeaderElect   bool
+	LeaseName     string
+	LeaseNS       string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// Identity names this replica in the Lease.
+	Identity string
+}
+
+// DefaultOptions are the flag defaults. POD_NAMESPACE and POD_NAME (from
+// the downward API) fill the namespace and the identity.
+func DefaultOptions() Options {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "herald-system"
+	}
+	return Options{
+		Namespace:      ns,
+		MetricsAddr:    ":7472",
+		Workers:        4,
+		QPS:            200,
+		Burst:          400,
+		StatusInterval: time.Second,
+		LeaderElect:    true,
+		LeaseName:      "herald-controller",
+		LeaseDuration:  15 * time.Second,
+		RenewDeadline:  10 * time.Second,
+		RetryPeriod:    2 * time.Second,
+		Identity:       os.Getenv("POD_NAME"),
+	}
+}
+
+// ParseFlags reads the command line of `herald controller`. Errors name the
+// flag; -h prints the usage to out and returns flag.ErrHelp.
+func ParseFlags(args []string, out io.Writer) (Options, error) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of herald's configuration (default: $POD_NAMESPACE or herald-system)")
+	fs.StringVar(&o.LBClass, "lb-class", "", "handle only Services with this spec.loadBalancerClass (default: only Services without a class)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address serving /metrics, /healthz and /readyz")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Services reconciled in parallel")
+	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "requests per second to the API server")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
+	fs.DurationVar(&o.StatusInterval, "status-interval", o.StatusInterval, "least time between two status writes of one herald.io object")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader with a Lease so only one replica allocates")
+	fs.StringVar(&o.LeaseName, "leader-elect-lease-name", o.LeaseName, "name of the Lease")
+	fs.StringVar(&o.LeaseNS, "leader-elect-lease-namespace", "", "namespace of the Lease (default: --namespace)")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "how long a standby waits after the last renewal before taking over")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "how long the leader keeps trying to renew before it gives up")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "wait between attempts to acquire or renew")
+	fs.StringVar(&o.Identity, "leader-elect-identity", o.Identity, "this replica's name in the Lease (default: $POD_NAME, else host name and a random suffix)")
+	fs.Usage = func() {
+		fmt.Fprintln(out, "usage: herald controller [flags]\n\nAssigns external IPs from IPAddressPools to LoadBalancer Services.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q: herald controller takes only flags", fs.Arg(0))
+	}
+	if o.LeaseNS == "" {
+		o.LeaseNS = o.Namespace
+	}
+	if o.Identity == "" {
+		o.Identity = randomIdentity()
+	}
+	return o, o.Validate()
+}
+
+// randomIdentity is for a replica outside a pod: a restarted process must
+// not pass for its predecessor, which may still be running.
+func randomIdentity() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + "_" + hex.EncodeToString(b)
+}
+
+// Validate checks the options, naming the flag at fault.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	for _, m := range validation.IsDNS1123Label(o.Namespace) {
+		bad("namespace", "%q is not a namespace name: %s", o.Namespace, m)
+	}
+	if o.LBClass != "" {
+		for _, m := range validation.IsQualifiedName(o.LBClass) {
+			bad("lb-class", "%q is not a valid loadBalancerClass: %s", o.LBClass, m)
+		}
+	}
+	if err := checkListenAddr(o.MetricsAddr); err != nil {
+		bad("metrics-addr", "%v", err)
+	}
+	if o.Workers < 1 || o.Workers > 64 {
+		bad("workers", "%d is out of range: must be between 1 and 64", o.Workers)
+	}
+	if o.QPS <= 0 {
+		bad("kube-api-qps", "must be positive, got %v", o.QPS)
+	}
+	if o.Burst < 1 {
+		bad("kube-api-burst", "must be at least 1, got %d", o.Burst)
+	}
+	if o.StatusInterval < 0 {
+		bad("status-interval", "must not be negative, got %s", o.StatusInterval)
+	}
+	if o.LeaderElect {
+		for _, m := range validation.IsDNS1123Subdomain(o.LeaseName) {
+			bad("leader-elect-lease-name", "%q is not a valid Lease name: %s", o.LeaseName, m)
+		}
+		for _, m := range validation.IsDNS1123Label(o.LeaseNS) {
+			bad("leader-elect-lease-namespace", "%q is not a namespace name: %s", o.LeaseNS, m)
+		}
+		if o.Identity == "" {
+			bad("leader-elect-identity", "must not be empty")
+		}
+		// client-go's own rules, checked here so the message names the flags.
+		switch {
+		case o.RetryPeriod <= 0:
+			bad("leader-elect-retry-period", "must be positive, got %s", o.RetryPeriod)
+		case o.RenewDeadline <= time.Duration(1.2*float64(o.RetryPeriod)):
+			bad("leader-elect-renew-deadline", "%s must be longer than 1.2 x --leader-elect-retry-period (%s)", o.RenewDeadline, o.RetryPeriod)
+		case o.LeaseDuration <= o.RenewDeadline:
+			bad("leader-elect-lease-duration", "%s must be longer than --leader-elect-renew-deadline (%s)", o.LeaseDuration, o.RenewDeadline)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkListenAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", addr, err)
+	}
+	if host != "" && net.ParseIP(strings.Trim(host, "[]")) == nil && len(validation.IsDNS1123Subdomain(host)) > 0 {
+		return fmt.Errorf("%q: host %q is neither an IP address nor a host name", addr, host)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: port %q is not a number between 0 and 65535", addr, port)
+	}
+	return nil
+}

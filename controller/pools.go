@@ -1,0 +1,257 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/controller/allocator"
+)
+
+// Reasons of the Valid condition and of events on configuration objects.
+const (
+	ReasonValid         = "Valid"
+	ReasonInvalid       = "Invalid"
+	ReasonPartlyIgnored = "PartlyIgnored"
+
+	EventInvalidConfiguration = "InvalidConfiguration"
+	EventConfigurationWarning = "ConfigurationWarning"
+)
+
+// maxConditionMessage is the API's limit on a condition message.
+const maxConditionMessage = 32768
+
+// resources reads the configuration objects from the caches. An object
+// that does not decode (the CRD schema makes that unlikely) becomes a
+// problem of its own, as the parser would report it.
+func (c *Controller) resources() (config.Resources, config.Problems) {
+	res := config.Resources{Namespace: c.opts.Namespace}
+	var probs config.Problems
+	res.Pools = decodeAll[v1beta1.IPAddressPool](c, config.KindIPAddressPool, &probs)
+	res.L2Advertisements = decodeAll[v1beta1.L2Advertisement](c, config.KindL2Advertisement, &probs)
+	res.BGPAdvertisements = decodeAll[v1beta1.BGPAdvertisement](c, config.KindBGPAdvertisement, &probs)
+	res.Peers = decodeAll[v1beta1.BGPPeer](c, config.KindBGPPeer, &probs)
+	res.Communities = decodeAll[v1beta1.Community](c, config.KindCommunity, &probs)
+	res.BFDProfiles = decodeAll[v1beta1.BFDProfile](c, config.KindBFDProfile, &probs)
+	secrets, _ := c.secrets.Secrets(c.opts.Namespace).List(labels.Everything())
+	for _, s := range secrets {
+		res.Secrets = append(res.Secrets, *s)
+	}
+	return res, probs
+}
+
+func decodeAll[T any](c *Controller, kind string, probs *config.Problems) []T {
+	objs, _ := c.cfg[kind].ByNamespace(c.opts.Namespace).List(labels.Everything())
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		var t T
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &t); err != nil {
+			*probs = append(*probs, config.Problem{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), Message: fmt.Sprintf("cannot be read: %v", err)})
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// reportProblems keeps the problems for the status writer and sends an
+// event for each problem of an object whose problems changed.
+func (c *Controller) reportProblems(problems config.Problems) {
+	byObj := map[string]config.Problems{}
+	for _, p := range problems {
+		k := p.Kind + "/" + p.Name
+		byObj[k] = append(byObj[k], p)
+	}
+	c.mu.Lock()
+	c.problems = problems
+	var send []config.Problems
+	for k, ps := range byObj {
+		if text := ps.Error(); c.reported[k] != text {
+			c.reported[k] = text
+			send = append(send, ps)
+		}
+	}
+	for k := range c.reported {
+		if _, ok := byObj[k]; !ok {
+			delete(c.reported, k)
+		}
+	}
+	c.mu.Unlock()
+	for _, ps := range send {
+		obj := c.configObject(ps[0].Kind, ps[0].Name)
+		for _, p := range ps {
+			c.log.Warn("configuration problem", "problem", p.String())
+			if obj == nil {
+				continue
+			}
+			reason := EventInvalidConfiguration
+			if p.Severity == config.Warning {
+				reason = EventConfigurationWarning
+			}
+			c.rec.Event(obj, corev1.EventTypeWarning, reason, problemText(p))
+		}
+	}
+}
+
+// problemText is a problem without the object, which the event or
+// condition is attached to already.
+func problemText(p config.Problem) string {
+	s := p.Message
+	if p.Field != "" {
+		s = p.Field + ": " + s
+	}
+	if p.Severity == config.Warning {
+		s += " (warning)"
+	}
+	return s
+}
+
+func (c *Controller) configObject(kind, name string) *unstructured.Unstructured {
+	l, ok := c.cfg[kind]
+	if !ok {
+		return nil
+	}
+	o, err := l.ByNamespace(c.opts.Namespace).Get(name)
+	if err != nil {
+		return nil
+	}
+	u, _ := o.(*unstructured.Unstructured)
+	return u
+}
+
+// validCondition is the Valid condition for an object with these
+// problems.
+func validCondition(ps config.Problems, generation int64) metav1.Condition {
+	cond := metav1.Condition{Type: v1beta1.ConditionValid, Status: metav1.ConditionTrue, Reason: ReasonValid,
+		Message: "herald uses this object", ObservedGeneration: generation}
+	if len(ps) == 0 {
+		return cond
+	}
+	cond.Status, cond.Reason = metav1.ConditionFalse, ReasonPartlyIgnored
+	if ps.Errors() > 0 {
+		cond.Reason = ReasonInvalid
+	}
+	texts := make([]string, len(ps))
+	for i, p := range ps {
+		texts[i] = problemText(p)
+	}
+	cond.Message = strings.Join(texts, "; ")
+	if len(cond.Message) > maxConditionMessage {
+		cond.Message = cond.Message[:maxConditionMessage-3] + "..."
+	}
+	return cond
+}
+
+// statusLoop writes the status of herald.io objects at most once per
+// StatusInterval, and only objects whose status differs from what they
+// should show.
+func (c *Controller) statusLoop(ctx context.Context) {
+	interval := max(c.opts.StatusInterval, 10*time.Millisecond)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c.statusDirty.Swap(false) {
+			if n := c.writeStatuses(ctx); n > 0 {
+				c.statusDirty.Store(true) // retry the failed writes
+			}
+		}
+	}
+}
+
+// writeStatuses updates the pool metrics and writes every status that
+// is out of date; it returns how many writes failed.
+func (c *Controller) writeStatuses(ctx context.Context) (failed int) {
+	stats := map[string]allocator.PoolStats{}
+	all := c.alloc.Stats()
+	for _, s := range all {
+		stats[s.Pool] = s
+	}
+	c.metrics.setPools(all)
+	c.mu.Lock()
+	problems := c.problems
+	c.mu.Unlock()
+	for _, k := range configKinds {
+		objs, _ := c.cfg[k.Kind].ByNamespace(c.opts.Namespace).List(labels.Everything())
+		for _, o := range objs {
+			u, ok := o.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			cur, want, err := desiredStatus(k.Kind, u, problems.For(k.Kind, u.GetNamespace(), u.GetName()), stats)
+			if err != nil {
+				c.log.Warn("cannot read status", "kind", k.Kind, "name", u.GetName(), "err", err)
+				continue
+			}
+			if equality.Semantic.DeepEqual(cur, want) {
+				continue
+			}
+			body, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": u.GetUID()}, "status": want})
+			if err != nil {
+				continue
+			}
+			_, err = c.dyn.Resource(GVR(k.Resource)).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, body, metav1.PatchOptions{}, "status")
+			if err != nil && ctx.Err() == nil {
+				c.log.Warn("writing status failed", "kind", k.Kind, "name", u.GetName(), "err", err)
+				failed++
+			}
+		}
+	}
+	return failed
+}
+
+// desiredStatus returns an object's status as it is and as it should be:
+// the Valid condition (its transition time kept when its status holds)
+// and, for pools, the address counts. An IPAddressPool the parser left
+// out hands out nothing, so it shows no available addresses.
+func desiredStatus(kind string, u *unstructured.Unstructured, ps config.Problems, stats map[string]allocator.PoolStats) (cur, want any, err error) {
+	raw, _, _ := unstructured.NestedMap(u.Object, "status")
+	if raw == nil {
+		raw = map[string]any{}
+	}
+	cond := validCondition(ps, u.GetGeneration())
+	if kind == config.KindIPAddressPool {
+		var st v1beta1.IPAddressPoolStatus
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+			return nil, nil, err
+		}
+		next := *st.DeepCopy()
+		s := stats[u.GetName()]
+		next.AssignedIPv4, next.AssignedIPv6 = 0, 0
+		next.AvailableIPv4, next.AvailableIPv6 = 0, 0
+		if s.IPv4.Total != nil {
+			next.AssignedIPv4, next.AvailableIPv4 = int64(s.IPv4.InUse), s.IPv4.AvailableInt64()
+			next.AssignedIPv6, next.AvailableIPv6 = int64(s.IPv6.InUse), s.IPv6.AvailableInt64()
+		}
+		apimeta.SetStatusCondition(&next.Conditions, cond)
+		return st, next, nil
+	}
+	var st v1beta1.ConfigStatus
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+		return nil, nil, err
+	}
+	next := *st.DeepCopy()
+	apimeta.SetStatusCondition(&next.Conditions, cond)
+	return st, next, nil
+}

@@ -1,0 +1,256 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/herald-lb/herald/controller/allocator"
+)
+
+// The Service annotations herald reads, and the one it writes.
+const (
+	AnnotationLoadBalancerIPs = "herald.io/loadBalancerIPs"
+	AnnotationAddressPool     = "herald.io/address-pool"
+	AnnotationAllowSharedIP   = "herald.io/allow-shared-ip"
+	// AnnotationAllocatedFromPool names the pool of the Service's IPs.
+	AnnotationAllocatedFromPool = "herald.io/ip-allocated-from-pool"
+)
+
+// Handles reports whether a controller for lbClass ("" for Services
+// without a class) assigns the Service's IPs.
+func Handles(svc *corev1.Service, lbClass string) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return false
+	}
+	if svc.Spec.LoadBalancerClass == nil {
+		return lbClass == ""
+	}
+	return *svc.Spec.LoadBalancerClass == lbClass
+}
+
+// RequestError is a Service whose request cannot be read. Field is where
+// the user has to look: an annotation or a spec field.
+type RequestError struct {
+	Field   string
+	Message string
+}
+
+func (e *RequestError) Error() string { return e.Field + ": " + e.Message }
+
+// Request maps a Service and its namespace's labels to what the allocator
+// needs. On a RequestError the returned Service is complete except for
+// the unreadable part (no requested IPs or no pool), which is enough to
+// adopt the IPs it already has.
+func Request(svc *corev1.Service, nsLabels map[string]string) (allocator.Service, error) {
+	out := allocator.Service{
+		Namespace:       svc.Namespace,
+		Name:            svc.Name,
+		NamespaceLabels: nsLabels,
+		Labels:          svc.Labels,
+		LocalTraffic:    svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
+		Backend:         backend(svc),
+		SharingKey:      strings.TrimSpace(svc.Annotations[AnnotationAllowSharedIP]),
+	}
+	for _, p := range svc.Spec.Ports {
+		proto := string(p.Protocol)
+		if proto == "" {
+			proto = string(corev1.ProtocolTCP)
+		}
+		out.Ports = append(out.Ports, allocator.Port{Protocol: proto, Port: uint16(p.Port)})
+	}
+	var errs []*RequestError
+	if p := svc.Spec.IPFamilyPolicy; p != nil {
+		switch *p {
+		case corev1.IPFamilyPolicySingleStack:
+			out.FamilyPolicy = allocator.SingleStack
+		case corev1.IPFamilyPolicyPreferDualStack:
+			out.FamilyPolicy = allocator.PreferDualStack
+		case corev1.IPFamilyPolicyRequireDualStack:
+			out.FamilyPolicy = allocator.RequireDualStack
+		default:
+			errs = append(errs, &RequestError{"spec.ipFamilyPolicy", fmt.Sprintf("%q is not SingleStack, PreferDualStack or RequireDualStack", *p)})
+		}
+	}
+	for i, f := range svc.Spec.IPFamilies {
+		switch f {
+		case corev1.IPv4Protocol:
+			out.Families = append(out.Families, allocator.IPv4)
+		case corev1.IPv6Protocol:
+			out.Families = append(out.Families, allocator.IPv6)
+		default:
+			errs = append(errs, &RequestError{fmt.Sprintf("spec.ipFamilies[%d]", i), fmt.Sprintf("%q is not IPv4 or IPv6", f)})
+		}
+	}
+
+	if v, ok := svc.Annotations[AnnotationAddressPool]; ok {
+		if out.Pool = strings.TrimSpace(v); out.Pool == "" {
+			errs = append(errs, &RequestError{annotationField(AnnotationAddressPool), "is empty: name an IPAddressPool or remove the annotation"})
+		}
+	}
+	ann, hasAnn := svc.Annotations[AnnotationLoadBalancerIPs]
+	switch {
+	case hasAnn && svc.Spec.LoadBalancerIP != "":
+		errs = append(errs, &RequestError{annotationField(AnnotationLoadBalancerIPs),
+			fmt.Sprintf("is set together with spec.loadBalancerIP (%q): use only the annotation (spec.loadBalancerIP is deprecated)", svc.Spec.LoadBalancerIP)})
+	case hasAnn:
+		ips, err := parseIPList(ann)
+		if err != nil {
+			errs = append(errs, &RequestError{annotationField(AnnotationLoadBalancerIPs), err.Error()})
+		}
+		out.RequestedIPs = ips
+	case svc.Spec.LoadBalancerIP != "":
+		ip, err := parseIP(svc.Spec.LoadBalancerIP)
+		if err != nil {
+			errs = append(errs, &RequestError{"spec.loadBalancerIP", err.Error()})
+		} else {
+			out.RequestedIPs = []netip.Addr{ip}
+		}
+	}
+	if len(errs) > 0 {
+		out.RequestedIPs, out.Pool = nil, ""
+		return out, errs[0]
+	}
+	return out, nil
+}
+
+func annotationField(name string) string { return "annotation " + name }
+
+// parseIPList reads herald.io/loadBalancerIPs: one or two addresses,
+// comma-separated, at most one per family.
+func parseIPList(s string) ([]netip.Addr, error) {
+	parts := strings.Split(s, ",")
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("is empty: give one IP address per family, comma-separated, or remove the annotation")
+	}
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("%q has %d entries: give at most one IPv4 and one IPv6 address", s, len(parts))
+	}
+	var ips []netip.Addr
+	for _, p := range parts {
+		ip, err := parseIP(strings.TrimSpace(p))
+		if err != nil {
+			return nil, err
+		}
+		if len(ips) == 1 && ips[0].Is4() == ip.Is4() {
+			return nil, fmt.Errorf("%q has two %s addresses: give at most one per family", s, allocator.FamilyOf(ip))
+		}
+		ips = append(ips, ip)
+	}
+	return ips, nil
+}
+
+func parseIP(s string) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, fmt.Errorf("has an empty entry: give IP addresses separated by a comma")
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil || ip.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	}
+	if ip.Is4In6() {
+		return netip.Addr{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address: write it as %s", s, ip.Unmap())
+	}
+	return ip, nil
+}
+
+// backend identifies the pods a Service selects, for sharing under
+// externalTrafficPolicy Local. A selector selects pods of its own
+// namespace, so the namespace is part of it; a Service without a selector
+// has endpoints nobody can compare, so it is its own backend.
+func backend(svc *corev1.Service) string {
+	if len(svc.Spec.Selector) == 0 {
+		return "no-selector:" + svc.Namespace + "/" + svc.Name
+	}
+	return svc.Namespace + ":" + labels.SelectorFromSet(svc.Spec.Selector).String()
+}
+
+// StatusIPs returns the IPs of the Service's status.loadBalancer.ingress
+// (entries with only a hostname are skipped).
+func StatusIPs(svc *corev1.Service) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for i, in := range svc.Status.LoadBalancer.Ingress {
+		if in.IP == "" {
+			continue
+		}
+		ip, err := netip.ParseAddr(in.IP)
+		if err != nil {
+			return nil, fmt.Errorf("status.loadBalancer.ingress[%d].ip: %q is not an IP address", i, in.IP)
+		}
+		out = append(out, ip)
+	}
+	return out, nil
+}
+
+// Ingress is the status.loadBalancer.ingress for ips: the IPs are
+// virtual IPs the nodes answer for (ipMode VIP), so kube-proxy style
+// proxies short-circuit traffic to them inside the cluster.
+func Ingress(ips []netip.Addr) []corev1.LoadBalancerIngress {
+	if len(ips) == 0 {
+		return nil
+	}
+	vip := corev1.LoadBalancerIPModeVIP
+	out := make([]corev1.LoadBalancerIngress, len(ips))
+	for i, ip := range ips {
+		out[i] = corev1.LoadBalancerIngress{IP: ip.String(), IPMode: &vip}
+	}
+	return out
+}
+
+// sameIngress compares what herald writes: IPs in order, and ipMode (an
+// API server that drops the field must not make us write forever).
+func sameIngress(cur, want []corev1.LoadBalancerIngress) bool {
+	return slices.EqualFunc(cur, want, func(a, b corev1.LoadBalancerIngress) bool {
+		if a.IP != b.IP || a.Hostname != b.Hostname || len(a.Ports) != len(b.Ports) {
+			return false
+		}
+		return a.IPMode == nil || b.IPMode == nil || *a.IPMode == *b.IPMode
+	})
+}
+
+// servicePatch is a JSON merge patch of a Service's status and its
+// ip-allocated-from-pool annotation. The UID makes it fail on a Service
+// deleted and re-created under the same name since it was read.
+func servicePatch(svc *corev1.Service, ingress []corev1.LoadBalancerIngress, pool string) []byte {
+	var poolValue any // nil removes the annotation
+	if pool != "" {
+		poolValue = pool
+	}
+	var ing any // nil removes the list
+	if len(ingress) > 0 {
+		ing = ingress
+	}
+	p := map[string]any{
+		"metadata": map[string]any{
+			"uid":         svc.UID,
+			"annotations": map[string]any{AnnotationAllocatedFromPool: poolValue},
+		},
+		"status": map[string]any{"loadBalancer": map[string]any{"ingress": ing}},
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic(err) // only plain maps and strings: cannot fail
+	}
+	return b
+}
+
+// annotationPatch changes only the annotation.
+func annotationPatch(svc *corev1.Service, pool string) []byte {
+	var poolValue any
+	if pool != "" {
+		poolValue = pool
+	}
+	b, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         svc.UID,
+		"annotations": map[string]any{AnnotationAllocatedFromPool: poolValue},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
