@@ -3,6 +3,7 @@ module github.com/herald-lb/herald
 go 1.26
 
 require (
+	github.com/coreos/go-iptables v0.8.0
 	github.com/prometheus/client_golang v1.22.0
 	k8s.io/api v0.34.13
 	k8s.io/apiextensions-apiserver v0.34.13
