@@ -1,0 +1,63 @@
+package rules_test
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/herald-lb/herald/proxy/rules"
+)
+
+// benchState makes n Services with m endpoints each: mostly ClusterIP,
+// every tenth a LoadBalancer with eTP=Local and a NodePort.
+func benchState(n, m int) ([]rules.Service, map[rules.ServicePortName][]rules.Endpoint) {
+	svcs := make([]rules.Service, 0, n)
+	eps := make(map[rules.ServicePortName][]rules.Endpoint, n)
+	for i := range n {
+		s := rules.Service{
+			Namespace: fmt.Sprintf("ns%d", i%50), Name: fmt.Sprintf("svc%d", i), PortName: "http", Protocol: rules.TCP, Port: 80,
+			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})},
+		}
+		if i%10 == 0 {
+			s.NodePort = 30000 + i%2768
+			s.ExternalTrafficPolicy = rules.PolicyLocal
+			s.HealthCheckNodePort = 32000 + i%700
+			s.LoadBalancerIngress = []rules.Ingress{{IP: netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})}}
+		}
+		svcs = append(svcs, s)
+		for j := range m {
+			node := "node-b"
+			if j == 0 {
+				node = nodeA
+			}
+			k := i*m + j
+			eps[s.ID()] = append(eps[s.ID()], rules.Endpoint{IP: netip.AddrFrom4([4]byte{10, byte(128 + k>>16), byte(k >> 8), byte(k)}), Port: 8080, Ready: true, Serving: true, NodeName: node})
+		}
+	}
+	return svcs, eps
+}
+
+func BenchmarkRender(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		svcs, eps := benchState(n, 2)
+		node := lab4.node()
+		b.Run(fmt.Sprintf("full/services=%d/endpoints=2", n), func(b *testing.B) {
+			var rs rules.Ruleset
+			for b.Loop() {
+				rs = rules.Render(rules.IPv4, svcs, eps, node)
+			}
+			b.ReportMetric(float64(rs.Stats.NATRules+rs.Stats.FilterRules), "rules")
+			b.ReportMetric(float64(len(rs.Bytes()))/1e6, "MB")
+		})
+		full := rules.Render(rules.IPv4, svcs, eps, node)
+		changed := map[rules.ServiceKey]bool{svcs[n/2].ID().Key(): true}
+		b.Run(fmt.Sprintf("partial-1-changed/services=%d/endpoints=2", n), func(b *testing.B) {
+			var rs rules.Ruleset
+			for b.Loop() {
+				rs = rules.RenderWith(rules.IPv4, svcs, eps, node, rules.Options{Changed: changed, Existing: full.NATChains})
+			}
+			b.ReportMetric(float64(rs.Stats.NATRules+rs.Stats.FilterRules), "rules")
+			b.ReportMetric(float64(len(rs.Bytes()))/1e6, "MB")
+		})
+	}
+}

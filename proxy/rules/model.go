@@ -1,0 +1,231 @@
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Family selects which address family a render covers; iptables and
+// ip6tables are programmed separately, exactly like kube-proxy's two proxiers.
+type Family int
+
+const (
+	IPv4 Family = 4
+	IPv6 Family = 6
+)
+
+func (f Family) String() string {
+	switch f {
+	case IPv4:
+		return "IPv4"
+	case IPv6:
+		return "IPv6"
+	}
+	return fmt.Sprintf("Family(%d)", int(f))
+}
+
+// has reports whether a (already unmapped) address belongs to the family.
+func (f Family) has(a netip.Addr) bool {
+	return a.IsValid() && ((f == IPv4 && a.Is4()) || (f == IPv6 && a.Is6()))
+}
+
+// Protocol is the transport protocol of a service port.
+type Protocol string
+
+const (
+	TCP  Protocol = "TCP"
+	UDP  Protocol = "UDP"
+	SCTP Protocol = "SCTP"
+)
+
+// lower is the spelling iptables wants for -p and -m.
+func (p Protocol) lower() string {
+	switch p {
+	case TCP:
+		return "tcp"
+	case UDP:
+		return "udp"
+	case SCTP:
+		return "sctp"
+	}
+	return ""
+}
+
+// TrafficPolicy is externalTrafficPolicy / internalTrafficPolicy; the zero
+// value is Cluster, the API default.
+type TrafficPolicy int
+
+const (
+	PolicyCluster TrafficPolicy = iota
+	PolicyLocal
+)
+
+// Affinity is spec.sessionAffinity; the zero value is None.
+type Affinity int
+
+const (
+	AffinityNone Affinity = iota
+	AffinityClientIP
+)
+
+// DefaultAffinityTimeout is the API default for
+// sessionAffinityConfig.clientIP.timeoutSeconds (3 hours).
+const DefaultAffinityTimeout = 10800
+
+// maxAffinityTimeout is the API's upper bound (one day).
+const maxAffinityTimeout = 86400
+
+// IPMode is status.loadBalancer.ingress[].ipMode; the zero value is VIP.
+type IPMode int
+
+const (
+	// IPModeVIP means the LB delivers packets with the ingress IP as the
+	// destination, so the node must DNAT them.
+	IPModeVIP IPMode = iota
+	// IPModeProxy means the LB proxies to the node itself; the ingress IP
+	// never arrives at the node and gets no rules.
+	IPModeProxy
+)
+
+// Ingress is one load-balancer ingress IP.
+type Ingress struct {
+	IP   netip.Addr
+	Mode IPMode
+}
+
+// ServiceKey names a Service (all of its ports). Partial renders are keyed by
+// it because a Service or EndpointSlice change touches all its ports.
+type ServiceKey struct {
+	Namespace, Name string
+}
+
+func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }
+
+// ServicePortName names one port of a Service, like kube-proxy's
+// ServicePortName; its String form is what the rule comments show.
+type ServicePortName struct {
+	Namespace, Name, Port string
+}
+
+func (n ServicePortName) String() string {
+	if n.Port == "" {
+		return n.Namespace + "/" + n.Name
+	}
+	return n.Namespace + "/" + n.Name + ":" + n.Port
+}
+
+// Key returns the Service this port belongs to.
+func (n ServicePortName) Key() ServiceKey { return ServiceKey{n.Namespace, n.Name} }
+
+// Service is one port of a Service, already reduced from the API object by
+// the caller. Headless Services and ones owned by another proxy
+// (service.kubernetes.io/service-proxy-name) are to be left out by the caller;
+// a Service without a cluster IP of the rendered family gets no rules.
+type Service struct {
+	Namespace, Name string
+	PortName        string
+	Protocol        Protocol
+	Port            int
+
+	// ClusterIPs holds at most one address per family.
+	ClusterIPs []netip.Addr
+	// NodePort is 0 when the Service has none.
+	NodePort                 int
+	ExternalIPs              []netip.Addr
+	LoadBalancerIngress      []Ingress
+	LoadBalancerSourceRanges []netip.Prefix
+	// SourceRangesInvalid is set by the caller when spec.loadBalancerSourceRanges
+	// had entries it could not parse; the Service is then still restricted
+	// (to the valid ranges, possibly none) rather than opened up.
+	SourceRangesInvalid bool
+
+	ExternalTrafficPolicy TrafficPolicy
+	InternalTrafficPolicy TrafficPolicy
+	HealthCheckNodePort   int
+
+	SessionAffinity Affinity
+	// AffinityTimeout is in seconds; 0 means DefaultAffinityTimeout.
+	AffinityTimeout int
+}
+
+// ID returns the Service port's name.
+func (s *Service) ID() ServicePortName {
+	return ServicePortName{s.Namespace, s.Name, s.PortName}
+}
+
+// Endpoint is one backend of a Service port, with the EndpointSlice
+// conditions as the API defines them (nil ready/serving count as true,
+// nil terminating as false; the caller resolves that).
+type Endpoint struct {
+	IP          netip.Addr
+	Port        int
+	Ready       bool
+	Serving     bool
+	Terminating bool
+	// NodeName is the node the endpoint runs on; it is local when it equals
+	// NodeConfig.Name.
+	NodeName string
+}
+
+// DefaultMasqueradeMark is kube-proxy's default (--iptables-masquerade-bit=14).
+const DefaultMasqueradeMark uint32 = 0x4000
+
+// NodeConfig is what the proxy knows about the node it runs on.
+type NodeConfig struct {
+	// Name is the Node's name; endpoints whose NodeName equals it are local.
+	Name string
+	// IPs are the node's own addresses (any family). They are used for the
+	// loadBalancerSourceRanges exception that lets the node reach its own
+	// LB IPs.
+	IPs []netip.Addr
+	// ClusterCIDRs are the pod CIDRs of the whole cluster, at most one per
+	// family (kube-proxy's --cluster-cidr). Without one for the rendered
+	// family there is no "from a pod" detection: ClusterIP traffic is never
+	// masqueraded (unless MasqueradeAll) and pods get no short-circuit under
+	// externalTrafficPolicy Local, as with kube-proxy.
+	ClusterCIDRs []netip.Prefix
+	// MasqueradeAll masquerades every packet sent to a cluster IP.
+	MasqueradeAll bool
+	// MasqueradeMark is the single fwmark bit meaning "SNAT this";
+	// 0 means DefaultMasqueradeMark.
+	MasqueradeMark uint32
+	// NoRandomFully drops --random-fully from MASQUERADE, for iptables
+	// builds or kernels without it.
+	NoRandomFully bool
+	// ConntrackLiberal reflects nf_conntrack_tcp_be_liberal=1; when set, no
+	// DROP rule for conntrack-INVALID forwarded packets is installed.
+	ConntrackLiberal bool
+}
+
+// Problem is one piece of input that Render could not use. Render never
+// fails as a whole: it leaves out what is broken and says so here.
+type Problem struct {
+	// Service is the Service port concerned; zero for node-level problems.
+	Service ServicePortName
+	// Field names the offending input, e.g. "externalIPs[1]".
+	Field   string
+	Message string
+	// Skipped is true when the whole Service port was left out.
+	Skipped bool
+}
+
+func (p Problem) Error() string {
+	var b strings.Builder
+	if p.Service != (ServicePortName{}) {
+		b.WriteString("service ")
+		b.WriteString(p.Service.String())
+		b.WriteString(": ")
+	} else {
+		b.WriteString("node config: ")
+	}
+	if p.Field != "" {
+		b.WriteString(p.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	if p.Skipped {
+		b.WriteString(" (service port not programmed)")
+	}
+	return b.String()
+}

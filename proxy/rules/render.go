@@ -1,0 +1,516 @@
+package rules
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// Ruleset is the output of a render: iptables-restore input for the filter
+// and nat tables plus what the syncer, metrics and health checks need.
+type Ruleset struct {
+	Family  Family
+	Partial bool
+	// Filter and NAT are complete "*table ... COMMIT" sections, meant for a
+	// single `iptables-restore --noflush` (see Bytes). Only herald chains are
+	// declared, so nothing else in the tables is touched.
+	Filter []byte
+	NAT    []byte
+	// NATChains lists every per-service and per-endpoint nat chain in use
+	// once this ruleset is applied, including those a partial render did not
+	// rewrite. Pass it as Options.Existing next time.
+	NATChains []string
+	// Deleted lists stale chains from Options.Existing that this ruleset
+	// flushes and deletes.
+	Deleted []string
+	Stats   Stats
+	// Health has one entry per Service port with a healthCheckNodePort.
+	Health   []ServiceHealth
+	Problems []Problem
+}
+
+// Bytes returns the restore input, filter table first like kube-proxy.
+func (r Ruleset) Bytes() []byte {
+	out := make([]byte, 0, len(r.Filter)+len(r.NAT))
+	return append(append(out, r.Filter...), r.NAT...)
+}
+
+// Stats are counts for metrics and logs.
+type Stats struct {
+	Services    int // Service ports with rules in this family
+	FilterRules int
+	// NATRules counts -A lines in this restore input; NATRulesTotal also
+	// counts those of unchanged Services a partial render left in place.
+	NATRules, NATRulesTotal int
+	NATChains               int // chains declared in this restore input
+	// Services whose internal / external traffic has endpoints somewhere
+	// but none on this node (kube-proxy's
+	// sync_proxy_rules_no_local_endpoints_total).
+	NoLocalEndpointsInternal, NoLocalEndpointsExternal int
+}
+
+// ServiceHealth feeds the healthCheckNodePort servers.
+type ServiceHealth struct {
+	Service             ServicePortName
+	HealthCheckNodePort int
+	// LocalEndpoints counts ready endpoints on this node; terminating ones
+	// are left out so that load balancers drain the node.
+	LocalEndpoints int
+}
+
+// Options tune a render.
+type Options struct {
+	// Changed, when non-nil, makes the render partial: only the Services in
+	// it (added, updated, deleted, or with changed endpoints) get their
+	// per-service and per-endpoint chains rewritten; the dispatch chains and
+	// the whole filter table are always rewritten. The chains of every other
+	// Service must already be in the kernel from an earlier render.
+	Changed map[ServiceKey]bool
+	// Existing lists the nat chains currently in the kernel (from
+	// iptables-save, or the previous Ruleset.NATChains). Per-service chains
+	// in it that are no longer used are deleted, and in a partial render an
+	// unchanged Service whose chains are missing from it is rewritten
+	// anyway. Nil means unknown: nothing is deleted.
+	Existing []string
+}
+
+// Render renders the complete desired state of one family.
+func Render(f Family, services []Service, endpoints map[ServicePortName][]Endpoint, node NodeConfig) Ruleset {
+	return RenderWith(f, services, endpoints, node, Options{})
+}
+
+// RenderWith is Render with options (partial renders, stale-chain deletion).
+// It is a pure function of its arguments.
+func RenderWith(f Family, services []Service, endpoints map[ServicePortName][]Endpoint, node NodeConfig, opts Options) Ruleset {
+	rs := Ruleset{Family: f, Partial: opts.Changed != nil}
+	if f != IPv4 && f != IPv6 {
+		rs.Problems = append(rs.Problems, Problem{Field: "family", Message: fmt.Sprintf("unknown address family %d; nothing rendered", int(f))})
+		return rs
+	}
+	np, probs := normalizeNode(f, &node)
+	rs.Problems = append(rs.Problems, probs...)
+
+	r := &renderer{f: f, node: np, opts: opts, rs: &rs}
+	if len(opts.Existing) > 0 {
+		r.existing = make(map[string]bool, len(opts.Existing))
+		for _, c := range opts.Existing {
+			r.existing[c] = true
+		}
+		r.active = make(map[string]bool, len(opts.Existing))
+	}
+	// Rough sizes (measured: ~1.3 KB of nat text per ClusterIP service with
+	// two endpoints, ~0.2 KB of it dispatch) keep appends from re-copying
+	// large buffers; a partial render mostly writes dispatch rules.
+	perService, perChains := 1400, 160
+	if opts.Changed != nil {
+		perService, perChains = 200, 0
+	}
+	r.natRules.b = make([]byte, 0, 4096+len(services)*perService+len(opts.Changed)*1400)
+	r.natChains.b = make([]byte, 0, 1024+len(services)*perChains+len(opts.Changed)*160)
+	r.skipped.discard = true
+	r.skippedChains.discard = true
+
+	r.static()
+
+	order := make([]int, len(services))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		x, y := &services[a], &services[b]
+		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name), cmp.Compare(x.PortName, y.PortName))
+	})
+	seen := make(map[ServicePortName]bool, len(services))
+	for _, i := range order {
+		in := &services[i]
+		id := in.ID()
+		if seen[id] {
+			rs.Problems = append(rs.Problems, Problem{Service: id, Field: "port.name", Message: "duplicate service port; the first one wins", Skipped: true})
+			continue
+		}
+		seen[id] = true
+		s, ok, probs := normalize(f, in)
+		rs.Problems = append(rs.Problems, probs...)
+		if !ok {
+			continue
+		}
+		eps, probs := normalizeEndpoints(f, &s, np.name, endpoints[id])
+		rs.Problems = append(rs.Problems, probs...)
+		r.service(&s, eps)
+	}
+
+	r.finish()
+	return rs
+}
+
+// lines accumulates restore lines; with discard set it only counts them,
+// which is how a partial render accounts for rules it leaves in place.
+type lines struct {
+	b       []byte
+	n       int
+	discard bool
+}
+
+func (l *lines) add(parts ...string) {
+	l.n++
+	if l.discard {
+		return
+	}
+	for i, p := range parts {
+		if i > 0 {
+			l.b = append(l.b, ' ')
+		}
+		l.b = append(l.b, p...)
+	}
+	l.b = append(l.b, '\n')
+}
+
+func (l *lines) chain(name string) { l.add(":" + name + " - [0:0]") }
+
+type renderer struct {
+	f    Family
+	node nodeParams
+	opts Options
+	rs   *Ruleset
+
+	filterChains, filterRules lines
+	natChains, natRules       lines
+	skippedChains, skipped    lines
+
+	existing map[string]bool // nil when unknown
+	active   map[string]bool // only kept when existing is known
+}
+
+func (r *renderer) useChain(c string) {
+	r.rs.NATChains = append(r.rs.NATChains, c)
+	if r.active != nil {
+		r.active[c] = true
+	}
+}
+
+func (r *renderer) rejectTarget() string {
+	if r.f == IPv6 {
+		return "REJECT --reject-with icmp6-port-unreachable"
+	}
+	return "REJECT --reject-with icmp-port-unreachable"
+}
+
+func (r *renderer) static() {
+	for _, c := range staticFilterChains {
+		r.filterChains.chain(c)
+	}
+	for _, c := range staticNATChains {
+		r.natChains.chain(c)
+	}
+	n := &r.node
+	if !n.ctLiberal {
+		// Out-of-window packets would otherwise reach a pod un-NATed and
+		// be answered with a RST that kills the connection.
+		r.filterRules.add("-A", ChainForward, "-m conntrack --ctstate INVALID -j DROP")
+	}
+	r.filterRules.add("-A", ChainForward, "-m comment --comment", quote("herald forwarding rules"), "-m mark --mark", n.markMask, "-j ACCEPT")
+	r.filterRules.add("-A", ChainForward, "-m comment --comment", quote("herald forwarding conntrack rule"), "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+
+	// Unmarked packets leave untouched; marked ones lose the mark (so it
+	// cannot leak into other routing decisions) and are masqueraded.
+	r.natRules.add("-A", ChainPostrouting, "-m mark ! --mark", n.markMask, "-j RETURN")
+	r.natRules.add("-A", ChainPostrouting, "-j MARK --xor-mark", n.mark)
+	masq := "-j MASQUERADE"
+	if n.random {
+		masq += " --random-fully"
+	}
+	r.natRules.add("-A", ChainPostrouting, "-m comment --comment", quote("herald service traffic requiring SNAT"), masq)
+	r.natRules.add("-A", ChainMarkMasq, "-j MARK --or-mark", n.mark)
+}
+
+func (r *renderer) finish() {
+	// NodePorts are matched on any local address, so this must come after
+	// every exact-destination rule. Loopback is excluded: herald does not
+	// set route_localnet (kube-proxy's localhost NodePorts are a known
+	// security hole) and IPv6 cannot route ::1 at all.
+	loop := "127.0.0.0/8"
+	if r.f == IPv6 {
+		loop = "::1/128"
+	}
+	r.natRules.add("-A", ChainServices, "-m comment --comment", quote("herald service nodeports; NOTE: this must be the last rule in this chain"),
+		"-m addrtype --dst-type LOCAL ! -d", loop, "-j", ChainNodePorts)
+
+	if r.existing != nil {
+		stale := make([]string, 0)
+		for _, c := range r.opts.Existing {
+			if IsServiceChain(c) && !r.active[c] && !slices.Contains(stale, c) {
+				stale = append(stale, c)
+			}
+		}
+		slices.Sort(stale)
+		for _, c := range stale {
+			// Declaring flushes it; then it can go.
+			r.natChains.chain(c)
+			r.natRules.add("-X", c)
+		}
+		r.rs.Deleted = stale
+	}
+
+	rs := r.rs
+	rs.Filter = make([]byte, 0, len(r.filterChains.b)+len(r.filterRules.b)+16)
+	rs.Filter = append(rs.Filter, "*filter\n"...)
+	rs.Filter = append(append(rs.Filter, r.filterChains.b...), r.filterRules.b...)
+	rs.Filter = append(rs.Filter, "COMMIT\n"...)
+	rs.NAT = make([]byte, 0, len(r.natChains.b)+len(r.natRules.b)+16)
+	rs.NAT = append(rs.NAT, "*nat\n"...)
+	rs.NAT = append(append(rs.NAT, r.natChains.b...), r.natRules.b...)
+	rs.NAT = append(rs.NAT, "COMMIT\n"...)
+
+	nDeleted := len(rs.Deleted)
+	rs.Stats.FilterRules = r.filterRules.n
+	rs.Stats.NATRules = r.natRules.n - nDeleted
+	rs.Stats.NATRulesTotal = r.natRules.n - nDeleted + r.skipped.n
+	rs.Stats.NATChains = r.natChains.n
+}
+
+// service writes everything for one Service port. The structure follows
+// kube-proxy's iptables mode; see the package documentation for the layout.
+func (r *renderer) service(s *svcPort, eps []epInfo) {
+	cluster, local, reachable, hasAny := categorize(s, eps)
+	rs := r.rs
+	rs.Stats.Services++
+	if s.hcnp != 0 {
+		n := 0
+		for _, e := range eps {
+			if e.local && e.ready {
+				n++
+			}
+		}
+		rs.Health = append(rs.Health, ServiceHealth{Service: s.id, HealthCheckNodePort: s.hcnp, LocalEndpoints: n})
+	}
+
+	svcChain := PrefixService + s.hash
+	svlChain := PrefixLocal + s.hash
+	extChain := PrefixExternal + s.hash
+	fwChain := PrefixFirewall + s.hash
+
+	usesClusterChain := len(cluster) > 0 && s.usesClusterEndpoints()
+	usesLocalChain := len(local) > 0 && s.usesLocalEndpoints()
+
+	internalChain, hasInternal := svcChain, hasAny
+	if s.iTPLocal {
+		internalChain, hasInternal = svlChain, len(local) > 0
+	}
+	externalPolicyChain, hasExternal := svcChain, hasAny
+	if s.eTPLocal {
+		externalPolicyChain, hasExternal = svlChain, len(local) > 0
+	}
+	// The EXT chain exists whenever anything is reachable, even with no
+	// local endpoints, for the pod and node short-circuits.
+	usesExtChain := hasAny && s.externallyAccessible()
+	usesFWChain := hasAny && len(s.lbVIPs) > 0 && s.restricted
+	lbChain := extChain
+	if usesFWChain {
+		lbChain = fwChain
+	}
+
+	// What the filter table does with traffic nat could not send anywhere:
+	// REJECT when the Service has no endpoints at all, DROP when it only
+	// lacks endpoints on this node (as for a cloud LB health check).
+	var intTarget, intComment, extTarget, extComment string
+	if !hasAny {
+		intTarget, intComment = r.rejectTarget(), quote(s.name+" has no endpoints")
+		extTarget, extComment = intTarget, intComment
+	} else {
+		if !hasInternal {
+			intTarget, intComment = "DROP", quote(s.name+" has no local endpoints")
+			rs.Stats.NoLocalEndpointsInternal++
+		}
+		if !hasExternal && s.externallyAccessible() {
+			extTarget, extComment = "DROP", quote(s.name+" has no local endpoints")
+			rs.Stats.NoLocalEndpointsExternal++
+		}
+	}
+
+	p := s.proto
+	cip := s.clusterIP.String()
+
+	// Dispatch rules and filter rules are rewritten on every render.
+	if hasInternal {
+		r.natRules.add("-A", ChainServices, "-m comment --comment", quote(s.name+" cluster IP"), "-m", p, "-p", p, "-d", cip, "--dport", s.port, "-j", internalChain)
+	} else {
+		r.filterRules.add("-A", ChainServices, "-m comment --comment", intComment, "-m", p, "-p", p, "-d", cip, "--dport", s.port, "-j", intTarget)
+	}
+	for _, ip := range s.externalIPs {
+		a := ip.String()
+		if hasAny {
+			r.natRules.add("-A", ChainServices, "-m comment --comment", quote(s.name+" external IP"), "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", extChain)
+		}
+		if !hasExternal {
+			r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", extTarget)
+		}
+	}
+	for _, ip := range s.lbVIPs {
+		a := ip.String()
+		if hasAny {
+			r.natRules.add("-A", ChainServices, "-m comment --comment", quote(s.name+" loadbalancer IP"), "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", lbChain)
+		}
+		if usesFWChain {
+			// Whatever the FW chain did not let through is still addressed
+			// to the LB IP when it reaches the filter table.
+			r.filterRules.add("-A", ChainProxyFirewall, "-m comment --comment", quote(s.name+" traffic not accepted by "+fwChain), "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j DROP")
+		}
+		if !hasExternal {
+			r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", extTarget)
+		}
+	}
+	if s.nodePort != 0 {
+		np := strconv.Itoa(s.nodePort)
+		if hasAny {
+			// Like kube-proxy, NodePorts are not subject to
+			// loadBalancerSourceRanges.
+			r.natRules.add("-A", ChainNodePorts, "-m comment --comment", quote(s.name), "-m", p, "-p", p, "--dport", np, "-j", extChain)
+		}
+		if !hasExternal {
+			r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, "-m addrtype --dst-type LOCAL", "-m", p, "-p", p, "--dport", np, "-j", extTarget)
+		}
+	}
+	if s.hcnp != 0 {
+		r.filterRules.add("-A", ChainNodePorts, "-m comment --comment", quote(s.name+" health check node port"), "-m tcp -p tcp --dport", strconv.Itoa(s.hcnp), "-j ACCEPT")
+	}
+
+	// Per-service chains: the part a partial render can skip.
+	var chains []string
+	if usesExtChain {
+		chains = append(chains, extChain)
+	}
+	if usesFWChain {
+		chains = append(chains, fwChain)
+	}
+	if usesClusterChain {
+		chains = append(chains, svcChain)
+	}
+	if usesLocalChain {
+		chains = append(chains, svlChain)
+	}
+	for _, e := range reachable {
+		chains = append(chains, e.chain)
+	}
+	for _, c := range chains {
+		r.useChain(c)
+	}
+	decl, w := &r.natChains, &r.natRules
+	if r.opts.Changed != nil && !r.opts.Changed[s.id.Key()] && r.allExist(chains) {
+		decl, w = &r.skippedChains, &r.skipped
+	}
+	for _, c := range chains {
+		decl.chain(c)
+	}
+
+	if hasInternal {
+		// Off-cluster clients of a cluster IP (e.g. via a static route to
+		// the service range) may be answered from another node: SNAT them.
+		// Pod traffic keeps its source IP, which is the point of ClusterIP.
+		args := []string{"-A", internalChain, "-m comment --comment", quote(s.name + " cluster IP"), "-m", p, "-p", p, "-d", cip, "--dport", s.port}
+		switch {
+		case r.node.masqAll:
+			w.add(append(args, "-j", ChainMarkMasq)...)
+		case r.node.podCIDR.IsValid():
+			w.add(append(args, "! -s", r.node.podCIDR.String(), "-j", ChainMarkMasq)...)
+		}
+	}
+
+	if usesExtChain {
+		if !s.eTPLocal {
+			// Cluster policy may forward to another node, whose reply must
+			// come back through us.
+			w.add("-A", extChain, "-m comment --comment", quote("masquerade traffic for "+s.name+" external destinations"), "-j", ChainMarkMasq)
+		} else {
+			if r.node.podCIDR.IsValid() {
+				// Pods reaching an external address behave as if they went
+				// out to the LB and came back: all endpoints, source kept.
+				w.add("-A", extChain, "-m comment --comment", quote("pod traffic for "+s.name+" external destinations"), "-s", r.node.podCIDR.String(), "-j", svcChain)
+			}
+			// The node itself would otherwise use the (local) external IP
+			// as its source, which the endpoint cannot answer.
+			w.add("-A", extChain, "-m comment --comment", quote("masquerade LOCAL traffic for "+s.name+" external destinations"), "-m addrtype --src-type LOCAL -j", ChainMarkMasq)
+			w.add("-A", extChain, "-m comment --comment", quote("route LOCAL traffic for "+s.name+" external destinations"), "-m addrtype --src-type LOCAL -j", svcChain)
+		}
+		if hasExternal {
+			w.add("-A", extChain, "-j", externalPolicyChain)
+		}
+	}
+
+	if usesFWChain {
+		c := quote(s.name + " loadbalancer IP")
+		fromNode := false
+		for _, pfx := range s.allowed {
+			w.add("-A", fwChain, "-m comment --comment", c, "-s", pfx.String(), "-j", extChain)
+			for _, ip := range r.node.ips {
+				fromNode = fromNode || pfx.Contains(ip)
+			}
+		}
+		if fromNode {
+			// A node reaching its own LB IP may have that IP as its
+			// source; let it through when the node itself is allowed.
+			for _, ip := range s.lbVIPs {
+				w.add("-A", fwChain, "-m comment --comment", c, "-s", ip.String(), "-j", extChain)
+			}
+		}
+		// Counts what falls through to the PROXY-FIREWALL DROP.
+		w.add("-A", fwChain, "-m comment --comment", quote("other traffic to "+s.name+" will be dropped by "+ChainProxyFirewall))
+	}
+
+	if usesClusterChain {
+		r.endpointRules(w, s, svcChain, cluster)
+	}
+	if usesLocalChain {
+		r.endpointRules(w, s, svlChain, local)
+	}
+
+	for _, e := range reachable {
+		c := quote(s.name)
+		// Hairpin: a pod reaching itself through the Service would see its
+		// own address as the source and drop the reply.
+		w.add("-A", e.chain, "-m comment --comment", c, "-s", e.addr.Addr().String(), "-j", ChainMarkMasq)
+		if s.affinity > 0 {
+			w.add("-A", e.chain, "-m comment --comment", c, "-m recent --name", e.chain, "--set -m", p, "-p", p, "-j DNAT --to-destination", e.str)
+		} else {
+			w.add("-A", e.chain, "-m comment --comment", c, "-m", p, "-p", p, "-j DNAT --to-destination", e.str)
+		}
+	}
+}
+
+func (r *renderer) allExist(chains []string) bool {
+	if r.existing == nil {
+		return true
+	}
+	for _, c := range chains {
+		if !r.existing[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// endpointRules spreads new connections evenly: rule i of n matches with
+// probability 1/(n-i) of what reaches it, the last one always. Affinity
+// checks come first so a known client sticks to its endpoint.
+func (r *renderer) endpointRules(w *lines, s *svcPort, chain string, eps []epInfo) {
+	if s.affinity > 0 {
+		secs := strconv.Itoa(s.affinity)
+		for _, e := range eps {
+			w.add("-A", chain, "-m comment --comment", quote(s.name+" -> "+e.str), "-m recent --name", e.chain, "--rcheck --seconds", secs, "--reap -j", e.chain)
+		}
+	}
+	n := len(eps)
+	for i, e := range eps {
+		if i < n-1 {
+			w.add("-A", chain, "-m comment --comment", quote(s.name+" -> "+e.str), "-m statistic --mode random --probability", probability(n-i), "-j", e.chain)
+		} else {
+			w.add("-A", chain, "-m comment --comment", quote(s.name+" -> "+e.str), "-j", e.chain)
+		}
+	}
+}
+
+// probability formats 1/n with ten decimals, the precision kube-proxy
+// writes (iptables itself stores it as a 32-bit fraction and prints eleven).
+func probability(n int) string {
+	return strconv.FormatFloat(1/float64(n), 'f', 10, 64)
+}
