@@ -64,3 +64,9 @@ func parseSelectors(r *reporter, field string, in []metav1.LabelSelector) Select
 	}
 	return out
 }
+
+// SelectorFromLabels is a selector matching exactly these labels (an
+// equality-based matchLabels), for code that builds a model by hand.
+func SelectorFromLabels(l map[string]string) Selector {
+	return Selector{sel: labels.SelectorFromSet(labels.Set(l))}
+}

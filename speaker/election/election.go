@@ -1,0 +1,205 @@
+// Package election decides, as a pure function, which node announces each
+// LoadBalancer IP over layer 2.
+//
+// Every speaker computes the same answer from the same inputs (the
+// memberlist view, the Nodes, the configuration and the EndpointSlices),
+// so no coordination beyond membership is needed. Candidates are filtered
+// (see Candidates) and ranked by rendezvous hashing of (node, IP): each
+// node gets a pseudo-random score per IP and the highest score wins. That
+// spreads IPs evenly over nodes, puts Services that share an IP on the
+// same node (the score depends on the IP only), and when a node leaves
+// only the IPs it held move; when one joins, only the IPs it now wins
+// move to it.
+package election
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"net/netip"
+	"sort"
+
+	"github.com/herald-lb/herald/config"
+)
+
+// Node is what election needs to know about one node.
+type Node struct {
+	Name   string
+	Labels map[string]string
+	// Live: the node's speaker is a member of the memberlist cluster.
+	Live bool
+	// NetworkUnavailable: the Node's NetworkUnavailable condition is true.
+	NetworkUnavailable bool
+	// DownInterfaces are interfaces the speaker reports without carrier
+	// (memberlist metadata), so it must not win IPs announced only there.
+	DownInterfaces []string
+	// Interfaces are the node's interfaces suitable for announcing (up,
+	// not loopback, not a bridge port); used when an advertisement names
+	// no interfaces.
+	Interfaces []string
+}
+
+// ExcludeLabel keeps a node out of external load balancing, as for
+// cloud load balancers.
+const ExcludeLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+// Options tune eligibility.
+type Options struct {
+	// IgnoreExcludeLabel lets nodes carrying ExcludeLabel announce.
+	IgnoreExcludeLabel bool
+}
+
+// Service is one Service holding the IP.
+type Service struct {
+	// Local: externalTrafficPolicy Local.
+	Local bool
+	// ReadyNodes are nodes with a ready endpoint; ServingTerminatingNodes
+	// those with an endpoint that is terminating but still serving.
+	ReadyNodes              map[string]bool
+	ServingTerminatingNodes map[string]bool
+}
+
+// IP is one LoadBalancer IP to elect a node for.
+type IP struct {
+	Addr netip.Addr
+	// Advertisements are the L2Advertisements that announce the IP's pool
+	// for its Services (already filtered by pool and Service selectors).
+	Advertisements []*config.L2Advertisement
+	// Services sharing the IP (usually one).
+	Services []Service
+}
+
+// Why a node is not a candidate.
+const (
+	ReasonNotLive            = "speaker not in the memberlist cluster"
+	ReasonNetworkUnavailable = "node NetworkUnavailable"
+	ReasonExcluded           = "node labelled " + ExcludeLabel
+	ReasonNoAdvertisement    = "no L2Advertisement selects the node for this IP"
+	ReasonInterfacesDown     = "every interface the IP would be announced on is down"
+	ReasonNoLocalEndpoint    = "externalTrafficPolicy Local and no local endpoint"
+)
+
+// Candidates returns the nodes eligible to announce ip, sorted by name,
+// and why each other node is not. A node is eligible when its speaker is
+// live, its network is available, it is not excluded, an advertisement
+// for the IP selects it with at least one announce interface up, and,
+// under externalTrafficPolicy Local, it has a ready endpoint of every
+// Service sharing the IP — or, when no node has a ready one, a serving
+// terminating one (so a rolling update does not blackhole the IP).
+func Candidates(ip IP, nodes []Node, opts Options) (candidates []string, excluded map[string]string) {
+	excluded = map[string]string{}
+	localNeed := localRequirement(ip.Services)
+	for _, n := range nodes {
+		if why := ineligible(n, ip, opts, localNeed); why != "" {
+			excluded[n.Name] = why
+			continue
+		}
+		candidates = append(candidates, n.Name)
+	}
+	sort.Strings(candidates)
+	return candidates, excluded
+}
+
+// localRequirement returns, per Local Service, the nodes that may announce
+// for it; nil when no Service is Local.
+func localRequirement(svcs []Service) []map[string]bool {
+	var need []map[string]bool
+	for _, s := range svcs {
+		if !s.Local {
+			continue
+		}
+		if len(s.ReadyNodes) > 0 {
+			need = append(need, s.ReadyNodes)
+		} else {
+			need = append(need, s.ServingTerminatingNodes)
+		}
+	}
+	return need
+}
+
+func ineligible(n Node, ip IP, opts Options, localNeed []map[string]bool) string {
+	switch {
+	case !n.Live:
+		return ReasonNotLive
+	case n.NetworkUnavailable:
+		return ReasonNetworkUnavailable
+	}
+	if _, ok := n.Labels[ExcludeLabel]; ok && !opts.IgnoreExcludeLabel {
+		return ReasonExcluded
+	}
+	selected, up := false, false
+	for _, adv := range ip.Advertisements {
+		if !adv.NodeSelectors.MatchesOrEmpty(n.Labels) {
+			continue
+		}
+		selected = true
+		ifaces := adv.Interfaces
+		if len(ifaces) == 0 {
+			ifaces = n.Interfaces
+		}
+		for _, i := range ifaces {
+			if !contains(n.DownInterfaces, i) && (len(adv.Interfaces) == 0 || contains(n.Interfaces, i)) {
+				up = true
+			}
+		}
+	}
+	switch {
+	case !selected:
+		return ReasonNoAdvertisement
+	case !up:
+		return ReasonInterfacesDown
+	}
+	for _, nodes := range localNeed {
+		if !nodes[n.Name] {
+			return ReasonNoLocalEndpoint
+		}
+	}
+	return ""
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// score is the node's rendezvous weight for the IP.
+func score(node string, ip netip.Addr) uint64 {
+	h := sha256.New()
+	h.Write([]byte(node))
+	h.Write([]byte{0})
+	b, _ := ip.MarshalBinary()
+	h.Write(b)
+	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
+}
+
+// Rank orders candidates for ip, the winner first. Ties (which need a
+// hash collision) fall back to the name, so every speaker agrees.
+func Rank(ip netip.Addr, candidates []string) []string {
+	out := append([]string(nil), candidates...)
+	sort.Slice(out, func(i, j int) bool {
+		si, sj := score(out[i], ip), score(out[j], ip)
+		if si != sj {
+			return si > sj
+		}
+		return out[i] < out[j]
+	})
+	return out
+}
+
+// Winner is the node that announces ip, or "" when there is no candidate.
+func Winner(ip netip.Addr, candidates []string) string {
+	if r := Rank(ip, candidates); len(r) > 0 {
+		return r[0]
+	}
+	return ""
+}
+
+// Elect returns the announcing node of ip among nodes ("" for none) and
+// why the others are not candidates.
+func Elect(ip IP, nodes []Node, opts Options) (string, map[string]string) {
+	c, excluded := Candidates(ip, nodes, opts)
+	return Winner(ip.Addr, c), excluded
+}
