@@ -1,0 +1,429 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/herald-lb/herald/proxy/conntrack"
+	"github.com/herald-lb/herald/proxy/healthcheck"
+	"github.com/herald-lb/herald/proxy/iptables"
+	"github.com/herald-lb/herald/proxy/rules"
+)
+
+// Config is the node-level configuration that comes from flags.
+type Config struct {
+	// NodeName is this node's name; endpoints there are local.
+	NodeName string
+	// ClusterCIDRs is --cluster-cidr. When empty, the Node's
+	// spec.podCIDRs stand in for it (kube-proxy's NodeCIDR local
+	// detection), which tells pods of this node apart just as well: pod
+	// traffic reaches the service rules on its own node.
+	ClusterCIDRs []netip.Prefix
+	// MasqueradeAll SNATs everything sent to a cluster IP.
+	MasqueradeAll bool
+	// MasqueradeBit is the fwmark bit meaning "masquerade" (0-31).
+	MasqueradeBit int
+	// ConntrackLiberal reflects net.netfilter.nf_conntrack_tcp_be_liberal.
+	ConntrackLiberal bool
+	// NoRandomFully leaves --random-fully off MASQUERADE.
+	NoRandomFully bool
+}
+
+// Family is one address family the proxy programs, with its iptables.
+type Family struct {
+	Family rules.Family
+	Runner iptables.Runner
+}
+
+// HealthServer is what the syncer feeds: the healthCheckNodePort servers.
+type HealthServer interface {
+	SyncServices(ports map[healthcheck.ServiceKey]int) error
+	SyncEndpoints(counts map[healthcheck.ServiceKey]int)
+}
+
+// famState is what the syncer remembers about one family between syncs.
+type famState struct {
+	Family
+	// needFull is set at start, after a failed restore and when the node
+	// changed: the kernel may not hold what the last render assumed.
+	needFull bool
+	// chains are the per-service nat chains in the kernel after the last
+	// successful restore; nil until the first one (then iptables-save
+	// tells what an earlier run left).
+	chains []string
+	// udp are the UDP frontends programmed by the last successful sync,
+	// so the entries of a frontend that went away can be found.
+	udp udpFrontends
+}
+
+// Syncer turns the Tracker's model into iptables rules, one
+// iptables-restore per family per sync, and keeps what hangs off the
+// rules (health-check servers, proxy health, conntrack, metrics) in step.
+// Sync is not safe for concurrent use; the Loop calls it.
+type Syncer struct {
+	cfg      Config
+	tracker  *Tracker
+	fams     []*famState
+	hc       HealthServer
+	health   *healthcheck.ProxyHealth
+	ct       conntrack.Interface
+	metrics  *Metrics
+	log      *slog.Logger
+	now      func() time.Time
+	reported map[string]bool
+	// Report is told about each problem in the input once, when it first
+	// shows; Run adds an event on the Service. It must not block.
+	Report func(rules.Problem)
+
+	synced atomic.Bool
+}
+
+// NewSyncer makes a syncer. hc, health and ct may be nil (nothing to
+// feed); metrics nil means a private registry.
+func NewSyncer(cfg Config, t *Tracker, fams []Family, hc HealthServer, health *healthcheck.ProxyHealth, ct conntrack.Interface, m *Metrics, log *slog.Logger) *Syncer {
+	if m == nil {
+		m = NewMetrics()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Syncer{cfg: cfg, tracker: t, hc: hc, health: health, ct: ct, metrics: m, log: log, now: time.Now, reported: map[string]bool{}}
+	for _, f := range fams {
+		s.fams = append(s.fams, &famState{Family: f, needFull: true})
+	}
+	return s
+}
+
+// Synced reports whether a sync has succeeded for every family at least
+// once: before that the node's rules are not the cluster's.
+func (s *Syncer) Synced() bool { return s.synced.Load() }
+
+// FamilyResult is what one sync did in one family.
+type FamilyResult struct {
+	Family rules.Family
+	// Full: every Service's chains were written; Reason says why.
+	Full   bool
+	Reason string
+	Err    error
+	Stats  rules.Stats
+	// Bytes is the size of the restore input.
+	Bytes int
+
+	health []rules.ServiceHealth
+}
+
+// SyncResult is what one sync did.
+type SyncResult struct {
+	Families []FamilyResult
+	// Idle: nothing changed and no family needed a full sync, so nothing
+	// was written.
+	Idle bool
+	// Retry: something failed; the caller should sync again soon.
+	Retry bool
+	// ConntrackDeleted counts stale UDP entries removed.
+	ConntrackDeleted int
+	Duration         time.Duration
+}
+
+// Sync brings the rules up to date. periodic asks for a full sync (the
+// --sync-period resync that repairs whatever else changed the tables).
+func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
+	start := s.now()
+	snap := s.tracker.Snapshot()
+	node := s.nodeConfig(snap.Node)
+	var res SyncResult
+
+	anyFull := false
+	for _, f := range s.fams {
+		full, reason := f.needFull, "first sync or after a failure"
+		switch {
+		case f.needFull:
+		case snap.NodeChanged:
+			full, reason = true, "node addresses changed"
+		case periodic:
+			full, reason = true, "periodic resync"
+		case !s.canaryPresent(f):
+			full, reason = true, "canary chain "+rules.CanaryChain+" is gone: the tables were flushed"
+		}
+		f.needFull, anyFull = full, anyFull || full
+		if full {
+			s.log.Debug("full sync", "family", f.Family.Family, "reason", reason)
+		}
+		res.Families = append(res.Families, FamilyResult{Family: f.Family.Family, Full: full, Reason: reason})
+	}
+	if !anyFull && len(snap.Changed) == 0 {
+		res.Idle = true
+		res.Families = nil
+		s.finish(&res, start, nil, true)
+		return res
+	}
+
+	var health [][]rules.ServiceHealth
+	var stats rules.Stats
+	allOK := true
+	for i, f := range s.fams {
+		fr := &res.Families[i]
+		fr.Err = s.syncFamily(ctx, f, fr, snap, node)
+		if fr.Err != nil {
+			allOK = false
+			res.Retry = true
+			s.metrics.restoreFailures.Inc()
+			if !fr.Full {
+				s.metrics.partialFailures.Inc()
+			}
+			// The restore was atomic, so the kernel holds the previous
+			// rules; a full sync rewrites everything next time.
+			f.needFull = true
+			s.log.Error("sync failed; a full sync follows", "family", f.Family.Family, "full", fr.Full, "err", fr.Err)
+			continue
+		}
+		f.needFull = false
+		health = append(health, fr.health)
+		addStats(&stats, fr.Stats)
+		res.ConntrackDeleted += s.reconcileConntrack(f, snap, node, fr.Full)
+	}
+	if len(health) > 0 {
+		s.feedHealth(health)
+		s.metrics.rules.WithLabelValues("filter").Set(float64(stats.FilterRules))
+		s.metrics.rules.WithLabelValues("nat").Set(float64(stats.NATRulesTotal))
+		s.metrics.noLocalEndpoints.WithLabelValues("internal").Set(float64(stats.NoLocalEndpointsInternal))
+		s.metrics.noLocalEndpoints.WithLabelValues("external").Set(float64(stats.NoLocalEndpointsExternal))
+	}
+	s.finish(&res, start, res.Families, allOK)
+	return res
+}
+
+func addStats(dst *rules.Stats, s rules.Stats) {
+	dst.Services += s.Services
+	dst.FilterRules += s.FilterRules
+	dst.NATRules += s.NATRules
+	dst.NATRulesTotal += s.NATRulesTotal
+	dst.NATChains += s.NATChains
+	dst.NoLocalEndpointsInternal += s.NoLocalEndpointsInternal
+	dst.NoLocalEndpointsExternal += s.NoLocalEndpointsExternal
+}
+
+func (s *Syncer) finish(res *SyncResult, start time.Time, fams []FamilyResult, ok bool) {
+	res.Duration = s.now().Sub(start)
+	if !ok {
+		return
+	}
+	d := res.Duration.Seconds()
+	if !res.Idle {
+		s.metrics.syncDuration.Observe(d)
+		full := false
+		for _, f := range fams {
+			full = full || f.Full
+		}
+		if full {
+			s.metrics.syncFullDuration.Observe(d)
+		} else {
+			s.metrics.syncPartialDuration.Observe(d)
+		}
+	}
+	s.metrics.lastSync.Set(float64(s.now().UnixNano()) / 1e9)
+	s.synced.Store(true)
+	if s.health != nil {
+		s.health.Updated()
+	}
+}
+
+// syncFamily renders and restores one family.
+func (s *Syncer) syncFamily(ctx context.Context, f *famState, fr *FamilyResult, snap Snapshot, node rules.NodeConfig) error {
+	opts := rules.Options{Existing: f.chains}
+	if fr.Full {
+		if err := Housekeeping(ctx, f.Runner); err != nil {
+			return fmt.Errorf("housekeeping: %w", err)
+		}
+		if f.chains == nil {
+			// First sync: chains an earlier run left behind are stale
+			// unless rendered again.
+			save, err := f.Runner.Save(ctx, "nat")
+			if err != nil {
+				return err
+			}
+			opts.Existing = heraldChains(save)
+		}
+	} else {
+		opts.Changed = snap.Changed
+	}
+	rs := rules.RenderWith(f.Family.Family, snap.Services, snap.Endpoints, node, opts)
+	s.reportProblems(rs.Problems)
+	data := rs.Bytes()
+	fr.Bytes = len(data)
+	fr.Stats = rs.Stats
+	if err := f.Runner.Restore(ctx, data); err != nil {
+		return err
+	}
+	f.chains = rs.NATChains
+	if f.chains == nil {
+		f.chains = []string{}
+	}
+	fr.health = rs.Health
+	return nil
+}
+
+// nodeConfig is the renderer's view of this node.
+func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
+	nc := rules.NodeConfig{
+		Name:             s.cfg.NodeName,
+		IPs:              n.IPs,
+		ClusterCIDRs:     s.cfg.ClusterCIDRs,
+		MasqueradeAll:    s.cfg.MasqueradeAll,
+		ConntrackLiberal: s.cfg.ConntrackLiberal,
+		NoRandomFully:    s.cfg.NoRandomFully,
+	}
+	if len(nc.ClusterCIDRs) == 0 {
+		nc.ClusterCIDRs = n.PodCIDRs
+	}
+	if s.cfg.MasqueradeBit >= 0 && s.cfg.MasqueradeBit < 32 {
+		nc.MasqueradeMark = 1 << uint(s.cfg.MasqueradeBit)
+	}
+	return nc
+}
+
+// canaryPresent checks the canary chain in every table it lives in; an
+// error counts as missing, which costs a full sync and nothing else.
+func (s *Syncer) canaryPresent(f *famState) bool {
+	for _, t := range rules.CanaryTables {
+		ok, err := f.Runner.ChainExists(t, rules.CanaryChain)
+		if err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// reportProblems tells about problems not seen in the previous sync.
+// Each family renders the same Services, so a problem shows once.
+func (s *Syncer) reportProblems(probs []rules.Problem) {
+	now := make(map[string]bool, len(probs))
+	for _, p := range probs {
+		msg := p.Error()
+		if now[msg] {
+			continue
+		}
+		now[msg] = true
+		if !s.reported[msg] {
+			s.log.Warn("input the proxy cannot use", "problem", msg)
+			if s.Report != nil {
+				s.Report(p)
+			}
+		}
+	}
+	// Problems of both families are kept until the next sync's first
+	// family replaces them.
+	for msg := range s.reported {
+		if !now[msg] {
+			delete(s.reported, msg)
+		}
+	}
+	for msg := range now {
+		s.reported[msg] = true
+	}
+}
+
+// feedHealth hands the healthCheckNodePorts and local endpoint counts to
+// the servers. Dual-stack Services appear once per family; a Service's
+// count is the most any family saw, so one pod is not counted twice.
+func (s *Syncer) feedHealth(perFamily [][]rules.ServiceHealth) {
+	if s.hc == nil {
+		return
+	}
+	ports := map[healthcheck.ServiceKey]int{}
+	counts := map[healthcheck.ServiceKey]int{}
+	for _, list := range perFamily {
+		for _, h := range list {
+			k := healthcheck.ServiceKey{Namespace: h.Service.Namespace, Name: h.Service.Name}
+			ports[k] = h.HealthCheckNodePort
+			counts[k] = max(counts[k], h.LocalEndpoints)
+		}
+	}
+	if err := s.hc.SyncServices(ports); err != nil {
+		s.log.Error("healthCheckNodePort servers", "err", err)
+	}
+	s.hc.SyncEndpoints(counts)
+}
+
+// Housekeeping makes sure herald's base chains exist and the built-in
+// chains jump to them, in the order rules.Jumps gives, and creates the
+// canary chain. It goes before a full restore so that the restore
+// replaces chains that are already hooked in.
+func Housekeeping(ctx context.Context, r iptables.Runner) error {
+	jumps := rules.Jumps()
+	var errs []error
+	for _, j := range jumps {
+		if err := r.EnsureChain(j.Table, j.Target); err != nil {
+			errs = append(errs, fmt.Errorf("chain %s/%s: %w", j.Table, j.Target, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// Prepending in reverse leaves them at the top in the listed order.
+	for i := len(jumps) - 1; i >= 0; i-- {
+		j := jumps[i]
+		if err := r.EnsureRule(true, j.Table, j.Chain, j.Args()...); err != nil {
+			errs = append(errs, fmt.Errorf("jump %s/%s -> %s: %w", j.Table, j.Chain, j.Target, err))
+		}
+	}
+	for _, t := range rules.CanaryTables {
+		if err := r.EnsureChain(t, rules.CanaryChain); err != nil {
+			errs = append(errs, fmt.Errorf("canary %s/%s: %w", t, rules.CanaryChain, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return repairJumpOrder(ctx, r)
+}
+
+// repairJumpOrder puts the filter table's jumps back in order when one of
+// them was deleted and re-inserted at the top (EnsureRule only adds what
+// is missing). The firewall DROP must come before the ACCEPTs. Only the
+// filter table has several herald jumps per built-in chain, and it is
+// small, so reading it costs little.
+func repairJumpOrder(ctx context.Context, r iptables.Runner) error {
+	save, err := r.Save(ctx, "filter")
+	if err != nil {
+		return err
+	}
+	have := builtinJumps(save)
+	var errs []error
+	for _, chain := range []string{"INPUT", "FORWARD", "OUTPUT"} {
+		var want []rules.Jump
+		var wantTargets []string
+		for _, j := range rules.Jumps() {
+			if j.Table == "filter" && j.Chain == chain {
+				want = append(want, j)
+				wantTargets = append(wantTargets, j.Target)
+			}
+		}
+		var got []string
+		for _, j := range have[chain] {
+			got = append(got, j.target)
+		}
+		if slices.Equal(got, wantTargets) {
+			continue
+		}
+		// Delete every herald jump there (duplicates too), then insert
+		// the list again.
+		for _, j := range have[chain] {
+			if err := r.DeleteRule("filter", chain, j.args...); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for i := len(want) - 1; i >= 0; i-- {
+			if err := r.EnsureRule(true, "filter", chain, want[i].Args()...); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

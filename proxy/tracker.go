@@ -1,0 +1,295 @@
+package proxy
+
+import (
+	"net/netip"
+	"reflect"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/herald-lb/herald/proxy/rules"
+)
+
+// TaintToBeDeleted is the cluster autoscaler's taint on a node it is
+// about to remove; kube-proxy's /healthz fails on such a node so load
+// balancers drain it first.
+const TaintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
+
+// NodeInfo is what the proxy takes from its Node object.
+type NodeInfo struct {
+	Name string
+	// IPs are the InternalIP and ExternalIP addresses.
+	IPs []netip.Addr
+	// PodCIDRs is spec.podCIDRs, the fallback for "from a pod on this
+	// node" when --cluster-cidr is not set.
+	PodCIDRs []netip.Prefix
+	// Eligible is false while the node is being deleted or drained.
+	Eligible bool
+	// Seen is true once the Node object was read.
+	Seen bool
+}
+
+// nodeInfoFrom reduces a Node; unparseable addresses are skipped (the
+// API server validates them, so there is nothing to report).
+func nodeInfoFrom(n *corev1.Node) NodeInfo {
+	info := NodeInfo{Name: n.Name, Seen: true, Eligible: n.DeletionTimestamp == nil}
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintToBeDeleted {
+			info.Eligible = false
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && !slices.Contains(info.IPs, ip.Unmap()) {
+			info.IPs = append(info.IPs, ip.Unmap())
+		}
+	}
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			info.PodCIDRs = append(info.PodCIDRs, p.Masked())
+		}
+	}
+	return info
+}
+
+// Tracker holds the model the renderer needs, per Service, and which
+// Services changed since the last snapshot. Informer handlers feed it;
+// an event that leaves a Service's model as it was (a status heartbeat,
+// a slice rewritten with the same endpoints) does not count as a change,
+// so it never causes a sync.
+type Tracker struct {
+	mu        sync.Mutex
+	nodeName  string
+	services  map[rules.ServiceKey][]rules.Service
+	slices    map[rules.ServiceKey]map[string]*discoveryv1.EndpointSlice
+	endpoints map[rules.ServiceKey]map[rules.ServicePortName][]rules.Endpoint
+	changed   map[rules.ServiceKey]bool
+
+	node        NodeInfo
+	nodeChanged bool
+
+	// onChange is called (without the lock) after every change that
+	// needs a sync.
+	onChange func()
+}
+
+// NewTracker makes a tracker for the node called nodeName; onChange (may
+// be nil) is told about every change that needs a sync.
+func NewTracker(nodeName string, onChange func()) *Tracker {
+	if onChange == nil {
+		onChange = func() {}
+	}
+	return &Tracker{
+		nodeName:  nodeName,
+		services:  map[rules.ServiceKey][]rules.Service{},
+		slices:    map[rules.ServiceKey]map[string]*discoveryv1.EndpointSlice{},
+		endpoints: map[rules.ServiceKey]map[rules.ServicePortName][]rules.Endpoint{},
+		changed:   map[rules.ServiceKey]bool{},
+		onChange:  onChange,
+	}
+}
+
+// UpdateService takes an added or updated Service. It returns the
+// problems ServicePorts found, but only when the Service's model changed,
+// so the caller reports each problem once rather than on every resync.
+func (t *Tracker) UpdateService(svc *corev1.Service) []error {
+	key := rules.ServiceKey{Namespace: svc.Namespace, Name: svc.Name}
+	ports, problems := ServicePorts(svc)
+	t.mu.Lock()
+	old, had := t.services[key]
+	if had == (len(ports) > 0) && (!had || reflect.DeepEqual(old, ports)) {
+		t.mu.Unlock()
+		return nil
+	}
+	if len(ports) == 0 {
+		delete(t.services, key)
+	} else {
+		t.services[key] = ports
+	}
+	t.changed[key] = true
+	t.mu.Unlock()
+	t.onChange()
+	return problems
+}
+
+// DeleteService forgets a Service.
+func (t *Tracker) DeleteService(namespace, name string) {
+	key := rules.ServiceKey{Namespace: namespace, Name: name}
+	t.mu.Lock()
+	if _, ok := t.services[key]; !ok {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.services, key)
+	t.changed[key] = true
+	t.mu.Unlock()
+	t.onChange()
+}
+
+// sliceService is the Service an EndpointSlice belongs to; slices not
+// managed for a Service have no such label and are ignored.
+func sliceService(sl *discoveryv1.EndpointSlice) (rules.ServiceKey, bool) {
+	name := sl.Labels[discoveryv1.LabelServiceName]
+	return rules.ServiceKey{Namespace: sl.Namespace, Name: name}, name != ""
+}
+
+// UpdateSlice takes an added or updated EndpointSlice.
+func (t *Tracker) UpdateSlice(sl *discoveryv1.EndpointSlice) {
+	key, ok := sliceService(sl)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	m := t.slices[key]
+	if m == nil {
+		m = map[string]*discoveryv1.EndpointSlice{}
+		t.slices[key] = m
+	}
+	m[sl.Name] = sl
+	changed := t.recomputeLocked(key)
+	t.mu.Unlock()
+	if changed {
+		t.onChange()
+	}
+}
+
+// DeleteSlice forgets an EndpointSlice.
+func (t *Tracker) DeleteSlice(sl *discoveryv1.EndpointSlice) {
+	key, ok := sliceService(sl)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	if _, ok := t.slices[key][sl.Name]; !ok {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.slices[key], sl.Name)
+	if len(t.slices[key]) == 0 {
+		delete(t.slices, key)
+	}
+	changed := t.recomputeLocked(key)
+	t.mu.Unlock()
+	if changed {
+		t.onChange()
+	}
+}
+
+// recomputeLocked merges the Service's slices again and marks it changed
+// when its endpoints differ.
+func (t *Tracker) recomputeLocked(key rules.ServiceKey) bool {
+	list := make([]*discoveryv1.EndpointSlice, 0, len(t.slices[key]))
+	for _, sl := range t.slices[key] {
+		list = append(list, sl)
+	}
+	// Endpoints keeps the first copy of a duplicate unless a later one is
+	// ready; a fixed order keeps that choice stable between events.
+	slices.SortFunc(list, func(a, b *discoveryv1.EndpointSlice) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	eps := Endpoints(key.Namespace, key.Name, list)
+	old := t.endpoints[key]
+	if len(old) == 0 && len(eps) == 0 || reflect.DeepEqual(old, eps) {
+		return false
+	}
+	if len(eps) == 0 {
+		delete(t.endpoints, key)
+	} else {
+		t.endpoints[key] = eps
+	}
+	t.changed[key] = true
+	return true
+}
+
+// UpdateNode takes this node's Node object (others are ignored). A change
+// of addresses or pod CIDRs needs a full sync; a change of eligibility
+// only changes /healthz and is reported by the second result.
+func (t *Tracker) UpdateNode(n *corev1.Node) (eligibilityChanged bool) {
+	if n.Name != t.nodeName {
+		return false
+	}
+	info := nodeInfoFrom(n)
+	t.mu.Lock()
+	old := t.node
+	t.node = info
+	rulesChanged := !old.Seen || !slices.Equal(old.IPs, info.IPs) || !slices.Equal(old.PodCIDRs, info.PodCIDRs)
+	if rulesChanged {
+		t.nodeChanged = true
+	}
+	t.mu.Unlock()
+	if rulesChanged {
+		t.onChange()
+	}
+	return old.Eligible != info.Eligible
+}
+
+// DeleteNode records that this node's object is gone: it is not eligible
+// for traffic any more; the rules stay as they are.
+func (t *Tracker) DeleteNode(name string) {
+	if name != t.nodeName {
+		return
+	}
+	t.mu.Lock()
+	t.node.Eligible = false
+	t.mu.Unlock()
+}
+
+// Node returns what is known about this node.
+func (t *Tracker) Node() NodeInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.node
+}
+
+// Snapshot is the model at one moment, for one sync.
+type Snapshot struct {
+	Services  []rules.Service
+	Endpoints map[rules.ServicePortName][]rules.Endpoint
+	// Changed are the Services changed since the previous snapshot.
+	Changed map[rules.ServiceKey]bool
+	Node    NodeInfo
+	// NodeChanged: the node's addresses or pod CIDRs changed.
+	NodeChanged bool
+}
+
+// Snapshot returns the current model and resets the change set.
+func (t *Tracker) Snapshot() Snapshot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := Snapshot{
+		Changed:     t.changed,
+		Node:        t.node,
+		NodeChanged: t.nodeChanged,
+		Endpoints:   make(map[rules.ServicePortName][]rules.Endpoint, len(t.endpoints)),
+	}
+	n := 0
+	for _, ports := range t.services {
+		n += len(ports)
+	}
+	s.Services = make([]rules.Service, 0, n)
+	for _, ports := range t.services {
+		s.Services = append(s.Services, ports...)
+	}
+	for _, eps := range t.endpoints {
+		for port, list := range eps {
+			s.Endpoints[port] = list
+		}
+	}
+	t.changed = map[rules.ServiceKey]bool{}
+	t.nodeChanged = false
+	return s
+}
