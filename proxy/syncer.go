@@ -141,9 +141,12 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 
 	anyFull := false
 	for _, f := range s.fams {
-		full, reason := f.needFull, "first sync or after a failure"
+		full, reason := f.needFull, ""
 		switch {
+		case f.needFull && f.chains == nil:
+			reason = "first sync"
 		case f.needFull:
+			reason = "the previous restore failed"
 		case snap.NodeChanged:
 			full, reason = true, "node addresses changed"
 		case periodic:

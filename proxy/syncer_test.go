@@ -52,7 +52,7 @@ func TestSyncFirstFullThenPartial(t *testing.T) {
 	e.addWebAndDB()
 
 	res := e.sync(false)
-	if len(res.Families) != 1 || !res.Families[0].Full || res.Families[0].Err != nil || res.Retry {
+	if len(res.Families) != 1 || !res.Families[0].Full || res.Families[0].Reason != "first sync" || res.Families[0].Err != nil || res.Retry {
 		t.Fatalf("first sync: %+v", res)
 	}
 	if len(e.ipt.Restores) != 1 {
@@ -86,7 +86,7 @@ func TestSyncFirstFullThenPartial(t *testing.T) {
 	// One endpoint of web goes: a partial sync rewrites web's chains only.
 	e.tracker.UpdateSlice(slice("shop", "web", "web-1", 8080, "http", corev1.ProtocolTCP, ep{"10.244.1.20", testNode, true}))
 	res = e.sync(false)
-	if res.Families[0].Full || res.Families[0].Err != nil {
+	if res.Families[0].Full || res.Families[0].Reason != "" || res.Families[0].Err != nil {
 		t.Fatalf("change sync: %+v", res.Families[0])
 	}
 	d := declared(e.lastRestore())
@@ -140,7 +140,7 @@ func TestSyncRestoreFailureThenFull(t *testing.T) {
 	e.ipt.FailRestore = nil
 	// Nothing changed, yet the failed family must be written in full.
 	res = e.sync(false)
-	if res.Idle || !res.Families[0].Full || res.Families[0].Err != nil {
+	if res.Idle || !res.Families[0].Full || res.Families[0].Err != nil || res.Families[0].Reason != "first sync" {
 		t.Fatalf("sync after failure: %+v", res)
 	}
 
@@ -158,7 +158,7 @@ func TestSyncRestoreFailureThenFull(t *testing.T) {
 	}
 	e.ipt.FailRestore = nil
 	res = e.sync(false)
-	if !res.Families[0].Full || res.Families[0].Err != nil {
+	if !res.Families[0].Full || res.Families[0].Err != nil || res.Families[0].Reason != "the previous restore failed" {
 		t.Fatalf("want a full sync after the partial failure: %+v", res.Families[0])
 	}
 	// The change that failed to apply is in the kernel now.

@@ -15,6 +15,7 @@ import (
 	"github.com/herald-lb/herald/config/validate"
 	"github.com/herald-lb/herald/controller"
 	"github.com/herald-lb/herald/internal/version"
+	"github.com/herald-lb/herald/proxy"
 )
 
 type command struct {
@@ -26,7 +27,7 @@ var commands = map[string]command{
 	"validate":   {"check herald YAML offline before kubectl apply", runValidate},
 	"version":    {"print the version", func([]string) int { fmt.Println(version.String()); return 0 }},
 	"controller": {"assign LoadBalancer IPs to Services from IPAddressPools", runController},
-	"proxy":      {"iptables service proxy (not implemented yet: issue #5)", notYet("proxy", 5)},
+	"proxy":      {"iptables service proxy replacing kube-proxy", runProxy},
 	"speaker":    {"announce IPs over L2 or BGP (not implemented yet: issues #6, #7)", notYet("speaker", 6)},
 }
 
@@ -110,6 +111,25 @@ func runController(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := controller.Run(ctx, opts, log); err != nil {
 		log.Error("herald controller stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func runProxy(args []string) int {
+	opts, err := proxy.ParseFlags(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "herald proxy: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := proxy.Run(ctx, opts, log); err != nil {
+		log.Error("herald proxy stopped", "err", err)
 		return 1
 	}
 	return 0

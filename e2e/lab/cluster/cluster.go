@@ -443,7 +443,9 @@ func DeployDir(e2eModuleDir string) string {
 // no service proxy until herald's own runs, so the `kubernetes` Service's
 // ClusterIP leads nowhere: the ConfigMap herald-apiserver, which the
 // manifests load into herald's containers (docs/install.md), points them
-// at the API server itself. Up returns once the controller is available.
+// at the API server itself; the ConfigMap herald-proxy gives the proxy the
+// lab's pod network. Up returns once the controller is available and the
+// proxy has written every node's rules.
 func (l *Lab) installHerald(ctx context.Context) error {
 	dir := DeployDir(l.ModuleDir)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
@@ -465,6 +467,13 @@ func (l *Lab) installHerald(ctx context.Context) error {
 	if _, err := k.Run(ctx, "-n", HeraldNamespace, "wait", "--for=condition=Available", "--timeout=120s", "deployment/"+HeraldController); err != nil {
 		return fmt.Errorf("herald's controller did not become available: %w", err)
 	}
+	// The proxy is ready on a node once it has written the node's rules;
+	// until every node is, Services do not work everywhere.
+	if _, err := k.Output(ctx, "-n", HeraldNamespace, "get", "daemonset", HeraldProxy); err == nil {
+		if _, err := k.Run(ctx, "-n", HeraldNamespace, "rollout", "status", "--timeout=120s", "daemonset/"+HeraldProxy); err != nil {
+			return fmt.Errorf("herald's proxy did not become ready on every node: %w", err)
+		}
+	}
 	l.logf("herald installed from %s in %s", dir, since(start))
 	return nil
 }
@@ -473,10 +482,13 @@ func (l *Lab) installHerald(ctx context.Context) error {
 const (
 	HeraldNamespace  = "herald-system"
 	HeraldController = "herald-controller"
+	HeraldProxy      = "herald-proxy"
 )
 
-// apiServerConfigMap is herald's namespace and the ConfigMap
-// herald-apiserver with the API server's address and port.
+// apiServerConfigMap is herald's namespace, the ConfigMap
+// herald-apiserver with the API server's address and port, and the
+// ConfigMap herald-proxy with the lab's pod network (the proxy's
+// --cluster-cidr).
 func apiServerConfigMap(apiServerURL string) (string, error) {
 	u, err := url.Parse(apiServerURL)
 	if err != nil || u.Hostname() == "" || u.Port() == "" {
@@ -495,7 +507,15 @@ metadata:
 data:
   KUBERNETES_SERVICE_HOST: %[2]q
   KUBERNETES_SERVICE_PORT: %[3]q
-`, HeraldNamespace, u.Hostname(), u.Port()), nil
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: herald-proxy
+  namespace: %[1]s
+data:
+  HERALD_CLUSTER_CIDR: %[4]q
+`, HeraldNamespace, u.Hostname(), u.Port(), topology.ClusterCIDR), nil
 }
 
 // startRouter runs FRR (zebra, bgpd, bfdd) in the router namespace.

@@ -97,6 +97,15 @@ func (vw volumeWriter) binds(ctx context.Context, c *v1.Container) ([]bind, []st
 		if !ok {
 			return nil, nil, configErr("volumeMounts %s: no volume of that name in the pod", m.Name)
 		}
+		if vol.HostPath != nil {
+			// Pods share the machine's root filesystem in the lab, so a
+			// host path mounted at its own path is already in place
+			// (herald's proxy mounts /run/xtables.lock that way).
+			if m.MountPath != vol.HostPath.Path {
+				warnings = append(warnings, fmt.Sprintf("volume %s: hostPath %s can only be mounted at the same path in the lab; not mounted at %s", m.Name, vol.HostPath.Path, m.MountPath))
+			}
+			continue
+		}
 		if m.SubPath != "" || m.SubPathExpr != "" {
 			warnings = append(warnings, fmt.Sprintf("volume %s: subPath is not supported by the lab kubelet; not mounted", m.Name))
 			continue

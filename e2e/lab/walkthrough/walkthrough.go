@@ -223,6 +223,20 @@ func (r *run) wait(fn func() string) string {
 	}
 }
 
+// settle retries check without showing anything until it holds or the
+// timeout passes: a proxy applies a new Service within its minimum sync
+// period (1s, as kube-proxy's), while the walkthrough types faster than
+// any reader. The step then runs once more for the transcript.
+func (r *run) settle(check func() bool) {
+	out := r.Out
+	r.Out = nil
+	defer func() { r.Out = out }()
+	deadline := time.Now().Add(r.Timeout)
+	for !check() && time.Now().Before(deadline) && r.ctx.Err() == nil {
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
 func (r *run) jsonpath(args ...string) string {
 	out, err := r.Kubectl.Output(r.ctx, args...)
 	if err != nil {
@@ -293,6 +307,12 @@ func (r *run) clusterIP() Result {
 	}
 	ip := r.wait(func() string { return r.jsonpath("get", "svc", "clusterip", "-o", "jsonpath={.spec.clusterIP}") })
 	r.kubectl("get", "svc", "clusterip")
+	if r.have.Proxy {
+		r.settle(func() bool {
+			page, err := curl(r.ctx, r.podNetns("source-ip-client"), "http://"+ip+"/", 1)
+			return err == nil && clientAddress(page) == r.client
+		})
+	}
 	page, err := r.curlShown("pod source-ip-client", r.podNetns("source-ip-client"), "http://"+ip+"/")
 	if !r.have.Proxy {
 		return Result{Verdict: NotYet, Detail: "ClusterIPs need herald's service proxy (issue #5)"}
@@ -338,6 +358,9 @@ func (r *run) nodePortCluster() Result {
 		return Result{Verdict: Fail, Detail: err.Error()}
 	}
 	port := r.wait(func() string { return r.jsonpath("get", "svc", "nodeport", "-o", "jsonpath={.spec.ports[0].nodePort}") })
+	if r.have.Proxy {
+		r.settle(func() bool { return len(r.nodePortLoop(port)) == len(r.Layout.Nodes) })
+	}
 	got := r.nodePortLoop(port)
 	if !r.have.Proxy {
 		return Result{Verdict: NotYet, Detail: "NodePorts need herald's service proxy (issue #5)"}
@@ -358,11 +381,14 @@ func (r *run) nodePortLocal() Result {
 		return Result{Verdict: Fail, Detail: err.Error()}
 	}
 	port := r.jsonpath("get", "svc", "nodeport", "-o", "jsonpath={.spec.ports[0].nodePort}")
+	want := map[string]string{r.podNode: topology.ClientV4.String()}
+	if r.have.Proxy {
+		r.settle(func() bool { return fmt.Sprint(r.nodePortLoop(port)) == fmt.Sprint(want) })
+	}
 	got := r.nodePortLoop(port)
 	if !r.have.Proxy {
 		return Result{Verdict: NotYet, Detail: "NodePorts need herald's service proxy (issue #5)"}
 	}
-	want := map[string]string{r.podNode: topology.ClientV4.String()}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		return Result{Verdict: Fail, Detail: fmt.Sprintf("answers %v, want only %v", got, want)}
 	}
@@ -434,25 +460,38 @@ func (r *run) loadBalancerLocal() Result {
 	}
 	hcnp := r.jsonpath("get", "svc", "loadbalancer", "-o", "jsonpath={.spec.healthCheckNodePort}")
 	r.say("$ kubectl get svc loadbalancer -o yaml | grep -i healthCheckNodePort\n    healthCheckNodePort: %s\n", hcnp)
-	healthy := map[string]string{}
-	for _, n := range r.Layout.Nodes {
-		r.say("[%s]$ curl -s -o /dev/null -w '%%{http_code}' localhost:%s/healthz\n", n.Name, hcnp)
-		out, _ := exec.CommandContext(r.ctx, "ip", "netns", "exec", n.Netns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-			"--connect-timeout", "1", "--max-time", "2", "http://127.0.0.1:"+hcnp+"/healthz").Output()
-		healthy[n.Name] = string(out)
-		r.say("    %s\n", out)
+	probe := func() map[string]string {
+		healthy := map[string]string{}
+		for _, n := range r.Layout.Nodes {
+			r.say("[%s]$ curl -s -o /dev/null -w '%%{http_code}' localhost:%s/healthz\n", n.Name, hcnp)
+			out, _ := exec.CommandContext(r.ctx, "ip", "netns", "exec", n.Netns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+				"--connect-timeout", "1", "--max-time", "2", "http://127.0.0.1:"+hcnp+"/healthz").Output()
+			healthy[n.Name] = string(out)
+			r.say("    %s\n", out)
+		}
+		return healthy
 	}
+	wrong := func(healthy map[string]string) string {
+		for name, code := range healthy {
+			want := "503"
+			if name == r.podNode {
+				want = "200"
+			}
+			if code != want {
+				return fmt.Sprintf("/healthz on %s answered %q, want %s", name, code, want)
+			}
+		}
+		return ""
+	}
+	if r.have.Proxy {
+		r.settle(func() bool { return wrong(probe()) == "" })
+	}
+	healthy := probe()
 	if !r.have.Proxy {
 		return Result{Verdict: NotYet, Detail: "healthCheckNodePort is served by herald's proxy (issue #5)"}
 	}
-	for name, code := range healthy {
-		want := "503"
-		if name == r.podNode {
-			want = "200"
-		}
-		if code != want {
-			return Result{Verdict: Fail, Detail: fmt.Sprintf("/healthz on %s answered %q, want %s", name, code, want)}
-		}
+	if msg := wrong(healthy); msg != "" {
+		return Result{Verdict: Fail, Detail: msg}
 	}
 	ip := r.externalIP()
 	if !r.have.Controller || !r.have.Speaker || ip == "" {

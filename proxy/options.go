@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// EnvClusterCIDR is the environment variable --cluster-cidr defaults to,
+// so the install manifests can take it from an optional ConfigMap
+// (herald-proxy) instead of hard-coding it in the DaemonSet.
+const EnvClusterCIDR = "HERALD_CLUSTER_CIDR"
+
+// Options configure `herald proxy`.
+type Options struct {
+	// Kubeconfig is a kubeconfig file; empty means in-cluster.
+	Kubeconfig string
+	// NodeName is this node's name (--hostname-override, else $NODE_NAME,
+	// else the host name).
+	NodeName string
+	// ClusterCIDRs is the pod network, at most one prefix per family.
+	ClusterCIDRs  []netip.Prefix
+	MasqueradeAll bool
+	MasqueradeBit int
+	// MinSyncPeriod is the least time between two syncs; SyncPeriod the
+	// most (each such periodic sync is full).
+	MinSyncPeriod, SyncPeriod time.Duration
+	// HealthzBindAddress serves /healthz and /livez; MetricsBindAddress
+	// /metrics and /proxyMode.
+	HealthzBindAddress, MetricsBindAddress string
+	// Cleanup removes herald's rules and exits.
+	Cleanup bool
+	QPS     float64
+	Burst   int
+}
+
+// DefaultOptions are the flag defaults, kube-proxy's where it has the flag.
+func DefaultOptions() Options {
+	name := os.Getenv("NODE_NAME")
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	return Options{
+		NodeName:           strings.ToLower(strings.TrimSpace(name)),
+		MasqueradeBit:      14,
+		MinSyncPeriod:      time.Second,
+		SyncPeriod:         30 * time.Second,
+		HealthzBindAddress: "0.0.0.0:10256",
+		MetricsBindAddress: "0.0.0.0:10249",
+		QPS:                50,
+		Burst:              100,
+	}
+}
+
+// ParseFlags reads the command line of `herald proxy`. Errors name the
+// flag; -h prints the usage to out and returns flag.ErrHelp.
+func ParseFlags(args []string, out io.Writer) (Options, error) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(out)
+	cidrs := os.Getenv(EnvClusterCIDR)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	fs.StringVar(&o.NodeName, "hostname-override", o.NodeName, "this node's name (default: $NODE_NAME, else the host name)")
+	fs.StringVar(&cidrs, "cluster-cidr", cidrs, "the pods' addresses, one CIDR per family, comma-separated; traffic from outside them to a cluster IP is masqueraded (default: $"+EnvClusterCIDR+", else the Node's spec.podCIDRs)")
+	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic sent to cluster IPs")
+	fs.IntVar(&o.MasqueradeBit, "iptables-masquerade-bit", o.MasqueradeBit, "the fwmark bit (0-31) that marks packets to masquerade")
+	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", o.MinSyncPeriod, "least time between two syncs of the rules (changes in between are batched)")
+	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "most time between two syncs; each such periodic sync rewrites all rules")
+	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "address serving /healthz and /livez")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address serving /metrics and /proxyMode")
+	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove every rule and chain herald's proxy installed, then exit")
+	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "requests per second to the API server")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
+	fs.Usage = func() {
+		fmt.Fprintln(out, "usage: herald proxy [flags]\n\nPrograms this node's iptables for ClusterIP, NodePort, LoadBalancer and external IPs, like kube-proxy's iptables mode.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q: herald proxy takes only flags", fs.Arg(0))
+	}
+	o.NodeName = strings.ToLower(strings.TrimSpace(o.NodeName))
+	var err error
+	if o.ClusterCIDRs, err = parseClusterCIDRs(cidrs); err != nil {
+		return o, fmt.Errorf("--cluster-cidr: %w", err)
+	}
+	if o.Cleanup {
+		return o, nil // needs no node, API server or ports
+	}
+	return o, o.Validate()
+}
+
+// parseClusterCIDRs reads "a/n[,b/m]": at most one prefix per family.
+func parseClusterCIDRs(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR", f)
+		}
+		if p.Addr().Is4In6() {
+			return nil, fmt.Errorf("%q: write IPv4 prefixes as IPv4", f)
+		}
+		for _, o := range out {
+			if o.Addr().Is4() == p.Addr().Is4() {
+				return nil, fmt.Errorf("%s and %s: at most one CIDR per address family", o, p)
+			}
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// Validate checks the options, naming the flag at fault.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	if o.NodeName == "" {
+		bad("hostname-override", "no node name: set it, or NODE_NAME")
+	} else {
+		for _, m := range validation.IsDNS1123Subdomain(o.NodeName) {
+			bad("hostname-override", "%q is not a node name: %s", o.NodeName, m)
+		}
+	}
+	if o.MasqueradeBit < 0 || o.MasqueradeBit > 31 {
+		bad("iptables-masquerade-bit", "%d is out of range 0-31", o.MasqueradeBit)
+	}
+	if o.SyncPeriod <= 0 {
+		bad("sync-period", "must be positive, got %s", o.SyncPeriod)
+	}
+	if o.MinSyncPeriod < 0 {
+		bad("min-sync-period", "must not be negative, got %s", o.MinSyncPeriod)
+	} else if o.SyncPeriod > 0 && o.MinSyncPeriod > o.SyncPeriod {
+		bad("min-sync-period", "%s is longer than --sync-period (%s)", o.MinSyncPeriod, o.SyncPeriod)
+	}
+	if err := checkListenAddr(o.HealthzBindAddress); err != nil {
+		bad("healthz-bind-address", "%v", err)
+	}
+	if err := checkListenAddr(o.MetricsBindAddress); err != nil {
+		bad("metrics-bind-address", "%v", err)
+	}
+	if o.QPS <= 0 {
+		bad("kube-api-qps", "must be positive, got %v", o.QPS)
+	}
+	if o.Burst < 1 {
+		bad("kube-api-burst", "must be at least 1, got %d", o.Burst)
+	}
+	return errors.Join(errs...)
+}
+
+func checkListenAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", addr, err)
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: host %q is not an IP address", addr, host)
+		}
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: port %q is not a number between 0 and 65535", addr, port)
+	}
+	return nil
+}

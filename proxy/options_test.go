@@ -1,0 +1,88 @@
+package proxy
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/herald-lb/herald/proxy/rules"
+)
+
+func TestParseFlagsDefaults(t *testing.T) {
+	t.Setenv("NODE_NAME", "Node1")
+	t.Setenv(EnvClusterCIDR, "198.18.0.0/16")
+	o, err := ParseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.NodeName != "node1" || o.MinSyncPeriod != time.Second || o.SyncPeriod != 30*time.Second ||
+		o.HealthzBindAddress != "0.0.0.0:10256" || o.MetricsBindAddress != "0.0.0.0:10249" || o.MasqueradeBit != 14 {
+		t.Errorf("%+v", o)
+	}
+	if !slices.Equal(o.ClusterCIDRs, []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}) {
+		t.Errorf("cluster CIDRs from the environment: %v", o.ClusterCIDRs)
+	}
+	// The flag wins over the environment.
+	o, err = ParseFlags([]string{"--cluster-cidr=10.244.0.0/16, fd00:244::/48", "--hostname-override=n2"}, io.Discard)
+	if err != nil || len(o.ClusterCIDRs) != 2 || o.NodeName != "n2" {
+		t.Errorf("%+v %v", o, err)
+	}
+	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
+	t.Setenv("NODE_NAME", "node1")
+	t.Setenv(EnvClusterCIDR, "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster-cidr=198.18.0.0/33"}, "--cluster-cidr"},
+		{[]string{"--cluster-cidr=10.0.0.0/8,10.1.0.0/16"}, "one CIDR per address family"},
+		{[]string{"--min-sync-period=1m", "--sync-period=30s"}, "--min-sync-period"},
+		{[]string{"--sync-period=0"}, "--sync-period"},
+		{[]string{"--iptables-masquerade-bit=32"}, "--iptables-masquerade-bit"},
+		{[]string{"--healthz-bind-address=:99999"}, "--healthz-bind-address"},
+		{[]string{"--metrics-bind-address=localhost:10249"}, "--metrics-bind-address"},
+		{[]string{"--hostname-override=-x"}, "--hostname-override"},
+		{[]string{"extra"}, "unexpected argument"},
+	} {
+		_, err := ParseFlags(c.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want it to mention %s", c.args, err, c.want)
+		}
+	}
+	// --cleanup needs nothing else to be right.
+	t.Setenv("NODE_NAME", "")
+	if _, err := ParseFlags([]string{"--cleanup", "--hostname-override="}, io.Discard); err != nil {
+		t.Errorf("--cleanup: %v", err)
+	}
+}
+
+func TestFamilies(t *testing.T) {
+	v4 := netip.MustParseAddr("192.0.2.10")
+	v6 := netip.MustParseAddr("2001:db8::10")
+	for _, c := range []struct {
+		node  NodeInfo
+		cidrs []netip.Prefix
+		want  []rules.Family
+	}{
+		{NodeInfo{}, nil, []rules.Family{rules.IPv4}},
+		{NodeInfo{IPs: []netip.Addr{v4}}, nil, []rules.Family{rules.IPv4}},
+		{NodeInfo{IPs: []netip.Addr{v6}}, nil, []rules.Family{rules.IPv6}},
+		{NodeInfo{IPs: []netip.Addr{v4, v6}}, nil, []rules.Family{rules.IPv4, rules.IPv6}},
+		{NodeInfo{IPs: []netip.Addr{v4}}, []netip.Prefix{netip.MustParsePrefix("fd00::/48")}, []rules.Family{rules.IPv4, rules.IPv6}},
+		{NodeInfo{IPs: []netip.Addr{v6}, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}, nil, []rules.Family{rules.IPv4, rules.IPv6}},
+	} {
+		if got := Families(c.node, c.cidrs); !slices.Equal(got, c.want) {
+			t.Errorf("Families(%v, %v) = %v, want %v", c.node.IPs, c.cidrs, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,361 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/herald-lb/herald/internal/version"
+	"github.com/herald-lb/herald/proxy/conntrack"
+	"github.com/herald-lb/herald/proxy/healthcheck"
+	"github.com/herald-lb/herald/proxy/iptables"
+	"github.com/herald-lb/herald/proxy/rules"
+)
+
+// informerSelector leaves out what no proxy programs: Services another
+// proxy owns and headless Services' slices (the labels the endpointslice
+// controller sets), so the API server does not even send them.
+const informerSelector = "!" + LabelServiceProxyName + ",!" + LabelHeadless
+
+// nodeWait bounds how long the first sync waits for the Node object; its
+// addresses pick the families and feed the rules, but a node whose
+// object cannot be read still gets its Services.
+const nodeWait = 30 * time.Second
+
+// Run runs `herald proxy` until ctx ends (or, with --cleanup, removes
+// herald's rules and returns). The rules stay in place when it stops, so
+// a restart does not interrupt traffic.
+func Run(ctx context.Context, o Options, log *slog.Logger) error {
+	if o.Cleanup {
+		return runCleanup(ctx, log)
+	}
+	rc, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.QPS, rc.Burst = float32(o.QPS), o.Burst
+	rc.UserAgent = "herald-proxy/" + version.Version
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	rec := broadcaster.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "herald-proxy", Host: o.NodeName})
+
+	m := NewMetrics()
+	health := healthcheck.NewProxyHealth(2 * o.SyncPeriod)
+	loop := NewLoop(o.MinSyncPeriod, o.SyncPeriod)
+	tracker := NewTracker(o.NodeName, func() {
+		health.QueuedUpdate()
+		loop.Request()
+	})
+	// Set before the first sync; /healthz reads it meanwhile.
+	var current atomic.Pointer[Syncer]
+	health.NodeEligible = func() bool {
+		// A node whose rules are not written yet must not attract load
+		// balancers' traffic either.
+		s := current.Load()
+		return tracker.Node().Eligible && s != nil && s.Synced()
+	}
+	hc := healthcheck.NewServiceServer(nil, health.Healthy)
+	defer hc.Close()
+
+	handlers := map[string]http.Handler{}
+	metricsHandler := healthcheck.MetricsHandler(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	if o.HealthzBindAddress == o.MetricsBindAddress {
+		mux := http.NewServeMux()
+		mux.Handle("/healthz", health.Handler())
+		mux.Handle("/livez", health.Handler())
+		mux.Handle("/", metricsHandler)
+		handlers[o.HealthzBindAddress] = mux
+	} else {
+		handlers[o.HealthzBindAddress] = health.Handler()
+		handlers[o.MetricsBindAddress] = metricsHandler
+	}
+	stopServers, err := serve(log, handlers)
+	if err != nil {
+		return err
+	}
+	defer stopServers()
+
+	warn := func(svc *corev1.Service, msg string) {
+		log.Warn("service input the proxy cannot use", "service", svc.Namespace+"/"+svc.Name, "problem", msg)
+		rec.Event(svc, corev1.EventTypeWarning, "ProxyInvalidService", msg)
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = informerSelector }))
+	svcInf := factory.Core().V1().Services().Informer()
+	if _, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { serviceEvent(tracker, obj, warn) },
+		UpdateFunc: func(_, obj any) { serviceEvent(tracker, obj, warn) },
+		DeleteFunc: func(obj any) {
+			if svc, ok := tombstone[*corev1.Service](obj); ok {
+				tracker.DeleteService(svc.Namespace, svc.Name)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	sliceInf := factory.Discovery().V1().EndpointSlices().Informer()
+	if _, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { sliceEvent(tracker, obj) },
+		UpdateFunc: func(_, obj any) { sliceEvent(tracker, obj) },
+		DeleteFunc: func(obj any) {
+			if sl, ok := tombstone[*discoveryv1.EndpointSlice](obj); ok {
+				tracker.DeleteSlice(sl)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", o.NodeName).String()
+		}))
+	nodeInf := nodeFactory.Core().V1().Nodes().Informer()
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { nodeEvent(tracker, obj) },
+		UpdateFunc: func(_, obj any) { nodeEvent(tracker, obj) },
+		DeleteFunc: func(obj any) {
+			if n, ok := tombstone[*corev1.Node](obj); ok {
+				tracker.DeleteNode(n.Name)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	log.Info("herald proxy starting", "version", version.String(), "node", o.NodeName, "clusterCIDRs", o.ClusterCIDRs,
+		"minSyncPeriod", o.MinSyncPeriod, "syncPeriod", o.SyncPeriod, "healthz", o.HealthzBindAddress, "metrics", o.MetricsBindAddress)
+	factory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer nodeFactory.Shutdown()
+	// The first sync must see every Service, or it would delete the rules
+	// of those not yet listed.
+	if !cache.WaitForCacheSync(ctx.Done(), svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced) {
+		return ctx.Err()
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, nodeWait)
+	for !tracker.Node().Seen && waitCtx.Err() == nil {
+		select {
+		case <-waitCtx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	cancel()
+	if ctx.Err() != nil {
+		return nil
+	}
+	node := tracker.Node()
+	if !node.Seen {
+		log.Warn("no Node object with this name: programming Services without the node's addresses", "node", o.NodeName, "waited", nodeWait)
+	}
+
+	var fams []Family
+	for _, f := range Families(node, o.ClusterCIDRs) {
+		r, err := iptables.New(iptables.Family(f))
+		if err != nil {
+			log.Error("address family left out", "family", f, "err", err)
+			continue
+		}
+		fams = append(fams, Family{Family: f, Runner: r})
+	}
+	if len(fams) == 0 {
+		return errors.New("neither iptables nor ip6tables can be used")
+	}
+	cfg := Config{
+		NodeName:         o.NodeName,
+		ClusterCIDRs:     o.ClusterCIDRs,
+		MasqueradeAll:    o.MasqueradeAll,
+		MasqueradeBit:    o.MasqueradeBit,
+		ConntrackLiberal: conntrackLiberal(),
+	}
+	syncer := NewSyncer(cfg, tracker, fams, hc, health, conntrack.Netlink{}, m, log)
+	current.Store(syncer)
+	syncer.Report = func(p rules.Problem) {
+		if p.Service == (rules.ServicePortName{}) {
+			return
+		}
+		ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: p.Service.Namespace, Name: p.Service.Name}
+		rec.Event(ref, corev1.EventTypeWarning, "ProxyInvalidService", p.Error())
+	}
+	var names []string
+	for _, f := range fams {
+		names = append(names, f.Family.String())
+	}
+	log.Info("syncing", "families", strings.Join(names, ","), "nodeIPs", node.IPs, "podCIDRs", node.PodCIDRs)
+	loop.Run(ctx, func(ctx context.Context, periodic bool) bool {
+		res := syncer.Sync(ctx, periodic)
+		logSync(log, res)
+		return res.Retry
+	})
+	return nil
+}
+
+func logSync(log *slog.Logger, res SyncResult) {
+	if res.Idle {
+		return
+	}
+	for _, f := range res.Families {
+		kind := "partial"
+		if f.Full {
+			kind = "full"
+		}
+		if f.Err != nil {
+			continue // logged by the syncer
+		}
+		log.Info("synced", "family", f.Family, "kind", kind, "reason", f.Reason, "services", f.Stats.Services,
+			"natRules", f.Stats.NATRulesTotal, "natRulesWritten", f.Stats.NATRules, "filterRules", f.Stats.FilterRules,
+			"bytes", f.Bytes, "took", res.Duration.Round(time.Microsecond), "conntrackDeleted", res.ConntrackDeleted)
+	}
+}
+
+// Families are the address families to program: those of the node's
+// addresses and of --cluster-cidr (or the node's pod CIDRs); IPv4 when
+// nothing tells.
+func Families(node NodeInfo, clusterCIDRs []netip.Prefix) []rules.Family {
+	v4, v6 := false, false
+	see := func(a netip.Addr) {
+		v4 = v4 || a.Is4()
+		v6 = v6 || a.Is6()
+	}
+	for _, ip := range node.IPs {
+		see(ip)
+	}
+	for _, p := range clusterCIDRs {
+		see(p.Addr())
+	}
+	for _, p := range node.PodCIDRs {
+		see(p.Addr())
+	}
+	var out []rules.Family
+	if v4 || !v6 {
+		out = append(out, rules.IPv4)
+	}
+	if v6 {
+		out = append(out, rules.IPv6)
+	}
+	return out
+}
+
+// conntrackLiberal reads whether conntrack accepts out-of-window TCP
+// packets; then the proxy needs no DROP for INVALID ones.
+func conntrackLiberal() bool {
+	b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal")
+	return err == nil && strings.TrimSpace(string(b)) == "1"
+}
+
+func runCleanup(ctx context.Context, log *slog.Logger) error {
+	var errs []error
+	for _, f := range []rules.Family{rules.IPv4, rules.IPv6} {
+		r, err := iptables.New(iptables.Family(f))
+		if err != nil {
+			log.Info("cleanup: family skipped", "family", f, "err", err)
+			continue
+		}
+		if err := Cleanup(ctx, r); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f, err))
+			continue
+		}
+		log.Info("cleanup: herald's rules and chains removed", "family", f)
+	}
+	return errors.Join(errs...)
+}
+
+func serviceEvent(t *Tracker, obj any, warn func(*corev1.Service, string)) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return
+	}
+	for _, p := range t.UpdateService(svc) {
+		warn(svc, p.Error())
+	}
+}
+
+func sliceEvent(t *Tracker, obj any) {
+	if sl, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		t.UpdateSlice(sl)
+	}
+}
+
+func nodeEvent(t *Tracker, obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		t.UpdateNode(n)
+	}
+}
+
+// tombstone unwraps what a delete handler gets, which is the object or,
+// when the watch missed the deletion, a DeletedFinalStateUnknown.
+func tombstone[T any](obj any) (T, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	v, ok := obj.(T)
+	return v, ok
+}
+
+// serve starts one HTTP server per address.
+func serve(log *slog.Logger, handlers map[string]http.Handler) (stop func(), err error) {
+	var servers []*http.Server
+	stop = func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for _, s := range servers {
+			_ = s.Shutdown(sctx)
+		}
+	}
+	for addr, h := range handlers {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, srv)
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server stopped", "addr", addr, "err", err)
+			}
+		}()
+	}
+	return stop, nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+	}
+	return rc, nil
+}
