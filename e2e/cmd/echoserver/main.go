@@ -3,7 +3,8 @@
 // `client_address=<peer IP>` and the request's details (package
 // lab/echoserver). The lab kubelet runs it inside a pod's network
 // namespace. It logs one line per request on stdout, like nginx's access
-// log, and shuts down cleanly on SIGTERM.
+// log, and shuts down cleanly on SIGTERM. With ECHOSERVER_UDP_PORT set it
+// also answers UDP datagrams there (hostname= and client_address=).
 package main
 
 import (
@@ -42,6 +43,23 @@ func main() {
 		ReadHeaderTimeout: 30 * time.Second,
 	}
 	fmt.Printf("echoserver: listening on %s (pid %d)\n", ln.Addr(), os.Getpid())
+	if port := os.Getenv(echoserver.EnvUDPPort); port != "" {
+		pc, err := net.ListenPacket("udp", ":"+port)
+		if err != nil {
+			log.Fatalf("echoserver: %s: %v", echoserver.EnvUDPPort, err)
+		}
+		defer pc.Close()
+		host, _ := os.Hostname()
+		if h := os.Getenv("HOSTNAME"); h != "" {
+			host = h // the pod's name; the lab shares the machine's UTS namespace
+		}
+		fmt.Printf("echoserver: answering UDP on %s as %s\n", pc.LocalAddr(), host)
+		go func() {
+			if err := echoserver.ServeUDP(pc, host); err != nil {
+				log.Fatalf("echoserver: udp: %v", err)
+			}
+		}()
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

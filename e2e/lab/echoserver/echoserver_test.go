@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPageOverRealTCP(t *testing.T) {
@@ -80,5 +81,35 @@ func TestClientAddress(t *testing.T) {
 		if got := clientAddress(in); got != want {
 			t.Errorf("clientAddress(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestServeUDP(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ServeUDP(pc, "pod-a") }()
+	c, err := net.Dial("udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 256)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(buf[:n]), "hostname=pod-a client_address=127.0.0.1\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	pc.Close()
+	if err := <-done; err != nil {
+		t.Errorf("ServeUDP after close: %v", err)
 	}
 }

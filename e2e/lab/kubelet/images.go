@@ -13,7 +13,8 @@ import (
 type ImageKind string
 
 const (
-	// EchoServerImage answers HTTP on :8080 like echoserver:1.4.
+	// EchoServerImage answers HTTP on :8080 like echoserver:1.4 (and UDP
+	// on $ECHOSERVER_UDP_PORT when the container sets it).
 	EchoServerImage ImageKind = "echoserver"
 	// HeraldImage runs the herald binary built from this repository.
 	HeraldImage ImageKind = "herald"
