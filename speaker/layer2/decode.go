@@ -386,8 +386,12 @@ func decodeND(frame []byte, want uint8) (ndMessage, error) {
 		m.flags = 0
 	}
 	m.target = netip.AddrFrom16([16]byte(icmp[8:24]))
-	if m.target.IsMulticast() {
+	switch {
+	case m.target.IsMulticast():
 		return ndMessage{}, malformed("NDP", "target %s is multicast", m.target)
+	case m.target.IsUnspecified() || m.target.IsLoopback() || m.target.Is4In6():
+		// Never a neighbor's address on a link (RFC 4291 §2.5).
+		return ndMessage{}, malformed("NDP", "target %s is not a unicast address on a link", m.target)
 	}
 	llaType, llaName := uint8(optSourceLLA), "source link-layer address"
 	if want == icmpv6NA {

@@ -199,6 +199,9 @@ func TestDecodeNDP(t *testing.T) {
 			return fixChecksum(f)
 		}(), err: wantErr{true, "neighbor solicitation of 20 bytes is shorter than 24"}},
 		{name: "multicast target", frame: mod(func(s *nsSpec) { s.target = netip.MustParseAddr("ff02::1") }), err: wantErr{true, "target ff02::1 is multicast"}},
+		{name: "unspecified target", frame: mod(func(s *nsSpec) { s.target = netip.IPv6Unspecified() }), err: wantErr{true, "target :: is not a unicast address"}},
+		{name: "loopback target", frame: mod(func(s *nsSpec) { s.target = netip.IPv6Loopback() }), err: wantErr{true, "target ::1 is not a unicast address"}},
+		{name: "IPv4-mapped target", frame: mod(func(s *nsSpec) { s.target = netip.MustParseAddr("::ffff:198.51.100.10") }), err: wantErr{true, "target ::ffff:198.51.100.10 is not a unicast address"}},
 		{name: "zero-length option", frame: mod(func(s *nsSpec) { s.opts = []byte{1, 0, 0, 0, 0, 0, 0, 0} }), err: wantErr{true, "option type 1 has length 0"}},
 		{name: "zero-length unknown option", frame: mod(func(s *nsSpec) { s.opts = slices.Concat(sllaOpt, []byte{99, 0, 0, 0, 0, 0, 0, 0}) }), err: wantErr{true, "option type 99 has length 0"}},
 		{name: "option past the end", frame: mod(func(s *nsSpec) { s.opts = []byte{1, 2, 0, 0, 0, 0, 0, 0} }), err: wantErr{true, "option type 1 of 16 bytes, but only 8 remain"}},

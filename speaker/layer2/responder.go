@@ -269,7 +269,11 @@ func (r *Responder) handle(c Conn, frame []byte) {
 		return
 	default:
 		if r.log.Enabled(context.Background(), slog.LevelDebug) {
-			r.log.Debug("not answering", "reason", d.Reason, "ip", d.Target, "error", d.Err)
+			if d.Err != nil {
+				r.log.Debug("not answering", "reason", d.Reason, "error", d.Err)
+			} else {
+				r.log.Debug("not answering", "reason", d.Reason, "ip", d.Target)
+			}
 		}
 		return
 	}
@@ -356,6 +360,13 @@ func (r *Responder) repeat(ip netip.Addr, cancel chan struct{}, c Conn, frames [
 			return
 		case <-r.stop:
 			return
+		}
+		select { // a timer and a cancel both ready: the cancel wins
+		case <-cancel:
+			return
+		case <-r.stop:
+			return
+		default:
 		}
 		prev = off
 		if !r.a.Announcing(ip, r.ifi.Name) {
