@@ -140,22 +140,6 @@ func Decode(frame []byte) (Request, error) {
 	return Request{ARP: &a}, nil
 }
 
-// FrameFamily is the family a frame would be answered in, from its
-// EtherType alone (so that even malformed frames can be counted per
-// family); false for other EtherTypes.
-func FrameFamily(frame []byte) (Family, bool) {
-	if len(frame) < ethLen {
-		return 0, false
-	}
-	switch binary.BigEndian.Uint16(frame[12:]) {
-	case etherTypeARP:
-		return IPv4, true
-	case etherTypeIPv6:
-		return IPv6, true
-	}
-	return 0, false
-}
-
 type ethHeader struct {
 	dst, src  net.HardwareAddr
 	etherType uint16

@@ -267,15 +267,6 @@ func TestDecodeNotARequest(t *testing.T) {
 		if _, err := Decode(frame); err == nil {
 			t.Errorf("Decode(% x) succeeded", frame)
 		}
-		if _, ok := FrameFamily(frame); ok {
-			t.Errorf("FrameFamily(% x) claims a family", frame)
-		}
-	}
-	if f, ok := FrameFamily(arpReq().bytes()); !ok || f != IPv4 {
-		t.Errorf("FrameFamily(ARP) = %v, %v", f, ok)
-	}
-	if f, ok := FrameFamily(nsReq().bytes()); !ok || f != IPv6 {
-		t.Errorf("FrameFamily(NS) = %v, %v", f, ok)
 	}
 }
 

@@ -166,6 +166,12 @@ func NewResponder(ifi Interface, s Sockets, a Announcer, opts Options) (*Respond
 // returns, nil when ctx ended. Transient read errors (the link going down)
 // are logged and retried. Run may be called once.
 func (r *Responder) Run(ctx context.Context) error {
+	r.mu.Lock()
+	stopped := r.stopped
+	r.mu.Unlock()
+	if stopped {
+		return fmt.Errorf("interface %s: responder already stopped", r.ifi.Name)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var conns []Conn

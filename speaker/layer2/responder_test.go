@@ -474,6 +474,9 @@ func TestGratuitousStops(t *testing.T) {
 	if err := g.r.Gratuitous(vip4); err == nil {
 		t.Error("Gratuitous after Run returned succeeded")
 	}
+	if err := g.r.Run(context.Background()); err == nil {
+		t.Error("a second Run succeeded")
+	}
 }
 
 func TestGratuitousWriteError(t *testing.T) {
