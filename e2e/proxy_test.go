@@ -19,6 +19,7 @@ import (
 
 	"github.com/herald-lb/herald/e2e/harness"
 	"github.com/herald-lb/herald/e2e/lab/kubelet"
+	"github.com/herald-lb/herald/e2e/lab/labbin"
 	"github.com/herald-lb/herald/e2e/lab/netns"
 	"github.com/herald-lb/herald/e2e/lab/topology"
 )
@@ -138,8 +139,8 @@ spec:
 // TestProxy checks `herald proxy`, as installed by config/deploy, with
 // real traffic in the lab: the "Using Source IP" outcomes for ClusterIP
 // and NodePort, healthCheckNodePort, /proxyMode, REJECT without
-// endpoints, session affinity, UDP across a pod replacement, and the
-// rules as `iptables -L` shows them.
+// endpoints, session affinity, UDP across a pod replacement, --cleanup
+// and the canary, and the rules as `iptables -L` shows them.
 func TestProxy(t *testing.T) {
 	h := harness.Start(t)
 	t.Cleanup(func() { cleanupProxyObjects(h) })
@@ -320,6 +321,34 @@ func TestProxy(t *testing.T) {
 		udpEcho(h, podNetns(h, "px-client-1"), clusterIP(h, "px-udp"))
 	})
 
+	t.Run("herald proxy --cleanup, then the canary brings the rules back", func(t *testing.T) {
+		h := harness.Start(t)
+		node := h.Node("node3")
+		url := fmt.Sprintf("http://%s:%d/", node.IPv4, nodePort(h, "px-nodeport"))
+		waitPage(h, h.Layout.Client, url)
+		// What an admin (or another tool flushing the tables) would do.
+		if out, err := h.Exec("node3", h.Lab.Bins.Path(labbin.Herald), "proxy", "--cleanup"); err != nil {
+			t.Fatalf("herald proxy --cleanup: %v\n%s", err, out)
+		}
+		for _, table := range []string{"nat", "filter", "mangle"} {
+			out, err := h.Exec("node3", "iptables-save", "-t", table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(out, "HERALD") {
+				t.Errorf("after --cleanup, %s still has herald's rules:\n%s", table, out)
+			}
+		}
+		if _, err := getFrom(h.Layout.Client, url); err == nil {
+			t.Fatalf("%s still answers without rules", url)
+		}
+		// The next change finds the canary gone and rewrites everything.
+		changed := time.Now()
+		h.Apply("apiVersion: v1\nkind: Service\nmetadata: {name: px-touch, namespace: default}\nspec:\n  selector: {app: px-app}\n  ports: [{port: 80, targetPort: 8080}]\n")
+		waitPage(h, h.Layout.Client, url)
+		t.Logf("TIMING node3's rules rewritten %s after a change found the canary gone", time.Since(changed).Round(time.Millisecond))
+	})
+
 	t.Run("iptables -t nat -L reads like the Kubernetes docs", func(t *testing.T) {
 		h := harness.Start(t)
 		list := func(chain string) string {
@@ -484,7 +513,7 @@ func udpEcho(h *harness.T, from, cip string) {
 
 func cleanupProxyObjects(h *harness.T) {
 	_, _ = h.K.Run(h.Ctx, "delete", "deployment", "px-app", "px-multi", "px-udp", "--ignore-not-found")
-	_, _ = h.K.Run(h.Ctx, "delete", "service", "px-clusterip", "px-nodeport", "px-local", "px-sticky", "px-spread", "px-udp", "px-empty", "--ignore-not-found")
+	_, _ = h.K.Run(h.Ctx, "delete", "service", "px-clusterip", "px-nodeport", "px-local", "px-sticky", "px-spread", "px-udp", "px-empty", "px-touch", "--ignore-not-found")
 	_, _ = h.K.Run(h.Ctx, "delete", "pod", "px-client-1", "px-client-2", "--ignore-not-found", "--wait=false")
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
