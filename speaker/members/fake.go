@@ -1,0 +1,118 @@
+package members
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Fake is an in-memory Cluster for tests of the speaker: the test adds and
+// removes members, and events are delivered synchronously, in order, on
+// the calling goroutine.
+type Fake struct {
+	mu      sync.Mutex
+	self    string
+	members map[string]Member
+	peers   []string
+	closed  bool
+	onEvent func(Event)
+	// JoinErr, when set, is what Join returns.
+	JoinErr error
+}
+
+var _ Cluster = (*Fake)(nil)
+
+// NewFake returns a Fake whose only member is this node, with meta.
+func NewFake(self string, meta Meta, onEvent func(Event)) *Fake {
+	f := &Fake{self: self, members: map[string]Member{}, onEvent: onEvent}
+	f.members[self] = Member{Name: self, Meta: meta}
+	return f
+}
+
+// Join implements Cluster: it records the peers and joins nobody.
+func (f *Fake) Join(peers []string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, errors.New("memberlist is closed")
+	}
+	f.peers = slices.Clone(peers)
+	return 0, f.JoinErr
+}
+
+// Peers returns the peers of the last Join.
+func (f *Fake) Peers() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.peers)
+}
+
+// Members implements Cluster.
+func (f *Fake) Members() []Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Member, 0, len(f.members))
+	for _, m := range f.members {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// UpdateMeta implements Cluster, with EncodeMeta's checks.
+func (f *Fake) UpdateMeta(meta Meta) error {
+	if _, err := EncodeMeta(meta); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return errors.New("memberlist is closed")
+	}
+	m := f.members[f.self]
+	m.Meta = meta
+	f.members[f.self] = m
+	f.mu.Unlock()
+	f.emit(Event{Type: EventUpdate, Member: m})
+	return nil
+}
+
+// Close implements Cluster.
+func (f *Fake) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	return nil
+}
+
+// Set adds a member (a join event) or replaces it (an update event).
+func (f *Fake) Set(m Member) {
+	f.mu.Lock()
+	_, known := f.members[m.Name]
+	f.members[m.Name] = m
+	f.mu.Unlock()
+	t := EventJoin
+	if known {
+		t = EventUpdate
+	}
+	f.emit(Event{Type: t, Member: m})
+}
+
+// Remove drops a member with a leave event.
+func (f *Fake) Remove(name string) {
+	f.mu.Lock()
+	m, ok := f.members[name]
+	delete(f.members, name)
+	f.mu.Unlock()
+	if !ok {
+		return
+	}
+	f.emit(Event{Type: EventLeave, Member: m})
+}
+
+func (f *Fake) emit(e Event) {
+	if f.onEvent != nil {
+		f.onEvent(e)
+	}
+}

@@ -1,0 +1,105 @@
+package members
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// MaxMetaSize is memberlist's limit on node metadata (memberlist.MetaMaxSize;
+// memberlist panics past it, so it is checked here first).
+const MaxMetaSize = 512
+
+// metaVersion lets a later speaker change the layout while older ones are
+// still in the cluster.
+const metaVersion = 1
+
+// Meta is what a speaker tells the others about its node through memberlist
+// metadata: the interfaces it could announce on and those of them without
+// carrier. The election needs both for every node (Node.Interfaces and
+// Node.DownInterfaces), and no other source has them for remote nodes.
+type Meta struct {
+	// Interfaces are the node's suitable interfaces (up, not loopback, not
+	// a bond slave or pod interface), with or without carrier.
+	Interfaces []string
+	// DownInterfaces are the suitable interfaces without carrier.
+	DownInterfaces []string
+}
+
+// wireMeta is compact because 512 bytes is little: with 15-character
+// names about 25 interfaces fit.
+type wireMeta struct {
+	V    int      `json:"v"`
+	Up   []string `json:"i,omitempty"`
+	Down []string `json:"d,omitempty"`
+}
+
+// ErrMetaTooLarge is returned (wrapped) when the metadata does not fit.
+var ErrMetaTooLarge = errors.New("node metadata too large")
+
+// maxIfaceName is Linux's IFNAMSIZ-1.
+const maxIfaceName = 15
+
+func validIface(s string) bool {
+	return s != "" && len(s) <= maxIfaceName && s != "." && s != ".." &&
+		!strings.ContainsAny(s, "/: \t\n\r\x00")
+}
+
+func normalize(names []string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// EncodeMeta encodes m, sorted and without duplicates, and fails with
+// ErrMetaTooLarge when it exceeds MaxMetaSize and with a named error for an
+// interface name Linux would not accept.
+func EncodeMeta(m Meta) ([]byte, error) {
+	for _, l := range [][]string{m.Interfaces, m.DownInterfaces} {
+		for _, n := range l {
+			if !validIface(n) {
+				return nil, fmt.Errorf("node metadata: invalid interface name %q", n)
+			}
+		}
+	}
+	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces)})
+	if err != nil {
+		return nil, fmt.Errorf("node metadata: %w", err)
+	}
+	if len(b) > MaxMetaSize {
+		return nil, fmt.Errorf("%w: %d interfaces (%d without carrier) take %d bytes, memberlist allows %d; publish only the interfaces the L2Advertisements name",
+			ErrMetaTooLarge, len(m.Interfaces), len(m.DownInterfaces), len(b), MaxMetaSize)
+	}
+	return b, nil
+}
+
+// DecodeMeta decodes a peer's metadata. Empty metadata is an empty Meta (a
+// speaker that publishes no interfaces can win no IP); anything malformed
+// is an error, and invalid names are dropped rather than trusted.
+func DecodeMeta(b []byte) (Meta, error) {
+	if len(b) == 0 {
+		return Meta{}, nil
+	}
+	if len(b) > MaxMetaSize {
+		return Meta{}, fmt.Errorf("%w: %d bytes", ErrMetaTooLarge, len(b))
+	}
+	var w wireMeta
+	if err := json.Unmarshal(b, &w); err != nil {
+		return Meta{}, fmt.Errorf("node metadata: %w", err)
+	}
+	if w.V != metaVersion {
+		return Meta{}, fmt.Errorf("node metadata version %d, this speaker reads %d", w.V, metaVersion)
+	}
+	keep := func(l []string) []string {
+		var out []string
+		for _, n := range l {
+			if validIface(n) {
+				out = append(out, n)
+			}
+		}
+		return normalize(out)
+	}
+	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down)}, nil
+}

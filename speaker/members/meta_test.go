@@ -1,0 +1,107 @@
+package members
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestMetaRoundTrip(t *testing.T) {
+	cases := []struct {
+		in, want Meta
+	}{
+		{Meta{}, Meta{}},
+		{Meta{Interfaces: []string{"eth1", "eth0", "eth1"}, DownInterfaces: []string{"eth1"}},
+			Meta{Interfaces: []string{"eth0", "eth1"}, DownInterfaces: []string{"eth1"}}},
+		{Meta{Interfaces: []string{"bond0.100", "enp3s0f1"}}, Meta{Interfaces: []string{"bond0.100", "enp3s0f1"}}},
+	}
+	for _, c := range cases {
+		b, err := EncodeMeta(c.in)
+		if err != nil {
+			t.Fatalf("EncodeMeta(%v): %v", c.in, err)
+		}
+		got, err := DecodeMeta(b)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("round trip of %v via %s: %v %v, want %v", c.in, b, got, err, c.want)
+		}
+	}
+}
+
+func TestMetaSizeLimit(t *testing.T) {
+	names := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("vlan-iface-%04d", i)) // 15 characters
+		}
+		return out
+	}
+	// Find the largest count that fits, then check the next one fails
+	// with a message a user can act on.
+	fit := 0
+	for n := 1; n < 100; n++ {
+		b, err := EncodeMeta(Meta{Interfaces: names(n)})
+		if err != nil {
+			if !errors.Is(err, ErrMetaTooLarge) {
+				t.Fatalf("%d interfaces: %v, want ErrMetaTooLarge", n, err)
+			}
+			for _, s := range []string{fmt.Sprint(n), "512", "L2Advertisements"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %s", err, s)
+				}
+			}
+			break
+		}
+		if len(b) > MaxMetaSize {
+			t.Fatalf("%d interfaces encoded to %d bytes without error", n, len(b))
+		}
+		fit = n
+	}
+	t.Logf("%d interfaces of 15 characters fit in %d bytes", fit, MaxMetaSize)
+	if fit < 20 {
+		t.Errorf("only %d interfaces fit; the encoding is wasteful", fit)
+	}
+	// Down interfaces count too.
+	if _, err := EncodeMeta(Meta{Interfaces: names(fit), DownInterfaces: names(fit)}); !errors.Is(err, ErrMetaTooLarge) {
+		t.Errorf("interfaces plus down interfaces over the limit: %v", err)
+	}
+}
+
+func TestMetaBadInput(t *testing.T) {
+	for _, name := range []string{"", "sixteen-chars-xx", "a/b", "a:b", "a b", ".", "..", "a\x00"} {
+		if _, err := EncodeMeta(Meta{Interfaces: []string{name}}); err == nil {
+			t.Errorf("EncodeMeta accepted interface %q", name)
+		}
+		if _, err := EncodeMeta(Meta{DownInterfaces: []string{name}}); err == nil {
+			t.Errorf("EncodeMeta accepted down interface %q", name)
+		}
+	}
+	for _, b := range []string{"{", "null", `"eth0"`, `{"v":2,"i":["eth0"]}`, `{"i":["eth0"]}`, `{"v":1,"i":"eth0"}`, strings.Repeat(" ", 600)} {
+		if m, err := DecodeMeta([]byte(b)); err == nil {
+			t.Errorf("DecodeMeta(%.40q) = %v, want an error", b, m)
+		}
+	}
+	// Bad names from a peer are dropped, unknown fields ignored.
+	m, err := DecodeMeta([]byte(`{"v":1,"i":["eth0","","x/y","waytoolonginterface"],"d":["eth0","eth0"],"future":true}`))
+	if err != nil || !reflect.DeepEqual(m, Meta{Interfaces: []string{"eth0"}, DownInterfaces: []string{"eth0"}}) {
+		t.Errorf("DecodeMeta kept %v %v", m, err)
+	}
+}
+
+func FuzzDecodeMeta(f *testing.F) {
+	for _, s := range []string{"", `{"v":1}`, `{"v":1,"i":["eth0"],"d":["eth1"]}`, `{"v":1,"i":[1,2]}`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeMeta(b)
+		if err != nil {
+			return
+		}
+		for _, n := range append(m.Interfaces, m.DownInterfaces...) {
+			if !validIface(n) {
+				t.Fatalf("DecodeMeta kept invalid name %q", n)
+			}
+		}
+	})
+}
