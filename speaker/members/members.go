@@ -258,7 +258,8 @@ func (m *Memberlist) joinMissing() (int, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				errs = append(errs, fmt.Errorf("joining %s: %w", p, err))
+				// memberlist's multi-line multierror, flattened for logs.
+				errs = append(errs, fmt.Errorf("joining %s: %s", p, strings.Join(strings.Fields(err.Error()), " ")))
 				return
 			}
 			joined++
