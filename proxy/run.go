@@ -230,7 +230,9 @@ func logSync(log *slog.Logger, res SyncResult) {
 		}
 		log.Info("synced", "family", f.Family, "kind", kind, "reason", f.Reason, "services", f.Stats.Services,
 			"natRules", f.Stats.NATRulesTotal, "natRulesWritten", f.Stats.NATRules, "filterRules", f.Stats.FilterRules,
-			"bytes", f.Bytes, "took", res.Duration.Round(time.Microsecond), "conntrackDeleted", res.ConntrackDeleted)
+			"bytes", f.Bytes, "took", res.Duration.Round(time.Microsecond), "housekeeping", f.Housekeeping.Round(time.Microsecond),
+			"save", f.Save.Round(time.Microsecond), "render", f.Render.Round(time.Microsecond), "restore", f.Restore.Round(time.Microsecond),
+			"conntrackDeleted", res.ConntrackDeleted)
 	}
 }
 

@@ -114,6 +114,9 @@ type FamilyResult struct {
 	Stats  rules.Stats
 	// Bytes is the size of the restore input.
 	Bytes int
+	// Where the time went: housekeeping (full syncs), iptables-save
+	// (first sync), rendering, iptables-restore.
+	Housekeeping, Save, Render, Restore time.Duration
 
 	health []rules.ServiceHealth
 }
@@ -241,27 +244,36 @@ func (s *Syncer) finish(res *SyncResult, start time.Time, fams []FamilyResult, o
 func (s *Syncer) syncFamily(ctx context.Context, f *famState, fr *FamilyResult, snap Snapshot, node rules.NodeConfig) error {
 	opts := rules.Options{Existing: f.chains}
 	if fr.Full {
+		t := s.now()
 		if err := Housekeeping(ctx, f.Runner); err != nil {
 			return fmt.Errorf("housekeeping: %w", err)
 		}
+		fr.Housekeeping = s.now().Sub(t)
 		if f.chains == nil {
 			// First sync: chains an earlier run left behind are stale
 			// unless rendered again.
+			t = s.now()
 			save, err := f.Runner.Save(ctx, "nat")
 			if err != nil {
 				return err
 			}
 			opts.Existing = heraldChains(save)
+			fr.Save = s.now().Sub(t)
 		}
 	} else {
 		opts.Changed = snap.Changed
 	}
+	t := s.now()
 	rs := rules.RenderWith(f.Family.Family, snap.Services, snap.Endpoints, node, opts)
 	s.reportProblems(rs.Problems)
 	data := rs.Bytes()
+	fr.Render = s.now().Sub(t)
 	fr.Bytes = len(data)
 	fr.Stats = rs.Stats
-	if err := f.Runner.Restore(ctx, data); err != nil {
+	t = s.now()
+	err := f.Runner.Restore(ctx, data)
+	fr.Restore = s.now().Sub(t)
+	if err != nil {
 		return err
 	}
 	f.chains = rs.NATChains

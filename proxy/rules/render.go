@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"slices"
@@ -259,7 +260,7 @@ func (r *renderer) finish() {
 	rs.Filter = append(rs.Filter, "COMMIT\n"...)
 	rs.NAT = make([]byte, 0, len(r.natChains.b)+len(r.natRules.b)+16)
 	rs.NAT = append(rs.NAT, "*nat\n"...)
-	rs.NAT = append(append(rs.NAT, r.natChains.b...), r.natRules.b...)
+	rs.NAT = append(append(rs.NAT, sortLines(r.natChains.b)...), r.natRules.b...)
 	rs.NAT = append(rs.NAT, "COMMIT\n"...)
 
 	nDeleted := len(rs.Deleted)
@@ -267,6 +268,20 @@ func (r *renderer) finish() {
 	rs.Stats.NATRules = r.natRules.n - nDeleted
 	rs.Stats.NATRulesTotal = r.natRules.n - nDeleted + r.skipped.n
 	rs.Stats.NATChains = r.natChains.n
+}
+
+// sortLines sorts newline-terminated lines. Chains are declared in name
+// order, as iptables-save lists them: iptables-nft (1.8.9) takes over
+// three times the CPU to restore 1,000 Services x 10 endpoints when the
+// declarations come in any other order (4.3s instead of 1.3s), while the
+// order of the -A lines does not matter.
+func sortLines(b []byte) []byte {
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	if n := len(lines); n > 0 && len(lines[n-1]) == 0 {
+		lines = lines[:n-1]
+	}
+	slices.SortFunc(lines, bytes.Compare)
+	return bytes.Join(lines, nil)
 }
 
 // service writes everything for one Service port. The structure follows
