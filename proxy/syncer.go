@@ -118,7 +118,8 @@ type FamilyResult struct {
 	// (first sync), rendering, iptables-restore.
 	Housekeeping, Save, Render, Restore time.Duration
 
-	health []rules.ServiceHealth
+	health   []rules.ServiceHealth
+	problems []rules.Problem
 }
 
 // SyncResult is what one sync did.
@@ -172,10 +173,12 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 
 	var health [][]rules.ServiceHealth
 	var stats rules.Stats
+	var problems []rules.Problem
 	allOK := true
 	for i, f := range s.fams {
 		fr := &res.Families[i]
 		fr.Err = s.syncFamily(ctx, f, fr, snap, node)
+		problems = append(problems, fr.problems...)
 		if fr.Err != nil {
 			allOK = false
 			res.Retry = true
@@ -194,6 +197,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 		addStats(&stats, fr.Stats)
 		res.ConntrackDeleted += s.reconcileConntrack(f, snap, node, fr.Full)
 	}
+	s.reportProblems(problems)
 	if len(health) > 0 {
 		s.feedHealth(health)
 		s.metrics.rules.WithLabelValues("filter").Set(float64(stats.FilterRules))
@@ -265,7 +269,7 @@ func (s *Syncer) syncFamily(ctx context.Context, f *famState, fr *FamilyResult, 
 	}
 	t := s.now()
 	rs := rules.RenderWith(f.Family.Family, snap.Services, snap.Endpoints, node, opts)
-	s.reportProblems(rs.Problems)
+	fr.problems = rs.Problems
 	data := rs.Bytes()
 	fr.Render = s.now().Sub(t)
 	fr.Bytes = len(data)
@@ -315,8 +319,9 @@ func (s *Syncer) canaryPresent(f *famState) bool {
 	return true
 }
 
-// reportProblems tells about problems not seen in the previous sync.
-// Each family renders the same Services, so a problem shows once.
+// reportProblems tells about problems not seen in the previous sync, given
+// those of every family: a dual-stack Service's problem shows once, and
+// one of a single family is not taken for new in every sync.
 func (s *Syncer) reportProblems(probs []rules.Problem) {
 	now := make(map[string]bool, len(probs))
 	for _, p := range probs {
@@ -332,8 +337,6 @@ func (s *Syncer) reportProblems(probs []rules.Problem) {
 			}
 		}
 	}
-	// Problems of both families are kept until the next sync's first
-	// family replaces them.
 	for msg := range s.reported {
 		if !now[msg] {
 			delete(s.reported, msg)

@@ -490,3 +490,22 @@ func TestNodeConfigFallsBackToPodCIDRs(t *testing.T) {
 		t.Errorf("--cluster-cidr does not win: %+v", nc)
 	}
 }
+
+func TestSyncReportsFamilyProblemsOnce(t *testing.T) {
+	v4, v6 := iptables.NewFake(), iptables.NewFake()
+	tr := NewTracker(testNode, nil)
+	s := NewSyncer(Config{NodeName: testNode, MasqueradeBit: 14}, tr,
+		[]Family{{Family: rules.IPv4, Runner: v4}, {Family: rules.IPv6, Runner: v6}}, nil, nil, nil, nil, nil)
+	var got []string
+	s.Report = func(p rules.Problem) { got = append(got, p.Error()) }
+	// Two IPv6 cluster IPs: a problem of the IPv6 render only.
+	svc := clusterIPService("shop", "web", "10.96.0.10")
+	svc.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::10", "fd00:96::11"}
+	tr.UpdateService(svc)
+	for range 3 {
+		s.Sync(context.Background(), true)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], "clusterIPs[2]") {
+		t.Errorf("reported %q, want the IPv6 problem once", got)
+	}
+}
