@@ -3,7 +3,8 @@
 // fed by informers and tracks which Services changed; Syncer renders it
 // with rules (pure) and loads it with one iptables-restore per family,
 // partial when only some Services changed, full at start, after a
-// failure, when the canary chain is gone and every --sync-period; Loop
+// failure, when the canary chain is gone and every --full-sync-period
+// (periodic --sync-period syncs in between check the canary); Loop
 // paces the syncs. Around the rules it keeps the healthCheckNodePort
 // servers, the proxy's /healthz, stale UDP conntrack entries
 // (conntrack) and the metrics in step. Run wires it all to the API

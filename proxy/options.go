@@ -32,8 +32,9 @@ type Options struct {
 	MasqueradeAll bool
 	MasqueradeBit int
 	// MinSyncPeriod is the least time between two syncs; SyncPeriod the
-	// most (each such periodic sync is full).
-	MinSyncPeriod, SyncPeriod time.Duration
+	// most (each such periodic sync checks the canary and is partial);
+	// FullSyncPeriod the most between two full syncs.
+	MinSyncPeriod, SyncPeriod, FullSyncPeriod time.Duration
 	// HealthzBindAddress serves /healthz and /livez; MetricsBindAddress
 	// /metrics and /proxyMode.
 	HealthzBindAddress, MetricsBindAddress string
@@ -54,6 +55,7 @@ func DefaultOptions() Options {
 		MasqueradeBit:      14,
 		MinSyncPeriod:      time.Second,
 		SyncPeriod:         30 * time.Second,
+		FullSyncPeriod:     time.Hour,
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "0.0.0.0:10249",
 		QPS:                50,
@@ -74,7 +76,8 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic sent to cluster IPs")
 	fs.IntVar(&o.MasqueradeBit, "iptables-masquerade-bit", o.MasqueradeBit, "the fwmark bit (0-31) that marks packets to masquerade")
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", o.MinSyncPeriod, "least time between two syncs of the rules (changes in between are batched)")
-	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "most time between two syncs; each such periodic sync rewrites all rules")
+	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "most time between two syncs; a periodic sync checks the canary chain and rewrites what changed")
+	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", o.FullSyncPeriod, "most time between two syncs that rewrite all rules")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "address serving /healthz and /livez")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address serving /metrics and /proxyMode")
 	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove every rule and chain herald's proxy installed, then exit")
@@ -144,6 +147,9 @@ func (o Options) Validate() error {
 	}
 	if o.SyncPeriod <= 0 {
 		bad("sync-period", "must be positive, got %s", o.SyncPeriod)
+	}
+	if o.FullSyncPeriod < o.SyncPeriod {
+		bad("full-sync-period", "must be at least --sync-period (%s), got %s", o.SyncPeriod, o.FullSyncPeriod)
 	}
 	if o.MinSyncPeriod < 0 {
 		bad("min-sync-period", "must not be negative, got %s", o.MinSyncPeriod)

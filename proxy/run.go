@@ -193,6 +193,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		MasqueradeAll:    o.MasqueradeAll,
 		MasqueradeBit:    o.MasqueradeBit,
 		ConntrackLiberal: conntrackLiberal(),
+		FullSyncPeriod:   o.FullSyncPeriod,
 	}
 	syncer := NewSyncer(cfg, tracker, fams, hc, health, conntrack.Netlink{}, m, log)
 	current.Store(syncer)

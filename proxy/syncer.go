@@ -33,7 +33,15 @@ type Config struct {
 	ConntrackLiberal bool
 	// NoRandomFully leaves --random-fully off MASQUERADE.
 	NoRandomFully bool
+	// FullSyncPeriod is how long a family may go without a full sync;
+	// periodic syncs in between are partial (after the canary check), as
+	// kube-proxy's are: a full restore of a large ruleset costs seconds
+	// of CPU on every node. 0 means DefaultFullSyncPeriod.
+	FullSyncPeriod time.Duration
 }
+
+// DefaultFullSyncPeriod is kube-proxy's interval between full syncs.
+const DefaultFullSyncPeriod = time.Hour
 
 // Family is one address family the proxy programs, with its iptables.
 type Family struct {
@@ -60,6 +68,8 @@ type famState struct {
 	// udp are the UDP frontends programmed by the last successful sync,
 	// so the entries of a frontend that went away can be found.
 	udp udpFrontends
+	// lastFull is when the last full sync succeeded.
+	lastFull time.Time
 }
 
 // Syncer turns the Tracker's model into iptables rules, one
@@ -135,8 +145,9 @@ type SyncResult struct {
 	Duration         time.Duration
 }
 
-// Sync brings the rules up to date. periodic asks for a full sync (the
-// --sync-period resync that repairs whatever else changed the tables).
+// Sync brings the rules up to date. periodic marks the --sync-period
+// resync: it checks the canary (repairing flushed tables with a full
+// sync) and does a full sync when the last one is FullSyncPeriod old.
 func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 	start := s.now()
 	snap := s.tracker.Snapshot()
@@ -153,8 +164,8 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 			reason = "the previous restore failed"
 		case snap.NodeChanged:
 			full, reason = true, "node addresses changed"
-		case periodic:
-			full, reason = true, "periodic resync"
+		case periodic && s.now().Sub(f.lastFull) >= s.fullSyncPeriod():
+			full, reason = true, "periodic full resync"
 		case !s.canaryPresent(f):
 			full, reason = true, "canary chain "+rules.CanaryChain+" is gone: the tables were flushed"
 		}
@@ -193,6 +204,9 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 			continue
 		}
 		f.needFull = false
+		if fr.Full {
+			f.lastFull = s.now()
+		}
 		health = append(health, fr.health)
 		addStats(&stats, fr.Stats)
 		res.ConntrackDeleted += s.reconcileConntrack(f, snap, node, fr.Full)
@@ -444,4 +458,11 @@ func repairJumpOrder(ctx context.Context, r iptables.Runner) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (s *Syncer) fullSyncPeriod() time.Duration {
+	if s.cfg.FullSyncPeriod > 0 {
+		return s.cfg.FullSyncPeriod
+	}
+	return DefaultFullSyncPeriod
 }

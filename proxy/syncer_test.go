@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -195,10 +196,24 @@ func TestSyncCanaryLoss(t *testing.T) {
 
 func TestSyncPeriodicAndNodeChangeAreFull(t *testing.T) {
 	e := newEnv(t)
+	clock := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	e.s.now = func() time.Time { return clock }
 	e.addWebAndDB()
 	e.sync(false)
-	if res := e.sync(true); res.Idle || !res.Families[0].Full || res.Families[0].Reason != "periodic resync" {
-		t.Fatalf("periodic: %+v", res)
+	// A periodic sync soon after a full one only checks the canary.
+	clock = clock.Add(30 * time.Second)
+	if res := e.sync(true); !res.Idle {
+		t.Fatalf("periodic sync 30s after a full one: %+v", res)
+	}
+	// Once the last full sync is FullSyncPeriod old, a periodic sync is
+	// full.
+	clock = clock.Add(DefaultFullSyncPeriod)
+	if res := e.sync(true); res.Idle || !res.Families[0].Full || res.Families[0].Reason != "periodic full resync" {
+		t.Fatalf("periodic after an hour: %+v", res)
+	}
+	clock = clock.Add(30 * time.Second)
+	if res := e.sync(true); !res.Idle {
+		t.Fatalf("periodic sync 30s after the hourly full one: %+v", res)
 	}
 	// A heartbeat (same addresses) changes nothing.
 	n := node(testNode, testNodeIP.String())
