@@ -285,6 +285,9 @@ func (c *Controller) Ready() bool { return c.ready.Load() }
 func (c *Controller) Run(ctx context.Context) error {
 	c.startup = time.Now()
 	defer c.queue.ShutDown()
+	// The speakers cannot form their cluster without this Secret; it does
+	// not depend on the caches, so it goes first.
+	go ensureMemberlistSecretLoop(ctx, c.kube, c.opts.Namespace, c.log)
 	c.kubeInformers.Start(ctx.Done())
 	c.secretInformers.Start(ctx.Done())
 	c.dynInformers.Start(ctx.Done())
