@@ -69,20 +69,12 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	o := DefaultOptions()
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(out)
-	cidrs := os.Getenv(EnvClusterCIDR)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	fs.StringVar(&o.NodeName, "hostname-override", o.NodeName, "this node's name (default: $NODE_NAME, else the host name)")
-	fs.StringVar(&cidrs, "cluster-cidr", cidrs, "the pods' addresses, one CIDR per family, comma-separated; traffic from outside them to a cluster IP is masqueraded (default: $"+EnvClusterCIDR+", else the Node's spec.podCIDRs)")
-	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic sent to cluster IPs")
-	fs.IntVar(&o.MasqueradeBit, "iptables-masquerade-bit", o.MasqueradeBit, "the fwmark bit (0-31) that marks packets to masquerade")
-	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", o.MinSyncPeriod, "least time between two syncs of the rules (changes in between are batched)")
-	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "most time between two syncs; a periodic sync checks the canary chain and rewrites what changed")
-	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", o.FullSyncPeriod, "most time between two syncs that rewrite all rules")
-	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "address serving /healthz and /livez")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address serving /metrics and /proxyMode")
 	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove every rule and chain herald's proxy installed, then exit")
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "requests per second to the API server")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
+	finish := BindFlags(fs, &o)
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: herald proxy [flags]\n\nPrograms this node's iptables for ClusterIP, NodePort, LoadBalancer and external IPs, like kube-proxy's iptables mode.")
 		fs.PrintDefaults()
@@ -94,14 +86,37 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 		return o, fmt.Errorf("unexpected argument %q: herald proxy takes only flags", fs.Arg(0))
 	}
 	o.NodeName = strings.ToLower(strings.TrimSpace(o.NodeName))
-	var err error
-	if o.ClusterCIDRs, err = parseClusterCIDRs(cidrs); err != nil {
-		return o, fmt.Errorf("--cluster-cidr: %w", err)
+	if err := finish(); err != nil {
+		return o, err
 	}
 	if o.Cleanup {
 		return o, nil // needs no node, API server or ports
 	}
 	return o, o.Validate()
+}
+
+// BindFlags registers the flags that shape the proxy's rules and servers
+// on fs, into o: those of `herald proxy` without the connection, node
+// name and --cleanup, so `herald speaker` can offer them for the proxy it
+// runs in its own process. finish, called after fs.Parse, reads
+// --cluster-cidr into o.
+func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) {
+	cidrs := os.Getenv(EnvClusterCIDR)
+	fs.StringVar(&cidrs, "cluster-cidr", cidrs, "the pods' addresses, one CIDR per family, comma-separated; traffic from outside them to a cluster IP is masqueraded (default: $"+EnvClusterCIDR+", else the Node's spec.podCIDRs)")
+	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic sent to cluster IPs")
+	fs.IntVar(&o.MasqueradeBit, "iptables-masquerade-bit", o.MasqueradeBit, "the fwmark bit (0-31) that marks packets to masquerade")
+	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", o.MinSyncPeriod, "least time between two syncs of the rules (changes in between are batched)")
+	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "most time between two syncs; a periodic sync checks the canary chain and rewrites what changed")
+	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", o.FullSyncPeriod, "most time between two syncs that rewrite all rules")
+	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "address serving /healthz and /livez")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address serving /metrics and /proxyMode")
+	return func() error {
+		var err error
+		if o.ClusterCIDRs, err = parseClusterCIDRs(cidrs); err != nil {
+			return fmt.Errorf("--cluster-cidr: %w", err)
+		}
+		return nil
+	}
 }
 
 // parseClusterCIDRs reads "a/n[,b/m]": at most one prefix per family.

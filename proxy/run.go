@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -335,6 +336,11 @@ func serve(log *slog.Logger, handlers map[string]http.Handler) (stop func(), err
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			stop()
+			if errors.Is(err, syscall.EADDRINUSE) {
+				// Two proxies on one node would fight over the rules;
+				// the port is what keeps the second one out.
+				return nil, fmt.Errorf("listen on %s: %w: another service proxy (herald proxy, herald speaker with its in-process proxy, kube-proxy) runs on this node; run one per node", addr, err)
+			}
 			return nil, fmt.Errorf("listen on %s: %w", addr, err)
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}

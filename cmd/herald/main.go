@@ -16,6 +16,7 @@ import (
 	"github.com/herald-lb/herald/controller"
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/proxy"
+	"github.com/herald-lb/herald/speaker"
 )
 
 type command struct {
@@ -28,7 +29,7 @@ var commands = map[string]command{
 	"version":    {"print the version", func([]string) int { fmt.Println(version.String()); return 0 }},
 	"controller": {"assign LoadBalancer IPs to Services from IPAddressPools", runController},
 	"proxy":      {"iptables service proxy replacing kube-proxy", runProxy},
-	"speaker":    {"announce IPs over L2 or BGP (not implemented yet: issues #6, #7)", notYet("speaker", 6)},
+	"speaker":    {"announce LoadBalancer IPs on the LAN (layer 2) and run the proxy", runSpeaker},
 }
 
 var order = []string{"controller", "speaker", "proxy", "validate", "version"}
@@ -53,13 +54,6 @@ func usage() {
 	fmt.Fprintln(os.Stderr, "usage: herald COMMAND [flags]\n\ncommands:")
 	for _, name := range order {
 		fmt.Fprintf(os.Stderr, "  %-11s %s\n", name, commands[name].summary)
-	}
-}
-
-func notYet(name string, issue int) func([]string) int {
-	return func([]string) int {
-		fmt.Fprintf(os.Stderr, "herald %s: not implemented yet (issue #%d)\n", name, issue)
-		return 1
 	}
 }
 
@@ -130,6 +124,25 @@ func runProxy(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := proxy.Run(ctx, opts, log); err != nil {
 		log.Error("herald proxy stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func runSpeaker(args []string) int {
+	opts, err := speaker.ParseFlags(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "herald speaker: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
+	if err := speaker.Run(ctx, opts, log); err != nil {
+		log.Error("herald speaker stopped", "err", err)
 		return 1
 	}
 	return 0

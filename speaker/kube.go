@@ -1,0 +1,225 @@
+package speaker
+
+import (
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/speaker/announce"
+)
+
+// sliceByService indexes EndpointSlices by "namespace/service".
+const sliceByService = "service"
+
+func sliceServiceKey(obj any) ([]string, error) {
+	sl, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	name := sl.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{sl.Namespace + "/" + name}, nil
+}
+
+// kubeSource is the Source over informer caches.
+type kubeSource struct {
+	node    string
+	ns      string
+	lbClass string
+	// v6 picks the peers' address family: that of this node's
+	// memberlist address.
+	v6  bool
+	log *slog.Logger
+
+	services  corelisters.ServiceLister
+	slices    cache.Indexer
+	nodes     corelisters.NodeLister
+	pools     cache.GenericLister
+	l2ads     cache.GenericLister
+	cfgDirty  atomic.Bool
+	cfgMu     sync.Mutex
+	cfg       *config.Config
+	badStatus sync.Map // "ns/name" -> message already logged
+}
+
+// configChanged marks the configuration for parsing at the next snapshot.
+func (k *kubeSource) configChanged() { k.cfgDirty.Store(true) }
+
+// Snapshot implements Source.
+func (k *kubeSource) Snapshot() Snapshot {
+	snap := Snapshot{Config: k.config()}
+	nodes, _ := k.nodes.List(labels.Everything())
+	for _, n := range nodes {
+		an := announce.Node{Name: n.Name, Labels: n.Labels}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionTrue {
+				an.NetworkUnavailable = true
+			}
+		}
+		snap.Nodes = append(snap.Nodes, an)
+		if n.Name == k.node {
+			for _, c := range n.Spec.PodCIDRs {
+				if p, err := netip.ParsePrefix(c); err == nil {
+					snap.PodCIDRs = append(snap.PodCIDRs, p.Masked())
+				}
+			}
+			continue
+		}
+		if ip := nodeIP(n, k.v6); ip.IsValid() {
+			snap.Peers = append(snap.Peers, ip.String())
+		}
+	}
+	slices.Sort(snap.Peers)
+	svcs, _ := k.services.List(labels.Everything())
+	for _, svc := range svcs {
+		if !controller.Handles(svc, k.lbClass) || len(svc.Status.LoadBalancer.Ingress) == 0 {
+			continue
+		}
+		ips, err := controller.StatusIPs(svc)
+		key := svc.Namespace + "/" + svc.Name
+		if err != nil {
+			// A hand-edited status: this Service is left out, the rest
+			// goes on.
+			if prev, ok := k.badStatus.Load(key); !ok || prev != err.Error() {
+				k.badStatus.Store(key, err.Error())
+				k.log.Warn("Service not announced: unreadable status", "service", key, "err", err)
+			}
+			continue
+		}
+		k.badStatus.Delete(key)
+		as := announce.Service{
+			Namespace: svc.Namespace, Name: svc.Name, Labels: svc.Labels, IPs: ips,
+			Pool:  svc.Annotations[controller.AnnotationAllocatedFromPool],
+			Local: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
+		}
+		if as.Local {
+			as.ReadyNodes, as.ServingTerminatingNodes = k.endpointNodes(key)
+		}
+		snap.Services = append(snap.Services, as)
+	}
+	return snap
+}
+
+// endpointNodes returns the nodes with a ready endpoint of the Service,
+// and those with a serving, terminating one.
+func (k *kubeSource) endpointNodes(key string) (ready, servingTerminating map[string]bool) {
+	ready, servingTerminating = map[string]bool{}, map[string]bool{}
+	objs, _ := k.slices.ByIndex(sliceByService, key)
+	for _, o := range objs {
+		sl, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok {
+			continue
+		}
+		for _, ep := range sl.Endpoints {
+			if ep.NodeName == nil || *ep.NodeName == "" {
+				continue
+			}
+			c := ep.Conditions
+			isReady := c.Ready == nil || *c.Ready
+			serving := isReady
+			if c.Serving != nil {
+				serving = *c.Serving
+			}
+			terminating := c.Terminating != nil && *c.Terminating
+			switch {
+			case isReady && !terminating:
+				ready[*ep.NodeName] = true
+			case serving && terminating:
+				servingTerminating[*ep.NodeName] = true
+			}
+		}
+	}
+	return ready, servingTerminating
+}
+
+// nodeIP is the node's first InternalIP of the family, else its first
+// ExternalIP of it.
+func nodeIP(n *corev1.Node, v6 bool) netip.Addr {
+	for _, t := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		for _, a := range n.Status.Addresses {
+			if a.Type != t {
+				continue
+			}
+			ip, err := netip.ParseAddr(a.Address)
+			if err == nil && ip.Unmap().Is6() == v6 {
+				return ip.Unmap()
+			}
+		}
+	}
+	return netip.Addr{}
+}
+
+// config parses the configuration when it changed since the last call.
+func (k *kubeSource) config() *config.Config {
+	k.cfgMu.Lock()
+	defer k.cfgMu.Unlock()
+	if k.cfg != nil && !k.cfgDirty.Swap(false) {
+		return k.cfg
+	}
+	res := config.Resources{Namespace: k.ns, SecretsUnavailable: true}
+	res.Pools = decodeAll[v1beta1.IPAddressPool](k.pools, k.ns)
+	res.L2Advertisements = decodeAll[v1beta1.L2Advertisement](k.l2ads, k.ns)
+	cfg, problems := config.Parse(res)
+	// The controller reports problems on the objects; the speaker only
+	// uses what parsed.
+	if len(problems) > 0 {
+		k.log.Debug("configuration problems (reported by the controller)", "count", len(problems))
+	}
+	k.cfg = cfg
+	return cfg
+}
+
+func decodeAll[T any](l cache.GenericLister, ns string) []T {
+	objs, _ := l.ByNamespace(ns).List(labels.Everything())
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		var t T
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &t); err != nil {
+			continue // the controller reports it on the object
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// Service implements Source.
+func (k *kubeSource) Service(ref announce.ServiceRef) runtime.Object {
+	svc, err := k.services.Services(ref.Namespace).Get(ref.Name)
+	if err != nil {
+		return nil
+	}
+	return svc
+}
+
+// ownerUID is the Service's UID when it lives in the announcements'
+// namespace, for an owner reference.
+func (k *kubeSource) ownerUID(ref announce.ServiceRef) types.UID {
+	if ref.Namespace != k.ns {
+		return ""
+	}
+	svc, err := k.services.Services(ref.Namespace).Get(ref.Name)
+	if err != nil {
+		return ""
+	}
+	return svc.UID
+}

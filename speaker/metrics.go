@@ -1,0 +1,140 @@
+package speaker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/layer2"
+)
+
+// Metrics are the speaker's Prometheus metrics.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	announced       *prometheus.GaugeVec
+	elected         prometheus.Gauge
+	members         prometheus.Gauge
+	electionChanges prometheus.Counter
+	syncs           prometheus.Counter
+}
+
+// NewMetrics registers the speaker's metrics, with Go and process
+// metrics, in a registry of their own.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		announced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herald_speaker_announced_ips",
+			Help: "LoadBalancer IPs this node announces, by address family.",
+		}, []string{"family"}),
+		elected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_speaker_layer2_ips",
+			Help: "LoadBalancer IPs elected over layer 2 in the cluster (any winner), as this node sees them.",
+		}),
+		members: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_speaker_members",
+			Help: "Live speakers in the memberlist cluster, this one included.",
+		}),
+		electionChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_speaker_election_changes_total",
+			Help: "IPs whose winner changed (on any node), as this node saw it.",
+		}),
+		syncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_speaker_syncs_total",
+			Help: "Elections run (one per change of the inputs).",
+		}),
+	}
+	m.Registry.MustRegister(m.announced, m.elected, m.members, m.electionChanges, m.syncs,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *Metrics) observe(st announce.State, ch announce.Changes, members int) {
+	v4, v6 := 0, 0
+	for ip := range st.Announced() {
+		if ip.Is4() {
+			v4++
+		} else {
+			v6++
+		}
+	}
+	m.announced.WithLabelValues("IPv4").Set(float64(v4))
+	m.announced.WithLabelValues("IPv6").Set(float64(v6))
+	elected := 0
+	for _, ip := range st.IPs {
+		if ip.Winner != "" {
+			elected++
+		}
+	}
+	m.elected.Set(float64(elected))
+	m.members.Set(float64(members))
+	m.electionChanges.Add(float64(len(ch.Moved)))
+	m.syncs.Inc()
+}
+
+// register adds the responder counters, read from the responders at
+// scrape time.
+func (m *Metrics) register(s *Speaker) {
+	m.Registry.MustRegister(responderCollector{s})
+}
+
+var (
+	descRequests = prometheus.NewDesc("herald_speaker_requests_received_total",
+		"ARP requests (protocol arp) and neighbor solicitations (protocol ndp) received, answered or not.",
+		[]string{"interface", "protocol"}, nil)
+	descResponses = prometheus.NewDesc("herald_speaker_responses_sent_total",
+		"ARP replies and solicited neighbor advertisements sent.",
+		[]string{"interface", "protocol"}, nil)
+	descGratuitous = prometheus.NewDesc("herald_speaker_gratuitous_sent_total",
+		"Gratuitous ARP frames (both forms count) and unsolicited neighbor advertisements sent.",
+		[]string{"interface", "protocol"}, nil)
+	descIgnored = prometheus.NewDesc("herald_speaker_requests_ignored_total",
+		"Requests not answered, by reason (not announced here, another host's, malformed, ...).",
+		[]string{"interface", "reason"}, nil)
+	descIOErrors = prometheus.NewDesc("herald_speaker_socket_errors_total",
+		"Read and write errors on the ARP/NDP sockets.",
+		[]string{"interface", "op"}, nil)
+)
+
+type responderCollector struct{ s *Speaker }
+
+func (c responderCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRequests, descResponses, descGratuitous, descIgnored, descIOErrors} {
+		ch <- d
+	}
+}
+
+func (c responderCollector) Collect(ch chan<- prometheus.Metric) {
+	for iface, st := range c.s.stats() {
+		counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{iface}, labels...)...)
+		}
+		counter(descRequests, st.ARPRequests, "arp")
+		counter(descRequests, st.NSRequests, "ndp")
+		counter(descResponses, st.ARPReplies, "arp")
+		counter(descResponses, st.NAReplies, "ndp")
+		counter(descGratuitous, st.GratuitousARP, "arp")
+		counter(descGratuitous, st.UnsolicitedNA, "ndp")
+		counter(descIOErrors, st.ReadErrors, "read")
+		counter(descIOErrors, st.WriteErrors, "write")
+		for reason, n := range st.Ignored {
+			counter(descIgnored, n, string(reason))
+		}
+	}
+}
+
+// stats sums, per interface, the live responder's counters and those of
+// the responders it replaced, so the counters never go backwards.
+func (s *Speaker) stats() map[string]layer2.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]layer2.Stats{}
+	for name, st := range s.retired {
+		out[name] = addStats(layer2.Stats{}, st)
+	}
+	for name, e := range s.responders {
+		out[name] = addStats(out[name], e.r.Stats())
+	}
+	return out
+}

@@ -1,0 +1,218 @@
+package speaker
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/proxy"
+	"github.com/herald-lb/herald/speaker/members"
+)
+
+// Options configure `herald speaker`.
+type Options struct {
+	// Kubeconfig is a kubeconfig file; empty means in-cluster.
+	Kubeconfig string
+	// NodeName is this node's Node name ($NODE_NAME).
+	NodeName string
+	// Namespace holds the configuration, the memberlist Secret and the
+	// ServiceAnnouncements.
+	Namespace string
+	// LBClass is the spec.loadBalancerClass handled, as the controller's.
+	LBClass string
+	// AdvertiseAddr is the address the other speakers reach this one at
+	// ($NODE_IP, else the Node's InternalIP); BindAddr where memberlist
+	// listens (default: AdvertiseAddr); Port its UDP and TCP port.
+	AdvertiseAddr, BindAddr netip.Addr
+	Port                    int
+	// SecretName is the Secret the memberlist key is derived from.
+	SecretName string
+	Timers     members.Timers
+	// IgnoreExcludeLB lets nodes labelled
+	// node.kubernetes.io/exclude-from-external-load-balancers announce.
+	IgnoreExcludeLB bool
+	// MetricsAddr serves /metrics, /healthz and /readyz.
+	MetricsAddr string
+	LogLevel    slog.Level
+	QPS         float64
+	Burst       int
+	// Proxy runs the service proxy in this process, with ProxyOptions.
+	Proxy        bool
+	ProxyOptions proxy.Options
+}
+
+// DefaultOptions are the flag defaults.
+func DefaultOptions() Options {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "herald-system"
+	}
+	return Options{
+		NodeName:     strings.ToLower(strings.TrimSpace(os.Getenv("NODE_NAME"))),
+		Namespace:    ns,
+		Port:         members.DefaultPort,
+		SecretName:   controller.MemberlistSecretName,
+		Timers:       members.DefaultTimers(),
+		MetricsAddr:  ":7473",
+		QPS:          50,
+		Burst:        100,
+		Proxy:        true,
+		ProxyOptions: proxy.DefaultOptions(),
+	}
+}
+
+// ParseFlags reads the command line of `herald speaker`. Errors name the
+// flag; -h prints the usage to out and returns flag.ErrHelp.
+func ParseFlags(args []string, out io.Writer) (Options, error) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("speaker", flag.ContinueOnError)
+	fs.SetOutput(out)
+	advertise, bind := os.Getenv("NODE_IP"), ""
+	logLevel := "info"
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's Node name (default: $NODE_NAME)")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of herald's configuration, the memberlist Secret and the ServiceAnnouncements (default: $POD_NAMESPACE or herald-system)")
+	fs.StringVar(&o.LBClass, "lb-class", "", "announce only Services with this spec.loadBalancerClass (default: only Services without a class), as the controller's --lb-class")
+	fs.StringVar(&advertise, "memberlist-advertise-address", advertise, "address the other speakers reach this one at (default: $NODE_IP, else the Node's InternalIP)")
+	fs.StringVar(&bind, "memberlist-bind-address", "", "address memberlist listens on (default: the advertise address)")
+	fs.IntVar(&o.Port, "memberlist-port", o.Port, "memberlist UDP and TCP port; every speaker must use the same")
+	fs.StringVar(&o.SecretName, "memberlist-secret", o.SecretName, "Secret in --namespace whose key "+controller.MemberlistSecretKey+" the memberlist encryption key is derived from")
+	fs.DurationVar(&o.Timers.ProbeInterval, "memberlist-probe-interval", o.Timers.ProbeInterval, "time between failure-detection probes; a dead speaker is noticed after about 4.5 of these")
+	fs.DurationVar(&o.Timers.ProbeTimeout, "memberlist-probe-timeout", o.Timers.ProbeTimeout, "wait for a probe's answer before asking others to probe")
+	fs.IntVar(&o.Timers.SuspicionMult, "memberlist-suspicion-mult", o.Timers.SuspicionMult, "suspicion time in probe intervals (scaled by log10 of the cluster size) before a suspect is declared dead")
+	fs.DurationVar(&o.Timers.GossipInterval, "memberlist-gossip-interval", o.Timers.GossipInterval, "time between gossip rounds")
+	fs.BoolVar(&o.IgnoreExcludeLB, "ignore-exclude-lb", false, "let nodes labelled node.kubernetes.io/exclude-from-external-load-balancers announce")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address serving /metrics, /healthz and /readyz")
+	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
+	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "requests per second to the API server")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
+	fs.BoolVar(&o.Proxy, "proxy", o.Proxy, "run herald's service proxy in this process too (false when another proxy serves the node)")
+	finishProxy := proxy.BindFlags(fs, &o.ProxyOptions)
+	fs.Usage = func() {
+		fmt.Fprintln(out, "usage: herald speaker [flags]\n\nAnswers ARP and NDP for the LoadBalancer IPs this node wins, and runs the service\nproxy (the proxy's flags are accepted too; see herald proxy -h).")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q: herald speaker takes only flags", fs.Arg(0))
+	}
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	o.NodeName = strings.ToLower(strings.TrimSpace(o.NodeName))
+	if err := o.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		bad("log-level", "%q is not debug, info, warn or error", logLevel)
+	}
+	if advertise != "" {
+		a, err := netip.ParseAddr(strings.TrimSpace(advertise))
+		if err != nil || a.Zone() != "" || a.IsUnspecified() {
+			bad("memberlist-advertise-address", "%q is not a unicast IP address", advertise)
+		}
+		o.AdvertiseAddr = a.Unmap()
+	}
+	if bind != "" {
+		a, err := netip.ParseAddr(strings.TrimSpace(bind))
+		if err != nil || a.Zone() != "" {
+			bad("memberlist-bind-address", "%q is not an IP address", bind)
+		}
+		o.BindAddr = a.Unmap()
+	}
+	if err := finishProxy(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return o, errors.Join(errs...)
+	}
+	p := &o.ProxyOptions
+	p.Kubeconfig, p.NodeName, p.QPS, p.Burst = o.Kubeconfig, o.NodeName, o.QPS, o.Burst
+	return o, o.Validate()
+}
+
+// Validate checks the options, naming the flag at fault.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	if o.NodeName == "" {
+		bad("node-name", "no node name: set it, or NODE_NAME")
+	} else if m := validation.IsDNS1123Subdomain(o.NodeName); len(m) > 0 {
+		bad("node-name", "%q is not a node name: %s", o.NodeName, strings.Join(m, "; "))
+	}
+	if m := validation.IsDNS1123Label(o.Namespace); len(m) > 0 {
+		bad("namespace", "%q is not a namespace name: %s", o.Namespace, strings.Join(m, "; "))
+	}
+	if o.LBClass != "" {
+		if m := validation.IsQualifiedName(o.LBClass); len(m) > 0 {
+			bad("lb-class", "%q is not a valid loadBalancerClass: %s", o.LBClass, strings.Join(m, "; "))
+		}
+	}
+	if o.Port < 1 || o.Port > 65535 {
+		bad("memberlist-port", "%d is not a port (1-65535)", o.Port)
+	}
+	if m := validation.IsDNS1123Subdomain(o.SecretName); len(m) > 0 {
+		bad("memberlist-secret", "%q is not a Secret name: %s", o.SecretName, strings.Join(m, "; "))
+	}
+	t := o.Timers
+	switch {
+	case t.ProbeInterval <= 0:
+		bad("memberlist-probe-interval", "must be positive, got %s", t.ProbeInterval)
+	case t.ProbeTimeout <= 0 || t.ProbeTimeout >= t.ProbeInterval:
+		bad("memberlist-probe-timeout", "%s must be positive and shorter than --memberlist-probe-interval (%s)", t.ProbeTimeout, t.ProbeInterval)
+	}
+	if t.SuspicionMult < 1 {
+		bad("memberlist-suspicion-mult", "must be at least 1, got %d", t.SuspicionMult)
+	}
+	if t.GossipInterval <= 0 || t.GossipInterval > time.Minute {
+		bad("memberlist-gossip-interval", "must be positive and at most 1m, got %s", t.GossipInterval)
+	}
+	if err := checkListenAddr(o.MetricsAddr); err != nil {
+		bad("metrics-addr", "%v", err)
+	}
+	if o.QPS <= 0 {
+		bad("kube-api-qps", "must be positive, got %v", o.QPS)
+	}
+	if o.Burst < 1 {
+		bad("kube-api-burst", "must be at least 1, got %d", o.Burst)
+	}
+	if o.Proxy {
+		if err := o.ProxyOptions.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if o.MetricsAddr == o.ProxyOptions.MetricsBindAddress || o.MetricsAddr == o.ProxyOptions.HealthzBindAddress {
+			bad("metrics-addr", "%s is also the proxy's --metrics-bind-address or --healthz-bind-address", o.MetricsAddr)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkListenAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", addr, err)
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: host %q is not an IP address", addr, host)
+		}
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: port %q is not a number between 0 and 65535", addr, port)
+	}
+	return nil
+}

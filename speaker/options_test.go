@@ -1,0 +1,74 @@
+package speaker
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFlags(t *testing.T) {
+	t.Setenv("NODE_NAME", "Node1")
+	t.Setenv("NODE_IP", "198.51.100.11")
+	t.Setenv("POD_NAMESPACE", "")
+	t.Setenv("HERALD_CLUSTER_CIDR", "198.18.0.0/16")
+	o, err := ParseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.NodeName != "node1" || o.Namespace != "herald-system" || o.Port != 7946 || o.MetricsAddr != ":7473" ||
+		o.AdvertiseAddr != netip.MustParseAddr("198.51.100.11") || o.BindAddr.IsValid() || !o.Proxy || o.SecretName != "herald-memberlist" {
+		t.Errorf("defaults: %+v", o)
+	}
+	// The in-process proxy gets the node, the connection and its flags.
+	if o.ProxyOptions.NodeName != "node1" || len(o.ProxyOptions.ClusterCIDRs) != 1 || o.ProxyOptions.HealthzBindAddress != "0.0.0.0:10256" {
+		t.Errorf("proxy options: %+v", o.ProxyOptions)
+	}
+	o, err = ParseFlags([]string{"--proxy=false", "--memberlist-port=7947", "--memberlist-probe-interval=200ms",
+		"--memberlist-probe-timeout=80ms", "--ignore-exclude-lb", "--log-level=debug", "--min-sync-period=2s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Proxy || o.Port != 7947 || o.Timers.ProbeInterval != 200*time.Millisecond || !o.IgnoreExcludeLB || o.LogLevel.String() != "DEBUG" || o.ProxyOptions.MinSyncPeriod != 2*time.Second {
+		t.Errorf("flags: %+v", o)
+	}
+	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
+	t.Setenv("NODE_NAME", "node1")
+	t.Setenv("NODE_IP", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--memberlist-port=0"}, "--memberlist-port"},
+		{[]string{"--memberlist-advertise-address=nope"}, "--memberlist-advertise-address"},
+		{[]string{"--memberlist-advertise-address=0.0.0.0"}, "--memberlist-advertise-address"},
+		{[]string{"--memberlist-bind-address=x"}, "--memberlist-bind-address"},
+		{[]string{"--memberlist-probe-timeout=1s"}, "--memberlist-probe-timeout"},
+		{[]string{"--log-level=loud"}, "--log-level"},
+		{[]string{"--metrics-addr=nope"}, "--metrics-addr"},
+		{[]string{"--metrics-addr=0.0.0.0:10256"}, "--metrics-addr"},
+		{[]string{"--node-name="}, "--node-name"},
+		{[]string{"--node-name=Not_A_Node"}, "--node-name"},
+		{[]string{"--namespace=Bad"}, "--namespace"},
+		{[]string{"--cluster-cidr=nope"}, "--cluster-cidr"},
+		{[]string{"--sync-period=0s"}, "--sync-period"},
+		{[]string{"extra"}, "unexpected argument"},
+	} {
+		_, err := ParseFlags(c.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want it to name %s", c.args, err, c.want)
+		}
+	}
+	// Without the proxy its flags are not checked.
+	if _, err := ParseFlags([]string{"--proxy=false", "--sync-period=0s"}, io.Discard); err != nil {
+		t.Errorf("--proxy=false: %v", err)
+	}
+}

@@ -1,0 +1,378 @@
+package speaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/internal/version"
+	"github.com/herald-lb/herald/proxy"
+	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/members"
+)
+
+// Run runs `herald speaker` until ctx ends: the in-process proxy (unless
+// disabled), the membership, the informers, the election loop and the
+// responders. On a graceful stop it leaves the cluster first, so the
+// other speakers take this node's IPs over at once, and only then stops
+// answering.
+func Run(ctx context.Context, o Options, log *slog.Logger) error {
+	rc, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.QPS, rc.Burst = float32(o.QPS), o.Burst
+	rc.UserAgent = "herald-speaker/" + version.Version
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	log.Info("herald speaker starting", "version", version.String(), "node", o.NodeName, "namespace", o.Namespace,
+		"lbClass", o.LBClass, "memberlistPort", o.Port, "proxy", o.Proxy, "metrics", o.MetricsAddr)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if o.Proxy {
+		wg.Add(1)
+		go func() { defer wg.Done(); runProxy(ctx, o.ProxyOptions, log.With("component", "proxy")) }()
+	}
+
+	m := NewMetrics()
+	var sp *Speaker
+	ready := func() error {
+		if sp == nil || !sp.Ready() {
+			return errors.New("starting: waiting for the caches, the memberlist Secret or the first election")
+		}
+		if o.Proxy {
+			return proxyHealthy(o.ProxyOptions.HealthzBindAddress)
+		}
+		return nil
+	}
+	var spMu sync.Mutex
+	readyLocked := func() error { spMu.Lock(); defer spMu.Unlock(); return ready() }
+	stopServer, err := serveMetrics(o.MetricsAddr, m, readyLocked)
+	if err != nil {
+		return err
+	}
+	defer stopServer()
+
+	advertise := o.AdvertiseAddr
+	if !advertise.IsValid() {
+		if advertise, err = waitNodeIP(ctx, kube, o.NodeName, log); err != nil {
+			return err
+		}
+	}
+	bind := o.BindAddr
+	if !bind.IsValid() {
+		bind = advertise
+	}
+	secret, err := waitSecret(ctx, kube, o.Namespace, o.SecretName, log)
+	if err != nil {
+		return err
+	}
+
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	svcInf := factory.Core().V1().Services()
+	nodeInf := factory.Core().V1().Nodes()
+	sliceInf := factory.Discovery().V1().EndpointSlices()
+	if err := sliceInf.Informer().AddIndexers(cache.Indexers{sliceByService: sliceServiceKey}); err != nil {
+		return err
+	}
+	dynFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, o.Namespace, nil)
+	poolInf := dynFactory.ForResource(v1beta1.GroupVersion.WithResource("ipaddresspools"))
+	l2Inf := dynFactory.ForResource(v1beta1.GroupVersion.WithResource("l2advertisements"))
+	saInf := dynFactory.ForResource(AnnouncementGVR)
+
+	src := &kubeSource{
+		node: o.NodeName, ns: o.Namespace, lbClass: o.LBClass, v6: advertise.Is6(), log: log,
+		services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer(), nodes: nodeInf.Lister(),
+		pools: poolInf.Lister(), l2ads: l2Inf.Lister(),
+	}
+	writer := NewAnnouncementWriter(o.NodeName, o.Namespace, dyn, saInf.Informer(), src.ownerUID, log.With("component", "status"))
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	rec := broadcaster.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "herald-speaker", Host: o.NodeName})
+
+	links := NetlinkLinks{}
+	spMu.Lock()
+	sp = New(Deps{
+		Node: o.NodeName, Options: announce.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
+		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
+		Status: writer, Events: rec, Metrics: m, Log: log,
+	})
+	spMu.Unlock()
+
+	trigger := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { sp.Trigger() },
+		UpdateFunc: func(_, _ any) { sp.Trigger() },
+		DeleteFunc: func(any) { sp.Trigger() },
+	}
+	configTrigger := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { src.configChanged(); sp.Trigger() },
+		UpdateFunc: func(_, _ any) { src.configChanged(); sp.Trigger() },
+		DeleteFunc: func(any) { src.configChanged(); sp.Trigger() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{svcInf.Informer(), nodeInf.Informer(), sliceInf.Informer()} {
+		if _, err := inf.AddEventHandler(trigger); err != nil {
+			return err
+		}
+	}
+	for _, inf := range []cache.SharedIndexInformer{poolInf.Informer(), l2Inf.Informer()} {
+		if _, err := inf.AddEventHandler(configTrigger); err != nil {
+			return err
+		}
+	}
+	// Informers stop with their own context, after the loop, so the
+	// final cleanup still reads a live cache.
+	infCtx, stopInformers := context.WithCancel(context.Background())
+	defer stopInformers()
+	factory.Start(infCtx.Done())
+	dynFactory.Start(infCtx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced,
+		sliceInf.Informer().HasSynced, poolInf.Informer().HasSynced, l2Inf.Informer().HasSynced, saInf.Informer().HasSynced) {
+		return ctx.Err()
+	}
+
+	snap := src.Snapshot()
+	first, err := links.List()
+	if err != nil {
+		return err
+	}
+	meta, _ := fitMeta(SelectInterfaces(first, snap.PodCIDRs, namedInterfaces(snap.Config)).Meta())
+	cluster, err := members.New(members.Config{
+		NodeName: o.NodeName, BindAddr: bind, BindPort: o.Port, AdvertiseAddr: advertise,
+		Secret: members.Secret(secret), Meta: meta, Timers: o.Timers,
+		OnEvent: sp.MemberEvent, Log: log.With("component", "memberlist"),
+	})
+	if err != nil {
+		return err
+	}
+	sp.SetCluster(cluster)
+	// The first election waits for the first join: alone, this node would
+	// win every IP and announce it over the real winners.
+	peers := join(cluster, snap.Peers, log)
+
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
+	wg.Add(2)
+	go func() { defer wg.Done(); writer.Run(infCtx) }()
+	go func() { defer wg.Done(); rejoinOnNodeChanges(loopCtx, src, cluster, peers, log) }()
+	loopDone := make(chan struct{})
+	go func() { defer close(loopDone); sp.Run(loopCtx) }()
+	log.Info("speaking", "advertise", advertise.String(), "bind", bind.String(), "members", len(cluster.Members()))
+
+	<-ctx.Done()
+	stopLoop()
+	<-loopDone
+	log.Info("stopping: leaving the memberlist cluster so the others take this node's IPs over")
+	if err := cluster.Close(); err != nil {
+		log.Warn("leaving the cluster", "err", err)
+	}
+	sp.StopResponders()
+	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := writer.DeleteOwn(dctx); err != nil {
+		log.Warn("removing this node's ServiceAnnouncements", "err", err)
+	}
+	cancel()
+	stopInformers()
+	return nil
+}
+
+// join joins peers and logs the outcome; peers without a speaker (yet)
+// are expected, so failures are information, not errors.
+func join(c members.Cluster, peers []string, log *slog.Logger) []string {
+	n, err := c.Join(peers)
+	switch {
+	case len(peers) == 0:
+		log.Info("no other nodes to join: alone in the memberlist cluster")
+	case err != nil:
+		log.Info("joined the memberlist cluster", "peers", len(peers), "joined", n, "unreachable", err.Error())
+	default:
+		log.Info("joined the memberlist cluster", "peers", len(peers), "joined", n)
+	}
+	return peers
+}
+
+// rejoinOnNodeChanges joins the peer list again when the Nodes change
+// (memberlist itself rejoins known peers that dropped out).
+func rejoinOnNodeChanges(ctx context.Context, src *kubeSource, c members.Cluster, last []string, log *slog.Logger) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		peers := src.Snapshot().Peers
+		if !slices.Equal(peers, last) {
+			last = join(c, peers, log)
+		}
+	}
+}
+
+// runProxy runs the service proxy in this process, starting it again
+// after a failure (another proxy holding its ports, an API outage at
+// start) without disturbing the announcements.
+func runProxy(ctx context.Context, o proxy.Options, log *slog.Logger) {
+	backoff := 5 * time.Second
+	for {
+		err := proxy.Run(ctx, o, log)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Error("the in-process proxy stopped; restarting it", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+}
+
+// proxyHealthy asks the in-process proxy's /healthz, as a load balancer
+// would: ready once the node's rules are written.
+func proxyHealthy(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if ip, err := netip.ParseAddr(host); host == "" || (err == nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+		if err == nil && ip.Is6() {
+			host = "::1"
+		}
+	}
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("proxy: /healthz answered %s (rules not written yet?)", resp.Status)
+	}
+	return nil
+}
+
+// waitSecret reads the memberlist key material, waiting for the
+// controller to create the Secret. The value is never logged.
+func waitSecret(ctx context.Context, kube kubernetes.Interface, ns, name string, log *slog.Logger) ([]byte, error) {
+	backoff := time.Second
+	for {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		var why string
+		switch {
+		case err == nil && len(s.Data[controller.MemberlistSecretKey]) >= members.MinSecretLen:
+			return s.Data[controller.MemberlistSecretKey], nil
+		case err == nil:
+			why = fmt.Sprintf("key %q missing or shorter than %d bytes", controller.MemberlistSecretKey, members.MinSecretLen)
+		case apierrors.IsNotFound(err):
+			why = "not found (herald controller creates it)"
+		default:
+			why = err.Error()
+		}
+		log.Warn("waiting for the memberlist Secret", "secret", ns+"/"+name, "problem", why, "retryIn", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// waitNodeIP reads this node's InternalIP (IPv4 first) from its Node.
+func waitNodeIP(ctx context.Context, kube kubernetes.Interface, node string, log *slog.Logger) (netip.Addr, error) {
+	backoff := time.Second
+	for {
+		n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err == nil {
+			if ip := nodeIP(n, false); ip.IsValid() {
+				return ip, nil
+			}
+			if ip := nodeIP(n, true); ip.IsValid() {
+				return ip, nil
+			}
+			err = errors.New("the Node has no InternalIP or ExternalIP")
+		}
+		log.Warn("waiting for this node's IP (set NODE_IP or --memberlist-advertise-address to skip)", "node", node, "err", err, "retryIn", backoff)
+		select {
+		case <-ctx.Done():
+			return netip.Addr{}, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// serveMetrics serves /metrics, /healthz (the process runs) and /readyz.
+func serveMetrics(addr string, m *Metrics, ready func() error) (stop func(), err error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+	}
+	return rc, nil
+}

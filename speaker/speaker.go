@@ -1,0 +1,573 @@
+package speaker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/layer2"
+	"github.com/herald-lb/herald/speaker/members"
+)
+
+// Snapshot is the Kubernetes side of one sync.
+type Snapshot struct {
+	// Config is the parsed configuration; nil when none is readable.
+	Config   *config.Config
+	Services []announce.Service
+	Nodes    []announce.Node
+	// PodCIDRs are this node's, to tell pod interfaces apart.
+	PodCIDRs []netip.Prefix
+	// Peers are the memberlist addresses of the other nodes.
+	Peers []string
+}
+
+// Source gives the speaker its view of the cluster; the informers
+// implement it in Run, a fake in the tests.
+type Source interface {
+	Snapshot() Snapshot
+	// Service returns the Service for events, or nil when it is gone.
+	Service(ref announce.ServiceRef) runtime.Object
+}
+
+// StatusSink keeps the ServiceAnnouncement objects; writes are
+// asynchronous, so a slow API server never delays an ARP answer.
+type StatusSink interface {
+	// Set replaces this node's announcements.
+	Set(anns []announce.Announcement)
+	// Nodes lists the nodes that have announcements.
+	Nodes() []string
+	// Sweep deletes the announcements of a node whose speaker left.
+	Sweep(node string)
+}
+
+// Event reasons on Services.
+const (
+	EventAnnouncing        = "Announcing"
+	EventStoppedAnnouncing = "StoppedAnnouncing"
+)
+
+// Deps are the speaker's collaborators; everything that touches the
+// kernel, the network or the API server is one of them.
+type Deps struct {
+	Node    string
+	Options announce.Options
+	Source  Source
+	Links   Links
+	// NewResponder starts the ARP/NDP responder of an interface.
+	NewResponder ResponderFactory
+	Status       StatusSink
+	Events       record.EventRecorder
+	Metrics      *Metrics
+	Log          *slog.Logger
+	// Resync is the period of a sync without any trigger (default 30s),
+	// a safety net for a missed notification.
+	Resync time.Duration
+}
+
+type responderEntry struct {
+	r    Responder
+	link Link
+}
+
+// Speaker is the layer-2 speaker loop: it recomputes the election on
+// every change and brings the responders, the announcements and the
+// status objects in line with it.
+type Speaker struct {
+	d       Deps
+	cluster members.Cluster
+	ann     layer2.Announcements
+
+	trigger chan struct{}
+	// rejoined: a member joined since the last sync; the announced IPs
+	// are announced again, which heals a partition's stale ARP caches.
+	rejoined atomic.Bool
+	ready    atomic.Bool
+
+	mu         sync.Mutex // responders, for the metrics collector
+	responders map[string]*responderEntry
+	// retired accumulates the counters of stopped responders.
+	retired map[string]layer2.Stats
+
+	metaCh chan members.Meta
+
+	// Owned by the loop.
+	state   announce.State
+	meta    members.Meta
+	metaSet bool
+	ifs     Interfaces
+	swept   map[string]bool
+	logged  map[string]string
+}
+
+// New builds a Speaker; SetCluster must be called before Run.
+func New(d Deps) *Speaker {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Metrics == nil {
+		d.Metrics = NewMetrics()
+	}
+	if d.Resync <= 0 {
+		d.Resync = 30 * time.Second
+	}
+	s := &Speaker{
+		d:          d,
+		trigger:    make(chan struct{}, 1),
+		responders: map[string]*responderEntry{},
+		retired:    map[string]layer2.Stats{},
+		metaCh:     make(chan members.Meta, 1),
+		swept:      map[string]bool{},
+		logged:     map[string]string{},
+	}
+	d.Metrics.register(s)
+	return s
+}
+
+// SetCluster sets the memberlist membership. It is separate from New
+// because the membership's event callback is the speaker's MemberEvent.
+func (s *Speaker) SetCluster(c members.Cluster) { s.cluster = c }
+
+// Trigger asks for a sync; calls while one is pending are merged.
+func (s *Speaker) Trigger() {
+	select {
+	case s.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// MemberEvent is the memberlist callback: any change re-runs the
+// election at once (this is the failover path); a join also makes this
+// node announce its IPs again.
+func (s *Speaker) MemberEvent(ev members.Event) {
+	s.d.Log.Info("memberlist", "event", ev.Type.String(), "member", ev.Member.Name, "addr", ev.Member.Addr.String())
+	if ev.Type == members.EventJoin {
+		s.rejoined.Store(true)
+	}
+	s.Trigger()
+}
+
+// Ready tells whether the first sync is done.
+func (s *Speaker) Ready() bool { return s.ready.Load() }
+
+// Announcements is what the responders answer for.
+func (s *Speaker) Announcements() *layer2.Announcements { return &s.ann }
+
+// State is the last election result (for tests).
+func (s *Speaker) State() announce.State { return s.state }
+
+// Run syncs on every trigger until ctx ends, then stops the responders.
+// The caller closes the membership first on a graceful stop, so peers
+// take the IPs over while this node still answers.
+func (s *Speaker) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.watchLinks(ctx) }()
+	go func() { defer wg.Done(); s.publishMeta(ctx) }()
+	tick := time.NewTicker(s.d.Resync)
+	defer tick.Stop()
+	s.Sync()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-s.trigger:
+		case <-tick.C:
+		}
+		s.Sync()
+	}
+}
+
+// StopResponders stops every responder; after it nothing answers.
+func (s *Speaker) StopResponders() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, e := range s.responders {
+		s.retire(name, e)
+	}
+}
+
+func (s *Speaker) watchLinks(ctx context.Context) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		err := s.d.Links.Watch(ctx, s.Trigger)
+		if ctx.Err() != nil {
+			return
+		}
+		s.d.Log.Warn("watching links failed; resubscribing", "err", err, "in", backoff)
+		s.Trigger()
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// publishMeta sends the latest metadata to the cluster. It runs apart
+// from the loop because UpdateMeta waits for the broadcast, up to a
+// second when this node's link is down, and the loop must not wait.
+func (s *Speaker) publishMeta(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-s.metaCh:
+			if err := s.cluster.UpdateMeta(m); err != nil {
+				s.d.Log.Warn("publishing interfaces to the cluster", "err", err)
+			}
+		}
+	}
+}
+
+func (s *Speaker) setMeta(m members.Meta) {
+	for {
+		select {
+		case s.metaCh <- m:
+			return
+		default:
+			// Replace an unsent older value.
+			select {
+			case <-s.metaCh:
+			default:
+			}
+		}
+	}
+}
+
+// Sync runs the election on the current inputs and applies the result.
+func (s *Speaker) Sync() {
+	start := time.Now()
+	snap := s.d.Source.Snapshot()
+	links, err := s.d.Links.List()
+	if err != nil {
+		// Keep the last known interfaces: announcing on them is better
+		// than dropping every IP over a failed netlink dump.
+		s.d.Log.Error("listing interfaces; keeping the last known", "err", err)
+	} else {
+		s.ifs = SelectInterfaces(links, snap.PodCIDRs, namedInterfaces(snap.Config))
+	}
+	meta, dropped := fitMeta(s.ifs.Meta())
+	if len(dropped) > 0 {
+		s.logOnce("meta-dropped", strings.Join(dropped, ","), func() {
+			s.d.Log.Warn("too many interfaces for the memberlist metadata; these are not announced on", "interfaces", dropped)
+		})
+	}
+	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) {
+		s.d.Log.Info("interfaces", "announceable", meta.Interfaces, "down", meta.DownInterfaces, "skipped", s.ifs.Skipped)
+		s.meta, s.metaSet = meta, true
+		s.setMeta(meta)
+	}
+	s.syncResponders()
+
+	live := s.cluster.Members()
+	in := announce.Input{
+		Config:   snap.Config,
+		Services: snap.Services,
+		Nodes:    snap.Nodes,
+		Local:    announce.Local{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces},
+		Options:  s.d.Options,
+	}
+	liveNames := map[string]bool{}
+	for _, m := range live {
+		liveNames[m.Name] = true
+		am := announce.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces}
+		if m.Name == s.d.Node {
+			// This node's own view is fresher than what gossip carries.
+			am.Interfaces, am.DownInterfaces = meta.Interfaces, meta.DownInterfaces
+		}
+		in.Members = append(in.Members, am)
+	}
+	if !liveNames[s.d.Node] {
+		in.Members = append(in.Members, announce.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces})
+	}
+	st := announce.Compute(in)
+	ch := announce.Diff(s.state, st)
+	s.ann.Set(st.Announced())
+	s.syncGroups()
+
+	again := s.rejoined.Swap(false)
+	if again {
+		s.announceAll(st)
+	} else {
+		for _, g := range ch.Gained {
+			for _, i := range g.Interfaces {
+				s.gratuitous(i, g.Addr)
+			}
+		}
+	}
+	s.d.Status.Set(st.Announcements)
+	s.events(ch)
+	s.sweep(liveNames)
+	s.logChanges(st, ch)
+	s.d.Metrics.observe(st, ch, len(live))
+	s.state = st
+	if !s.ready.Load() {
+		s.ready.Store(true)
+		s.d.Log.Info("first sync done", "announcing", len(st.Announced()), "ips", len(st.IPs), "members", len(live), "took", time.Since(start).Round(time.Microsecond))
+	}
+}
+
+// namedInterfaces are the interfaces some L2Advertisement names.
+func namedInterfaces(c *config.Config) map[string]bool {
+	out := map[string]bool{}
+	if c == nil {
+		return out
+	}
+	for _, ad := range c.L2Advertisements {
+		if ad == nil {
+			continue
+		}
+		for _, i := range ad.Interfaces {
+			out[i] = true
+		}
+	}
+	return out
+}
+
+// syncResponders runs one responder per announceable interface with
+// carrier, and restarts one whose interface changed (a new index or MAC
+// after the link was re-created) or whose socket failed.
+func (s *Speaker) syncResponders() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want := map[string]Link{}
+	for _, name := range s.ifs.Names {
+		if !slices.Contains(s.ifs.Down, name) {
+			want[name] = s.ifs.Links[name]
+		}
+	}
+	for name, e := range s.responders {
+		l, ok := want[name]
+		dead := false
+		select {
+		case <-e.r.Done():
+			dead = true
+		default:
+		}
+		if !ok || dead || l.Index != e.link.Index || l.MAC.String() != e.link.MAC.String() {
+			if dead {
+				s.d.Log.Warn("responder died; restarting", "interface", name)
+			}
+			s.retire(name, e)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if _, ok := s.responders[name]; ok {
+			continue
+		}
+		l := want[name]
+		r, err := s.d.NewResponder(layer2.Interface{Name: l.Name, Index: l.Index, MAC: l.MAC}, &s.ann)
+		if err != nil {
+			s.logOnce("responder/"+name, err.Error(), func() {
+				s.d.Log.Error("cannot answer ARP/NDP on an interface; retrying at the next sync", "interface", name, "err", err)
+			})
+			continue
+		}
+		delete(s.logged, "responder/"+name)
+		s.responders[name] = &responderEntry{r: r, link: l}
+		// A responder whose socket fails for good stops; the sync that
+		// follows starts a new one. (Stop also ends this goroutine, at
+		// the cost of one needless sync.)
+		go func() { <-r.Done(); s.Trigger() }()
+		s.d.Log.Info("answering ARP/NDP", "interface", name, "mac", l.MAC.String(), "index", l.Index)
+		// A responder that starts late (the link came back, or was
+		// re-created) announces what it holds: caches may still point
+		// elsewhere.
+		for _, ip := range s.ann.On(name) {
+			if err := r.Gratuitous(ip); err != nil {
+				s.d.Log.Warn("gratuitous announcement failed", "interface", name, "ip", ip, "err", err)
+			}
+		}
+	}
+}
+
+// retire stops a responder and keeps its counters; s.mu is held.
+func (s *Speaker) retire(name string, e *responderEntry) {
+	e.r.Stop()
+	s.retired[name] = addStats(s.retired[name], e.r.Stats())
+	delete(s.responders, name)
+	s.d.Log.Info("stopped answering ARP/NDP", "interface", name)
+}
+
+func (s *Speaker) syncGroups() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, e := range s.responders {
+		if err := e.r.SyncGroups(s.ann.On(name)); err != nil {
+			s.d.Log.Warn("joining solicited-node multicast groups", "interface", name, "err", err)
+		}
+	}
+}
+
+func (s *Speaker) gratuitous(iface string, ip netip.Addr) {
+	s.mu.Lock()
+	e := s.responders[iface]
+	s.mu.Unlock()
+	if e == nil {
+		return // its responder starts at the next sync and announces then
+	}
+	if err := e.r.Gratuitous(ip); err != nil {
+		s.d.Log.Warn("gratuitous announcement failed", "interface", iface, "ip", ip, "err", err)
+	}
+}
+
+// announceAll announces every held IP again, after a member joined: if
+// it was a partition healing, the other side may have announced the
+// same IPs, and clients must learn the winner's MAC again.
+func (s *Speaker) announceAll(st announce.State) {
+	for ip, ifaces := range st.Announced() {
+		for _, i := range ifaces {
+			s.gratuitous(i, ip)
+		}
+	}
+}
+
+// events records an event on each Service whose announcement by this
+// node started, changed or stopped.
+func (s *Speaker) events(ch announce.Changes) {
+	if s.d.Events == nil {
+		return
+	}
+	for _, a := range append(slices.Clone(ch.Create), ch.Update...) {
+		obj := s.d.Source.Service(a.Service)
+		if obj == nil {
+			continue
+		}
+		s.d.Events.Eventf(obj, corev1.EventTypeNormal, EventAnnouncing, "announcing %s from node %s on %s",
+			ipList(a.IPs), a.Node, strings.Join(a.Interfaces, ", "))
+	}
+	for _, a := range ch.Delete {
+		obj := s.d.Source.Service(a.Service)
+		if obj == nil {
+			continue // the Service is gone: nobody reads its events
+		}
+		s.d.Events.Eventf(obj, corev1.EventTypeNormal, EventStoppedAnnouncing, "stopped announcing %s from node %s",
+			ipList(a.IPs), a.Node)
+	}
+}
+
+// sweep deletes the ServiceAnnouncements of nodes whose speaker is not in
+// the cluster (it died without cleaning up), once per departure. Only
+// the first live member by name does it, so N speakers do not race.
+func (s *Speaker) sweep(live map[string]bool) {
+	names := slices.Sorted(maps.Keys(live))
+	for n := range s.swept {
+		if live[n] {
+			delete(s.swept, n)
+		}
+	}
+	if len(names) == 0 || names[0] != s.d.Node {
+		return
+	}
+	for _, n := range s.d.Status.Nodes() {
+		if n == s.d.Node || live[n] || s.swept[n] {
+			continue
+		}
+		s.swept[n] = true
+		s.d.Log.Info("removing the ServiceAnnouncements of a speaker that left", "node", n)
+		s.d.Status.Sweep(n)
+	}
+}
+
+// logChanges logs what moved and, once per change, why IPs are not
+// announced, so `kubectl logs` explains a missing announcement.
+func (s *Speaker) logChanges(st announce.State, ch announce.Changes) {
+	for _, m := range ch.Moved {
+		ip, _ := st.Lookup(m.Addr)
+		s.d.Log.Info("winner changed", "ip", m.Addr, "from", orNone(m.From), "to", orNone(m.To), "services", refs(ip.Services))
+	}
+	for _, g := range ch.Gained {
+		s.d.Log.Info("announcing", "ip", g.Addr, "interfaces", g.Interfaces)
+	}
+	for _, l := range ch.Lost {
+		s.d.Log.Info("stopped announcing", "ip", l.Addr, "interfaces", l.Interfaces)
+	}
+	seen := map[string]bool{}
+	for _, ip := range st.IPs {
+		if ip.Reason == "" {
+			continue
+		}
+		key := "ip/" + ip.Addr.String()
+		seen[key] = true
+		why := ip.Reason + " " + fmt.Sprint(ip.Excluded)
+		s.logOnce(key, why, func() {
+			s.d.Log.Info("not announced", "ip", ip.Addr, "services", refs(ip.Services), "reason", ip.Reason, "nodes", ip.Excluded)
+		})
+	}
+	for _, ig := range st.Ignored {
+		key := "ignored/" + ig.Service.String() + "/" + ig.Addr.String()
+		seen[key] = true
+		s.logOnce(key, ig.Reason+ig.Detail, func() {
+			s.d.Log.Info("not announced", "service", ig.Service.String(), "ip", ig.Addr, "reason", ig.Reason, "detail", ig.Detail)
+		})
+	}
+	for k := range s.logged {
+		if (strings.HasPrefix(k, "ip/") || strings.HasPrefix(k, "ignored/")) && !seen[k] {
+			delete(s.logged, k)
+		}
+	}
+}
+
+// logOnce calls log when key's value changed since the last call.
+func (s *Speaker) logOnce(key, value string, log func()) {
+	if s.logged[key] == value {
+		return
+	}
+	s.logged[key] = value
+	log()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func refs(rs []announce.ServiceRef) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.String()
+	}
+	return out
+}
+
+func ipList(ips []netip.Addr) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+func addStats(a, b layer2.Stats) layer2.Stats {
+	a.ARPRequests += b.ARPRequests
+	a.NSRequests += b.NSRequests
+	a.ARPReplies += b.ARPReplies
+	a.NAReplies += b.NAReplies
+	a.GratuitousARP += b.GratuitousARP
+	a.UnsolicitedNA += b.UnsolicitedNA
+	a.ReadErrors += b.ReadErrors
+	a.WriteErrors += b.WriteErrors
+	if len(b.Ignored) > 0 && a.Ignored == nil {
+		a.Ignored = map[layer2.Reason]uint64{}
+	}
+	for k, v := range b.Ignored {
+		a.Ignored[k] += v
+	}
+	return a
+}

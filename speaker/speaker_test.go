@@ -1,0 +1,325 @@
+package speaker
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/members"
+)
+
+func TestWinnerAnnouncesOnEth0Only(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node2", nodes...)
+	for _, self := range nodes {
+		t.Run(self, func(t *testing.T) {
+			l := newLab(t, self, nodes...)
+			l.service("web", false, ip)
+			l.sp.Sync()
+			won := self == "node2"
+			if got := l.sp.Announcements().AnnouncingAnywhere(addr(ip)); got != won {
+				t.Fatalf("announcing %s = %v, want %v", ip, got, won)
+			}
+			// Responders run on the LAN interface only: not on the pod
+			// bridge nor on a pod's veth, not on loopback.
+			for _, name := range []string{"cbr0", "vethab12", "lo"} {
+				if l.responders.live(name) != nil {
+					t.Errorf("a responder runs on %s", name)
+				}
+			}
+			r := l.responders.live("eth0")
+			if r == nil {
+				t.Fatal("no responder on eth0")
+			}
+			g := r.takeGratuitous()
+			ev := l.takeEvents()
+			if !won {
+				if len(g) != 0 || len(ev) != 0 || len(l.status.anns) != 0 {
+					t.Fatalf("loser: gratuitous %v, events %v, status %v; want none", g, ev, l.status.anns)
+				}
+				return
+			}
+			if !reflect.DeepEqual(g, []netip.Addr{addr(ip)}) {
+				t.Errorf("gratuitous = %v, want [%s]", g, ip)
+			}
+			want := []announce.Announcement{{Service: announce.ServiceRef{Namespace: "shop", Name: "web"}, Node: "node2",
+				Protocol: "layer2", Interfaces: []string{"eth0"}, IPs: []netip.Addr{addr(ip)}}}
+			if !reflect.DeepEqual(l.status.anns, want) {
+				t.Errorf("status = %+v, want %+v", l.status.anns, want)
+			}
+			if len(ev) != 1 || ev[0] != "Normal Announcing announcing "+ip+" from node node2 on eth0" {
+				t.Errorf("events = %q", ev)
+			}
+			// Nothing changed: nothing is sent or written again.
+			l.sp.Sync()
+			if g := r.takeGratuitous(); len(g) != 0 {
+				t.Errorf("a sync without change sent gratuitous %v", g)
+			}
+			if ev := l.takeEvents(); len(ev) != 0 {
+				t.Errorf("a sync without change recorded %v", ev)
+			}
+		})
+	}
+}
+
+func TestFailoverWhenWinnerLeaves(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...)
+	next := winner(ip, "node2", "node3")
+	l := newLab(t, next, nodes...)
+	l.service("web", false, ip)
+	l.sp.Sync()
+	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
+		t.Fatal("the runner-up announces while the winner is alive")
+	}
+	l.cluster.Remove("node1") // the winner's speaker died or left
+	l.sp.Sync()
+	if !l.sp.Announcements().Announcing(addr(ip), "eth0") {
+		t.Fatalf("%s did not take %s over", next, ip)
+	}
+	if g := l.responders.live("eth0").takeGratuitous(); !reflect.DeepEqual(g, []netip.Addr{addr(ip)}) {
+		t.Fatalf("gratuitous on takeover = %v, want [%s]", g, ip)
+	}
+	if got := testutil.ToFloat64(l.sp.d.Metrics.electionChanges); got != 2 { // none -> node1, node1 -> next
+		t.Errorf("election changes = %v, want 2", got)
+	}
+	// It comes back: the IP returns to it (rendezvous ranking), and this
+	// node stops answering and says so.
+	l.cluster.Set(members.Member{Name: "node1", Meta: members.Meta{Interfaces: []string{"eth0"}}})
+	l.takeEvents()
+	l.sp.Sync()
+	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
+		t.Fatal("still announcing after the winner came back")
+	}
+	if ev := l.takeEvents(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Normal StoppedAnnouncing stopped announcing "+ip+" from node "+next) {
+		t.Errorf("events = %q", ev)
+	}
+	if len(l.status.anns) != 0 {
+		t.Errorf("status still has %+v", l.status.anns)
+	}
+}
+
+func TestMemberJoinAnnouncesHeldIPsAgain(t *testing.T) {
+	l := newLab(t, "node1", "node1")
+	ip := "198.51.100.200"
+	l.service("web", false, ip)
+	l.sp.Sync()
+	r := l.responders.live("eth0")
+	r.takeGratuitous()
+	// A partition heals: a node whose winner is not this one joins, and
+	// this node keeps its IP; clients that followed the other side's
+	// gratuitous ARP must be told again.
+	other := "node9"
+	for i := 2; winner(ip, "node1", other) != "node1"; i++ {
+		other = "node" + string(rune('a'+i))
+	}
+	l.src.set(func(s *Snapshot) {
+		s.Nodes = append(s.Nodes, announce.Node{Name: other})
+	})
+	l.cluster.Set(members.Member{Name: other, Meta: members.Meta{Interfaces: []string{"eth0"}}})
+	l.sp.Sync()
+	if g := r.takeGratuitous(); !reflect.DeepEqual(g, []netip.Addr{addr(ip)}) {
+		t.Fatalf("after a join: gratuitous = %v, want [%s]", g, ip)
+	}
+	l.sp.Sync()
+	if g := r.takeGratuitous(); len(g) != 0 {
+		t.Fatalf("second sync sent %v again", g)
+	}
+}
+
+func TestLinkDownMovesAndComesBack(t *testing.T) {
+	l := newLab(t, "node1", "node1", "node2")
+	ip := ipFor(t, "node1", "node1", "node2")
+	l.service("web", false, ip)
+	l.sp.Sync()
+	if !l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
+		t.Fatal("not announcing before the link went down")
+	}
+	l.links.set("eth0", func(k *Link) { k.Carrier = false })
+	l.sp.Sync()
+	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
+		t.Fatal("still announcing on a link without carrier")
+	}
+	if l.responders.live("eth0") != nil {
+		t.Fatal("responder still runs on a link without carrier")
+	}
+	// The others learn it from the metadata.
+	l.sp.publishOnce()
+	self := selfMember(l.cluster, "node1")
+	if !slices.Contains(self.Meta.DownInterfaces, "eth0") {
+		t.Fatalf("published metadata %+v does not say eth0 is down", self.Meta)
+	}
+	// Carrier back: a new responder, which announces the IP at once.
+	l.links.set("eth0", func(k *Link) { k.Carrier = true })
+	l.sp.Sync()
+	r := l.responders.live("eth0")
+	if r == nil || !l.sp.Announcements().Announcing(addr(ip), "eth0") {
+		t.Fatal("not announcing after the carrier came back")
+	}
+	if g := r.takeGratuitous(); len(g) == 0 || g[0] != addr(ip) {
+		t.Fatalf("no gratuitous after the link came back: %v", g)
+	}
+}
+
+func TestLinkRecreatedRestartsResponder(t *testing.T) {
+	l := newLab(t, "node1", "node1")
+	l.service("web", false, "198.51.100.201")
+	l.sp.Sync()
+	first := l.responders.live("eth0")
+	l.links.set("eth0", func(k *Link) { k.Index = 42 })
+	l.sp.Sync()
+	second := l.responders.live("eth0")
+	if second == first || second == nil || second.ifi.Index != 42 {
+		t.Fatalf("responder not restarted on the new link: %+v", second)
+	}
+	// A responder whose socket died is replaced at the next sync.
+	second.die()
+	l.sp.Sync()
+	if third := l.responders.live("eth0"); third == nil || third == second {
+		t.Fatal("dead responder not replaced")
+	}
+	// Counters of replaced responders still count.
+	if got := l.sp.stats()["eth0"].GratuitousARP; got < 4 {
+		t.Errorf("eth0 gratuitous counter = %d, want the retired responders' counts kept", got)
+	}
+}
+
+func TestLocalPolicyFollowsEndpoints(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...) // node1 would win under Cluster
+	for _, self := range nodes {
+		l := newLab(t, self, nodes...)
+		l.service("web", true, ip)
+		l.endpoints("web", "node3")
+		l.sp.Sync()
+		if got, want := l.sp.Announcements().AnnouncingAnywhere(addr(ip)), self == "node3"; got != want {
+			t.Fatalf("%s announcing = %v, want %v (only node3 has a pod)", self, got, want)
+		}
+		// The pod moves to node2.
+		l.endpoints("web", "node2")
+		l.sp.Sync()
+		if got, want := l.sp.Announcements().AnnouncingAnywhere(addr(ip)), self == "node2"; got != want {
+			t.Fatalf("after the move %s announcing = %v, want %v", self, got, want)
+		}
+		// No pod anywhere: nobody announces.
+		l.endpoints("web")
+		l.sp.Sync()
+		if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
+			t.Fatalf("%s announces without any endpoint", self)
+		}
+	}
+}
+
+func TestNamedInterfaceAndPodBridge(t *testing.T) {
+	l := newLab(t, "node1", "node1")
+	l.src.set(func(s *Snapshot) { s.Config = labConfig("cbr0") })
+	l.service("web", false, "198.51.100.210")
+	l.sp.Sync()
+	if !l.sp.Announcements().Announcing(addr("198.51.100.210"), "cbr0") || l.sp.Announcements().Announcing(addr("198.51.100.210"), "eth0") {
+		t.Fatal("an advertisement naming cbr0 must announce there and only there")
+	}
+	// An advertisement naming an interface the node lacks announces
+	// nothing here.
+	l.src.set(func(s *Snapshot) { s.Config = labConfig("bond7") })
+	l.sp.Sync()
+	if l.sp.Announcements().AnnouncingAnywhere(addr("198.51.100.210")) {
+		t.Fatal("announcing although the named interface does not exist")
+	}
+}
+
+func TestBadInputLeavesOthersAlone(t *testing.T) {
+	l := newLab(t, "node1", "node1")
+	l.service("web", false, "198.51.100.220")
+	l.sp.Sync()
+	// A Service with an IP outside every pool, one without the pool
+	// annotation, one with no IP, and a configuration that goes away
+	// for one sync: only the configuration loss stops announcing, and
+	// the next good configuration restores it.
+	l.service("outside", false, "192.0.2.1")
+	l.src.set(func(s *Snapshot) {
+		s.Services = append(s.Services, announce.Service{Namespace: "shop", Name: "nopool", IPs: []netip.Addr{addr("198.51.100.221")}},
+			announce.Service{Namespace: "shop", Name: "noip"})
+	})
+	l.sp.Sync()
+	if !l.sp.Announcements().AnnouncingAnywhere(addr("198.51.100.220")) {
+		t.Fatal("a bad Service disturbed a working one")
+	}
+	for _, bad := range []string{"192.0.2.1", "198.51.100.221"} {
+		if l.sp.Announcements().AnnouncingAnywhere(addr(bad)) {
+			t.Errorf("announcing %s", bad)
+		}
+	}
+	// A failing netlink dump keeps the last known interfaces.
+	l.links.mu.Lock()
+	l.links.err = errors.New("netlink: no buffer space")
+	l.links.mu.Unlock()
+	l.sp.Sync()
+	if !l.sp.Announcements().AnnouncingAnywhere(addr("198.51.100.220")) {
+		t.Fatal("a failed link listing dropped the announcements")
+	}
+	// A responder that cannot start is retried, and does not stop the rest.
+	l.links.mu.Lock()
+	l.links.err = nil
+	l.links.mu.Unlock()
+	l.responders.live("eth0").die()
+	l.responders.mu.Lock()
+	l.responders.fail["eth0"] = errors.New("socket: operation not permitted")
+	l.responders.mu.Unlock()
+	l.sp.Sync()
+	if !l.sp.Announcements().AnnouncingAnywhere(addr("198.51.100.220")) {
+		t.Fatal("the election result was dropped with the responder")
+	}
+	l.responders.mu.Lock()
+	delete(l.responders.fail, "eth0")
+	l.responders.mu.Unlock()
+	l.sp.Sync()
+	if l.responders.live("eth0") == nil {
+		t.Fatal("responder not retried")
+	}
+}
+
+func TestSweepDeparted(t *testing.T) {
+	l := newLab(t, "node1", "node1", "node2", "node3")
+	l.status.other = map[string][]string{"node2": {"x"}, "node4": {"y"}}
+	l.sp.Sync()
+	if !reflect.DeepEqual(l.status.swept, []string{"node4"}) {
+		t.Fatalf("swept %v, want [node4] (node2 is live)", l.status.swept)
+	}
+	// Only the first live member by name sweeps.
+	l2 := newLab(t, "node2", "node1", "node2")
+	l2.status.other = map[string][]string{"node4": {"y"}}
+	l2.sp.Sync()
+	if len(l2.status.swept) != 0 {
+		t.Fatalf("node2 swept %v although node1 is live", l2.status.swept)
+	}
+}
+
+func TestMetaTooLargeKeepsWhatFits(t *testing.T) {
+	var m members.Meta
+	for i := range 100 {
+		m.Interfaces = append(m.Interfaces, "ethernet"+string(rune('a'+i%26))+string(rune('a'+i/26)))
+	}
+	slices.Sort(m.Interfaces)
+	fit, dropped := fitMeta(m)
+	if len(dropped) == 0 || len(fit.Interfaces)+len(dropped) != 100 {
+		t.Fatalf("kept %d, dropped %d", len(fit.Interfaces), len(dropped))
+	}
+	if _, err := members.EncodeMeta(fit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func selfMember(c *members.Fake, name string) members.Member {
+	for _, m := range c.Members() {
+		if m.Name == name {
+			return m
+		}
+	}
+	return members.Member{}
+}

@@ -1,0 +1,345 @@
+package speaker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/speaker/announce"
+)
+
+// Labels and the annotation on ServiceAnnouncements. The node is an
+// annotation because a node name may be longer than a label value allows;
+// the labels are for `kubectl get -l`.
+const (
+	LabelServiceNamespace = "herald.io/service-namespace"
+	LabelServiceName      = "herald.io/service-name"
+	LabelNode             = "herald.io/node"
+	AnnotationNode        = "herald.io/node"
+)
+
+// AnnouncementGVR is the ServiceAnnouncement resource.
+var AnnouncementGVR = v1beta1.GroupVersion.WithResource("serviceannouncements")
+
+// AnnouncementName names the ServiceAnnouncement of a Service announced
+// by a node: readable (service and node, shortened) and collision-free
+// across namespaces and nodes (a hash of all three).
+func AnnouncementName(svc announce.ServiceRef, node string) string {
+	sum := sha256.Sum256([]byte(svc.Namespace + "/" + svc.Name + "/" + node))
+	short := func(s string, n int) string {
+		s = strings.ReplaceAll(s, ".", "-")
+		if len(s) > n {
+			s = s[:n]
+		}
+		return strings.Trim(s, "-")
+	}
+	return short(svc.Name, 30) + "-" + short(node, 20) + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// AnnouncementWriter keeps this node's ServiceAnnouncements in the API as
+// the speaker loop last set them, from its own queue: a slow or failing
+// API server delays the status, never the announcements.
+type AnnouncementWriter struct {
+	node, ns string
+	res      dynamic.ResourceInterface
+	lister   cache.GenericLister
+	// owner returns the Service's UID when it is in ns (owner
+	// references cannot cross namespaces), "" otherwise.
+	owner func(announce.ServiceRef) types.UID
+	log   *slog.Logger
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	mu      sync.Mutex
+	desired map[string]announce.Announcement
+	sweep   map[string]bool
+}
+
+// NewAnnouncementWriter writes into namespace ns through dyn, reading the
+// current objects from inf (an informer on ServiceAnnouncements in ns).
+func NewAnnouncementWriter(node, ns string, dyn dynamic.Interface, inf cache.SharedIndexInformer,
+	owner func(announce.ServiceRef) types.UID, log *slog.Logger) *AnnouncementWriter {
+	w := &AnnouncementWriter{
+		node: node, ns: ns,
+		res:     dyn.Resource(AnnouncementGVR).Namespace(ns),
+		lister:  cache.NewGenericLister(inf.GetIndexer(), AnnouncementGVR.GroupResource()),
+		owner:   owner,
+		log:     log,
+		desired: map[string]announce.Announcement{},
+		sweep:   map[string]bool{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{}),
+	}
+	// Level-triggered on our own objects: someone deleting or editing
+	// one gets it written back.
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    w.objectChanged,
+		UpdateFunc: func(_, obj any) { w.objectChanged(obj) },
+		DeleteFunc: w.objectChanged,
+	})
+	return w
+}
+
+func (w *AnnouncementWriter) objectChanged(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || u.GetNamespace() != w.ns {
+		return
+	}
+	w.mu.Lock()
+	_, mine := w.desired[u.GetName()]
+	w.mu.Unlock()
+	if mine || u.GetAnnotations()[AnnotationNode] == w.node {
+		w.queue.Add(u.GetName())
+	}
+}
+
+// Set implements StatusSink.
+func (w *AnnouncementWriter) Set(anns []announce.Announcement) {
+	want := map[string]announce.Announcement{}
+	for _, a := range anns {
+		want[AnnouncementName(a.Service, a.Node)] = a
+	}
+	w.mu.Lock()
+	changed := map[string]bool{}
+	for name, a := range want {
+		if old, ok := w.desired[name]; !ok || !sameAnnouncement(old, a) {
+			changed[name] = true
+		}
+	}
+	for name := range w.desired {
+		if _, ok := want[name]; !ok {
+			changed[name] = true
+		}
+	}
+	w.desired = want
+	w.mu.Unlock()
+	for name := range changed {
+		w.queue.Add(name)
+	}
+}
+
+// Nodes implements StatusSink.
+func (w *AnnouncementWriter) Nodes() []string {
+	objs, _ := w.lister.ByNamespace(w.ns).List(labels.Everything())
+	set := map[string]bool{}
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			if n := announcementNode(u); n != "" {
+				set[n] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// Sweep implements StatusSink.
+func (w *AnnouncementWriter) Sweep(node string) {
+	objs, _ := w.lister.ByNamespace(w.ns).List(labels.Everything())
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok || announcementNode(u) != node {
+			continue
+		}
+		w.mu.Lock()
+		w.sweep[u.GetName()] = true
+		w.mu.Unlock()
+		w.queue.Add(u.GetName())
+	}
+}
+
+// announcementNode is the node an object is about: the annotation, or
+// for an object whose status was written by hand, the status.
+func announcementNode(u *unstructured.Unstructured) string {
+	if n := u.GetAnnotations()[AnnotationNode]; n != "" {
+		return n
+	}
+	n, _, _ := unstructured.NestedString(u.Object, "status", "node")
+	return n
+}
+
+// Run writes until ctx ends.
+func (w *AnnouncementWriter) Run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		w.queue.ShutDown()
+	}()
+	for {
+		name, quit := w.queue.Get()
+		if quit {
+			return
+		}
+		err := w.reconcile(ctx, name)
+		w.queue.Done(name)
+		switch {
+		case err == nil:
+			w.queue.Forget(name)
+		case ctx.Err() == nil:
+			w.log.Warn("writing a ServiceAnnouncement; retrying", "name", w.ns+"/"+name, "err", err)
+			w.queue.AddRateLimited(name)
+		}
+	}
+}
+
+// DeleteOwn deletes every ServiceAnnouncement of this node, on a graceful
+// stop: the node no longer announces anything.
+func (w *AnnouncementWriter) DeleteOwn(ctx context.Context) error {
+	objs, _ := w.lister.ByNamespace(w.ns).List(labels.Everything())
+	var errs []string
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok || announcementNode(u) != w.node {
+			continue
+		}
+		err := w.res.Delete(ctx, u.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptrTo(u.GetUID())}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("deleting ServiceAnnouncements: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func (w *AnnouncementWriter) reconcile(ctx context.Context, name string) error {
+	w.mu.Lock()
+	want, ok := w.desired[name]
+	sweep := w.sweep[name]
+	delete(w.sweep, name)
+	w.mu.Unlock()
+	cur, err := w.current(name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if cur == nil || (!sweep && announcementNode(cur) != w.node) {
+			return nil // not ours
+		}
+		err := w.res.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptrTo(cur.GetUID())}})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	status := desiredStatus(want)
+	if cur == nil {
+		obj := &v1beta1.ServiceAnnouncement{
+			TypeMeta: metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "ServiceAnnouncement"},
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name, Namespace: w.ns,
+				Labels: map[string]string{
+					"app.kubernetes.io/name": "herald",
+					LabelServiceNamespace:    want.Service.Namespace,
+					LabelServiceName:         want.Service.Name,
+				},
+				Annotations: map[string]string{AnnotationNode: w.node},
+			},
+		}
+		if len(validation.IsValidLabelValue(w.node)) == 0 {
+			obj.Labels[LabelNode] = w.node
+		}
+		if uid := w.owner(want.Service); uid != "" {
+			obj.OwnerReferences = []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Service", Name: want.Service.Name, UID: uid,
+			}}
+		}
+		u, err := toUnstructured(obj)
+		if err != nil {
+			return err
+		}
+		created, err := w.res.Create(ctx, u, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// Created before and not in the cache yet: take it as is.
+			created, err = w.res.Get(ctx, name, metav1.GetOptions{})
+		}
+		if err != nil {
+			return err
+		}
+		cur = created
+	}
+	var have v1beta1.ServiceAnnouncement
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(cur.Object, &have); err != nil {
+		return err
+	}
+	if sameStatus(have.Status, status) && have.Annotations[AnnotationNode] == w.node {
+		return nil
+	}
+	upd := cur.DeepCopy()
+	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
+	if err != nil {
+		return err
+	}
+	upd.Object["status"] = st
+	_, err = w.res.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	return err
+}
+
+func (w *AnnouncementWriter) current(name string) (*unstructured.Unstructured, error) {
+	obj, err := w.lister.ByNamespace(w.ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("unexpected %T in the cache", obj)
+	}
+	return u, nil
+}
+
+func desiredStatus(a announce.Announcement) v1beta1.ServiceAnnouncementStatus {
+	st := v1beta1.ServiceAnnouncementStatus{
+		Service:    v1beta1.ServiceReference{Namespace: a.Service.Namespace, Name: a.Service.Name},
+		Node:       a.Node,
+		Protocol:   v1beta1.AnnouncementProtocol(a.Protocol),
+		Interfaces: slices.Clone(a.Interfaces),
+	}
+	for _, ip := range a.IPs {
+		st.IPs = append(st.IPs, ip.String())
+	}
+	return st
+}
+
+func sameStatus(a, b v1beta1.ServiceAnnouncementStatus) bool {
+	return a.Service == b.Service && a.Node == b.Node && a.Protocol == b.Protocol &&
+		slices.Equal(a.IPs, b.IPs) && slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers)
+}
+
+func sameAnnouncement(a, b announce.Announcement) bool {
+	return a.Service == b.Service && a.Node == b.Node && a.Protocol == b.Protocol &&
+		slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.IPs, b.IPs)
+}
+
+func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
