@@ -17,6 +17,7 @@ import (
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/proxy"
 	"github.com/herald-lb/herald/speaker"
+	"github.com/herald-lb/herald/speaker/status"
 )
 
 type command struct {
@@ -30,9 +31,10 @@ var commands = map[string]command{
 	"controller": {"assign LoadBalancer IPs to Services from IPAddressPools", runController},
 	"proxy":      {"iptables service proxy replacing kube-proxy", runProxy},
 	"speaker":    {"announce LoadBalancer IPs on the LAN (layer 2) and run the proxy", runSpeaker},
+	"status":     {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
 }
 
-var order = []string{"controller", "speaker", "proxy", "validate", "version"}
+var order = []string{"controller", "speaker", "proxy", "status", "validate", "version"}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -146,4 +148,10 @@ func runSpeaker(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+func runStatus(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return status.Main(ctx, args)
 }

@@ -1,0 +1,111 @@
+package status
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/herald-lb/herald/config/v1beta1"
+)
+
+func lb(ns, name, pool string, local bool, ips ...string) corev1.Service {
+	s := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
+	if pool != "" {
+		s.Annotations = map[string]string{"herald.io/ip-allocated-from-pool": pool}
+	}
+	if local {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}
+	for _, ip := range ips {
+		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	return s
+}
+
+func sa(ns, name, node string, ifaces []string, ips ...string) v1beta1.ServiceAnnouncement {
+	return v1beta1.ServiceAnnouncement{Status: v1beta1.ServiceAnnouncementStatus{
+		Service: v1beta1.ServiceReference{Namespace: ns, Name: name}, Node: node, Protocol: v1beta1.ProtocolLayer2,
+		Interfaces: ifaces, IPs: ips,
+	}}
+}
+
+func TestRender(t *testing.T) {
+	class := "other"
+	classed := lb("shop", "classed", "", false)
+	classed.Spec.LoadBalancerClass = &class
+	svcs := []corev1.Service{
+		lb("shop", "web", "lan", true, "198.51.100.200", "2001:db8:0:1::200"),
+		lb("default", "dns", "lan", false, "198.51.100.201"),
+		lb("shop", "pending", "", false),
+		classed,
+		lb("shop", "orphan", "lan", false, "198.51.100.202"),
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "internal"}},
+	}
+	anns := []v1beta1.ServiceAnnouncement{
+		sa("shop", "web", "node2", []string{"eth0"}, "198.51.100.200"),
+		sa("shop", "web", "node3", []string{"eth0", "eth1"}, "2001:db8:0:1:0:0:0:200"),
+		sa("default", "dns", "node1", []string{"eth0"}, "198.51.100.201"),
+		sa("default", "dns", "node3", []string{"eth0"}, "198.51.100.201"),
+	}
+	var b strings.Builder
+	if err := Render(&b, svcs, anns); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	want := `NAMESPACE  SERVICE  IP                 POOL  POLICY   ANNOUNCED BY
+default    dns      198.51.100.201     lan   Cluster  node1 (layer2 on eth0), node3 (layer2 on eth0)  <- more than one node
+shop       classed  <pending> (loadBalancerClass other)  -     Cluster  -
+shop       orphan   198.51.100.202     lan   Cluster  nobody (see the speakers' logs: no eligible node, or no advertisement)
+shop       pending  <pending>          -     Cluster  -
+shop       web      198.51.100.200     lan   Local    node2 (layer2 on eth0)
+shop       web      2001:db8:0:1::200  lan   Local    node3 (layer2 on eth0,eth1)
+`
+	// tabwriter pads the long <pending> cell; compare cells, not spaces.
+	if norm(got) != norm(want) {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+	b.Reset()
+	_ = Render(&b, svcs[5:], nil)
+	if !strings.Contains(b.String(), "no LoadBalancer Services") {
+		t.Errorf("empty: %q", b.String())
+	}
+}
+
+func norm(s string) string {
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func TestParseFlags(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		ns, svc string
+		err     string
+	}{
+		{nil, "", "", ""},
+		{[]string{"shop/web"}, "shop", "web", ""},
+		{[]string{"web"}, "default", "web", ""},
+		{[]string{"-n", "shop", "web"}, "shop", "web", ""},
+		{[]string{"-n", "shop"}, "shop", "", ""},
+		{[]string{"-n", "x", "shop/web"}, "", "", "namespace"},
+		{[]string{"shop/"}, "", "", "NAMESPACE/NAME"},
+		{[]string{"a", "b"}, "", "", "at most one"},
+	} {
+		o, err := ParseFlags(c.args, io.Discard)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: err %v, want %q", c.args, err, c.err)
+			}
+			continue
+		}
+		if err != nil || o.Namespace != c.ns || o.Name != c.svc {
+			t.Errorf("%v: %+v %v", c.args, o, err)
+		}
+	}
+}
