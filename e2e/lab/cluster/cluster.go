@@ -444,8 +444,8 @@ func DeployDir(e2eModuleDir string) string {
 // ClusterIP leads nowhere: the ConfigMap herald-apiserver, which the
 // manifests load into herald's containers (docs/install.md), points them
 // at the API server itself; the ConfigMap herald-proxy gives the proxy the
-// lab's pod network. Up returns once the controller is available and the
-// proxy has written every node's rules.
+// lab's pod network. Up returns once the controller is available and
+// every node's speaker is ready (its proxy has written the node's rules).
 func (l *Lab) installHerald(ctx context.Context) error {
 	dir := DeployDir(l.ModuleDir)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
@@ -467,11 +467,12 @@ func (l *Lab) installHerald(ctx context.Context) error {
 	if _, err := k.Run(ctx, "-n", HeraldNamespace, "wait", "--for=condition=Available", "--timeout=120s", "deployment/"+HeraldController); err != nil {
 		return fmt.Errorf("herald's controller did not become available: %w", err)
 	}
-	// The proxy is ready on a node once it has written the node's rules;
-	// until every node is, Services do not work everywhere.
-	if _, err := k.Output(ctx, "-n", HeraldNamespace, "get", "daemonset", HeraldProxy); err == nil {
-		if _, err := k.Run(ctx, "-n", HeraldNamespace, "rollout", "status", "--timeout=120s", "daemonset/"+HeraldProxy); err != nil {
-			return fmt.Errorf("herald's proxy did not become ready on every node: %w", err)
+	// A speaker is ready on a node once it has run its first election and
+	// its in-process proxy has written the node's rules; until every node
+	// is, Services do not work everywhere.
+	if _, err := k.Output(ctx, "-n", HeraldNamespace, "get", "daemonset", HeraldSpeaker); err == nil {
+		if _, err := k.Run(ctx, "-n", HeraldNamespace, "rollout", "status", "--timeout=120s", "daemonset/"+HeraldSpeaker); err != nil {
+			return fmt.Errorf("herald's speakers did not become ready on every node: %w", err)
 		}
 	}
 	l.logf("herald installed from %s in %s", dir, since(start))
@@ -482,7 +483,11 @@ func (l *Lab) installHerald(ctx context.Context) error {
 const (
 	HeraldNamespace  = "herald-system"
 	HeraldController = "herald-controller"
-	HeraldProxy      = "herald-proxy"
+	HeraldSpeaker    = "herald-speaker"
+	// HeraldProxy is the DaemonSet whose pods run the proxies: the
+	// speaker runs the proxy in its own process (config/proxy-only has
+	// a DaemonSet for the proxy alone, which the lab does not install).
+	HeraldProxy = HeraldSpeaker
 )
 
 // apiServerConfigMap is herald's namespace, the ConfigMap

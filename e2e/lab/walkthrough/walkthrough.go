@@ -417,6 +417,14 @@ func (r *run) loadBalancerCluster() Result {
 	if ip == "" {
 		return Result{Verdict: Fail, Detail: "no EXTERNAL-IP"}
 	}
+	if r.have.Speaker && r.have.Proxy {
+		// The winning speaker answers ARP once it has seen the IP; the
+		// proxies program it within their minimum sync period.
+		r.settle(func() bool {
+			page, err := curl(r.ctx, r.Layout.Client, "http://"+ip+"/", 1)
+			return err == nil && r.nodeOwned(clientAddress(page))
+		})
+	}
 	page, err := r.curlShown("client", r.Layout.Client, "http://"+ip+"/")
 	if !r.have.Speaker || !r.have.Proxy {
 		return Result{Verdict: NotYet, Detail: fmt.Sprintf("EXTERNAL-IP %s assigned; reaching it needs herald's speaker (issues #6, #7) and proxy (issue #5)", ip)}
@@ -497,6 +505,13 @@ func (r *run) loadBalancerLocal() Result {
 	if !r.have.Controller || !r.have.Speaker || ip == "" {
 		return Result{Verdict: NotYet, Detail: "healthz is right; the external IP needs the controller (#4) and speaker (#6, #7)"}
 	}
+	// Under Local only a node with the pod may win the IP: the election
+	// moves it there, and the client learns the new MAC from the
+	// winner's gratuitous ARP.
+	r.settle(func() bool {
+		page, err := curl(r.ctx, r.Layout.Client, "http://"+ip+"/", 1)
+		return err == nil && clientAddress(page) == topology.ClientV4.String()
+	})
 	page, err := r.curlShown("client", r.Layout.Client, "http://"+ip+"/")
 	if err != nil {
 		return Result{Verdict: Fail, Detail: "no answer from " + ip}
