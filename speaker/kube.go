@@ -1,9 +1,11 @@
 package speaker
 
 import (
+	"cmp"
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -65,6 +67,7 @@ func (k *kubeSource) configChanged() { k.cfgDirty.Store(true) }
 func (k *kubeSource) Snapshot() Snapshot {
 	snap := Snapshot{Config: k.config()}
 	nodes, _ := k.nodes.List(labels.Everything())
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
 		an := announce.Node{Name: n.Name, Labels: n.Labels}
 		for _, c := range n.Status.Conditions {
@@ -87,6 +90,11 @@ func (k *kubeSource) Snapshot() Snapshot {
 	}
 	slices.Sort(snap.Peers)
 	svcs, _ := k.services.List(labels.Everything())
+	// Listers return map order; a fixed order keeps every sync (and
+	// every speaker) reading the same input.
+	slices.SortFunc(svcs, func(a, b *corev1.Service) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
 	for _, svc := range svcs {
 		if !controller.Handles(svc, k.lbClass) || len(svc.Status.LoadBalancer.Ingress) == 0 {
 			continue

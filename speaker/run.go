@@ -199,6 +199,9 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		log.Warn("leaving the cluster", "err", err)
 	}
 	sp.StopResponders()
+	// Nothing is announced any more; emptying the writer's wish list
+	// first keeps it from writing back what DeleteOwn removes.
+	writer.Set(nil)
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	if err := writer.DeleteOwn(dctx); err != nil {
 		log.Warn("removing this node's ServiceAnnouncements", "err", err)

@@ -171,13 +171,18 @@ func TestAnnouncementWriter(t *testing.T) {
 		return !o && len(m) == 1
 	})
 
-	// A graceful stop removes ours.
+	// A graceful stop removes ours, and they stay removed.
 	waitInformer(t, func() bool { return strings.Join(e.w.Nodes(), ",") == "node1" })
+	e.w.Set(nil)
 	if err := e.w.DeleteOwn(e.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if m := e.list(); len(m) != 0 {
 		t.Fatalf("left after DeleteOwn: %v", m)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if m := e.list(); len(m) != 0 {
+		t.Fatalf("written back after DeleteOwn: %v", m)
 	}
 }
 
