@@ -82,13 +82,9 @@ func (k *kubeSource) Snapshot() Snapshot {
 					snap.PodCIDRs = append(snap.PodCIDRs, p.Masked())
 				}
 			}
-			continue
-		}
-		if ip := nodeIP(n, k.v6); ip.IsValid() {
-			snap.Peers = append(snap.Peers, ip.String())
 		}
 	}
-	slices.Sort(snap.Peers)
+	snap.Peers = k.peers(nodes)
 	svcs, _ := k.services.List(labels.Everything())
 	// Listers return map order; a fixed order keeps every sync (and
 	// every speaker) reading the same input.
@@ -122,6 +118,24 @@ func (k *kubeSource) Snapshot() Snapshot {
 		snap.Services = append(snap.Services, as)
 	}
 	return snap
+}
+
+// peers are the memberlist addresses of the other nodes, sorted.
+func (k *kubeSource) peers(nodes []*corev1.Node) []string {
+	if nodes == nil {
+		nodes, _ = k.nodes.List(labels.Everything())
+	}
+	var out []string
+	for _, n := range nodes {
+		if n.Name == k.node {
+			continue
+		}
+		if ip := nodeIP(n, k.v6); ip.IsValid() {
+			out = append(out, ip.String())
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // endpointNodes returns the nodes with a ready endpoint of the Service,

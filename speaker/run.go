@@ -237,7 +237,7 @@ func rejoinOnNodeChanges(ctx context.Context, src *kubeSource, c members.Cluster
 			return
 		case <-t.C:
 		}
-		peers := src.Snapshot().Peers
+		peers := src.peers(nil)
 		if !slices.Equal(peers, last) {
 			last = join(c, peers, log)
 		}
