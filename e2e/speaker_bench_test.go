@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/herald-lb/herald/e2e/harness"
+	"github.com/herald-lb/herald/e2e/lab/netns"
+)
+
+// TestBenchL2Failover measures, in the lab, how long the LAN client
+// cannot reach a LoadBalancer IP when its announcing node fails: the
+// client opens a new TCP connection and sends GET every 20 ms for 10 s,
+// and the outage is the longest gap between two successful requests
+// (by send time) around the failure. Two failures:
+//
+//   - hard: the winner's speaker is SIGKILLed and the node's LAN link set
+//     down at the same moment, like a power loss (killing only the
+//     speaker would leave the node forwarding: its iptables rules stay);
+//   - graceful: the winner's speaker pod is deleted (it leaves the
+//     memberlist cluster first).
+//
+// The echo server runs on node1, which the L2Advertisement keeps out of
+// the election, so the backend never fails with the announcer. Figures
+// are printed, never asserted. HERALD_BENCH_TRIALS sets the trials per
+// kind (default 5).
+func TestBenchL2Failover(t *testing.T) {
+	if os.Getenv("HERALD_BENCH") == "" {
+		t.Skip("benchmark: set HERALD_BENCH=1")
+	}
+	trials := 5
+	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_TRIALS")); err == nil && v > 0 {
+		trials = v
+	}
+	h := harness.Start(t)
+	s := l2{h}
+	const name = "bl2"
+	s.readySpeakers(2 * time.Minute)
+	nodeOf := s.macOwners()
+	t.Cleanup(func() {
+		_, _ = h.K.Run(h.Ctx, "delete", "service", name, "--ignore-not-found")
+		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
+		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "l2advertisement,ipaddresspool", name, "--ignore-not-found")
+	})
+	h.Apply(l2Objects(name, "198.51.100.230-198.51.100.239", "2001:db8:0:1::230-2001:db8:0:1::239", "node1"))
+	h.Kubectl("-n", heraldNS, "patch", "l2advertisement", name, "--type=merge", "-p",
+		`{"spec":{"nodeSelectors":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":["node1"]}]}]}}`)
+	h.ReadyPods("app="+name, 1, 2*time.Minute)
+	created := time.Now()
+	h.Kubectl("expose", "deployment", name, "--name="+name, "--port=80", "--target-port=8080", "--type=LoadBalancer")
+	ip := ctl{h}.waitAnyIP("default", name)
+	h.Poll(30*time.Second, "the first answer from "+ip, func() (bool, string) {
+		ok, _ := benchGet(h.Layout.Client, ip, time.Second)
+		return ok, ""
+	})
+	createToCurl := time.Since(created)
+
+	// settle waits for one announcer that the client's ARP agrees with.
+	settle := func() string {
+		var w string
+		h.Poll(2*time.Minute, "one announcer answering ARP", func() (bool, string) {
+			w = s.announcer("default", name, ip, time.Minute)
+			macs, _ := s.arping(ip, 1, 1)
+			return len(macs) == 1 && nodeOf[macs[0]] == w, fmt.Sprint(w, macs)
+		})
+		return w
+	}
+
+	type result struct {
+		kind, from, to string
+		outage         time.Duration
+		sent, failed   int
+	}
+	var results []result
+	for _, kind := range []string{"hard", "graceful"} {
+		for i := range trials {
+			s.readySpeakers(2 * time.Minute)
+			w := settle()
+			var v4, v6 []string
+			if kind == "hard" {
+				v4, v6 = s.routes(w)
+			}
+			var fail func()
+			switch kind {
+			case "hard":
+				fail = func() {
+					pod := s.speakers()[w]
+					pid := s.speakerPID(pod)
+					// Both at once: the kill, and the link like a pulled cable.
+					_ = syscallKill(pid)
+					if _, err := h.Exec(w, "ip", "link", "set", "eth0", "down"); err != nil {
+						t.Error(err)
+					}
+				}
+			case "graceful":
+				fail = func() {
+					pod := s.speakers()[w]
+					if err := h.CS.CoreV1().Pods(heraldNS).Delete(h.Ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			log := benchStream(h.Layout.Client, ip, 20*time.Millisecond, 10*time.Second, 2*time.Second, fail)
+			if kind == "hard" {
+				time.Sleep(time.Second)
+				if err := s.restoreLink(w, v4, v6); err != nil {
+					t.Fatal(err)
+				}
+			}
+			outage, sent, failed := log.outage()
+			macs, _ := s.arping(ip, 1, 1)
+			to := ""
+			if len(macs) == 1 {
+				to = nodeOf[macs[0]]
+			}
+			results = append(results, result{kind, w, to, outage, sent, failed})
+			t.Logf("BENCH trial %s #%d: %s failed, %s took over: outage %s (%d requests, %d failed)", kind, i+1, w, to, outage.Round(time.Millisecond), sent, failed)
+		}
+	}
+	s.readySpeakers(2 * time.Minute)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "BENCH L2 failover, %d nodes (node1 holds the pod and never announces), a request every 20 ms for 10 s, failure at 2 s\n", len(h.Layout.Nodes))
+	fmt.Fprintf(&b, "BENCH Service create -> first successful request: %s (one sample)\n", createToCurl.Round(time.Millisecond))
+	for _, kind := range []string{"hard", "graceful"} {
+		var ds []time.Duration
+		for _, r := range results {
+			if r.kind == kind {
+				ds = append(ds, r.outage)
+			}
+		}
+		slices.Sort(ds)
+		if len(ds) == 0 {
+			continue
+		}
+		p := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+		fmt.Fprintf(&b, "BENCH %-8s outage over %d trials: p50 %s  p99 %s  max %s  (all: %v)\n", kind, len(ds),
+			p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond), roundAll(ds))
+	}
+	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 HERALD_BENCH_TRIALS=%d go test -count=1 -timeout 60m -run TestBenchL2Failover -v .\n", trials)
+	t.Log("\n" + b.String())
+}
+
+func roundAll(ds []time.Duration) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond).String()
+	}
+	return out
+}
+
+// benchLog is the outcome of every request of a stream, by send time.
+type benchLog struct {
+	mu   sync.Mutex
+	at   []time.Duration
+	ok   []bool
+	fail time.Duration // when the failure was injected
+}
+
+// outage is the longest gap between consecutive successful requests
+// that ends after the failure: from the last success before the outage
+// to the first success after it.
+func (l *benchLog) outage() (gap time.Duration, sent, failed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	idx := make([]int, len(l.at))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return int(l.at[a] - l.at[b]) })
+	var last time.Duration = -1
+	for _, i := range idx {
+		if !l.ok[i] {
+			failed++
+			continue
+		}
+		if last >= 0 && l.at[i] > l.fail && l.at[i]-last > gap {
+			gap = l.at[i] - last
+		}
+		last = l.at[i]
+	}
+	return gap, len(l.at), failed
+}
+
+// benchStream sends a request every interval for dur from the client
+// namespace, each on its own connection with a timeout of 250 ms, and
+// calls fail at failAt.
+func benchStream(clientNetns, ip string, interval, dur, failAt time.Duration, fail func()) *benchLog {
+	l := &benchLog{fail: failAt}
+	var wg sync.WaitGroup
+	start := time.Now()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	failed := false
+	for time.Since(start) < dur {
+		<-tick.C
+		if !failed && time.Since(start) >= failAt {
+			failed = true
+			l.fail = time.Since(start)
+			go fail()
+		}
+		at := time.Since(start)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, _ := benchGet(clientNetns, ip, 250*time.Millisecond)
+			l.mu.Lock()
+			l.at = append(l.at, at)
+			l.ok = append(l.ok, ok)
+			l.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return l
+}
+
+// benchGet sends one GET / to ip:80 from the namespace on a new
+// connection and tells whether the echo server answered within timeout.
+func benchGet(ns, ip string, timeout time.Duration) (bool, error) {
+	var c net.Conn
+	err := netns.Do(ns, func() (err error) {
+		c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, "80"), timeout)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(c, "GET / HTTP/1.0\r\nHost: "+ip+"\r\n\r\n"); err != nil {
+		return false, err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil && len(b) == 0 {
+		return false, err
+	}
+	return strings.Contains(string(b), "CLIENT VALUES:"), nil
+}

@@ -1,0 +1,296 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/herald-lb/herald/e2e/harness"
+	"github.com/herald-lb/herald/e2e/lab/topology"
+)
+
+// TestSpeakerL2 checks `herald speaker` as installed by config/deploy,
+// from the LAN client, the way a user would see it: an IPAddressPool and
+// an L2Advertisement, `kubectl expose --type=LoadBalancer`, then arping
+// (exactly one MAC, the winner's) and curl; the ServiceAnnouncement,
+// events, metrics and `herald status`; interface selection;
+// externalTrafficPolicy Local following the pod; failover when the
+// winner's speaker is SIGKILLed (the client's ARP entry follows by
+// gratuitous ARP alone) and when its LAN link goes down.
+func TestSpeakerL2(t *testing.T) {
+	h := harness.Start(t)
+	s := l2{h}
+	const name = "sp-l2"
+	s.readySpeakers(2 * time.Minute)
+	macOf := map[string]string{}
+	nodeOf := s.macOwners()
+	for mac, n := range nodeOf {
+		macOf[n] = mac
+	}
+	t.Cleanup(func() {
+		_, _ = h.K.Run(h.Ctx, "delete", "service", name, "--ignore-not-found")
+		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
+		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "l2advertisement,ipaddresspool", name, "--ignore-not-found")
+		h.Poll(time.Minute, "the ServiceAnnouncements of "+name+" to be gone", func() (bool, string) {
+			a := s.announcements("default", name)
+			return len(a) == 0, fmt.Sprint(a)
+		})
+	})
+	h.Apply(l2Objects(name, "198.51.100.220-198.51.100.229", "2001:db8:0:1::220-2001:db8:0:1::229", "node1"))
+	h.ReadyPods("app="+name, 1, 2*time.Minute)
+	created := time.Now()
+	h.Kubectl("expose", "deployment", name, "--name="+name, "--port=80", "--target-port=8080", "--type=LoadBalancer")
+	ip := ctl{h}.waitAnyIP("default", name)
+	url := "http://" + ip + "/"
+	h.Poll(30*time.Second, "the first answer from "+url, func() (bool, string) {
+		page, err := s.curlClient(url)
+		return err == nil && strings.Contains(page, "CLIENT VALUES:"), fmt.Sprint(err)
+	})
+	t.Logf("TIMING Service created -> first successful curl from the client: %s", time.Since(created).Round(time.Millisecond))
+
+	// winnerAnswers waits until exactly one node announces ip and arping
+	// from the client gets exactly that node's eth0 MAC, and returns it.
+	winnerAnswers := func(s l2, want func(string) bool, what string) string {
+		s.T.T.Helper()
+		var node string
+		s.Poll(45*time.Second, what, func() (bool, string) {
+			node = s.announcer("default", name, ip, 30*time.Second)
+			macs, out := s.arping(ip, 2, 2)
+			return want(node) && slices.Equal(macs, []string{macOf[node]}),
+				fmt.Sprintf("announcer %s (eth0 %s); arping got %v:\n%s", node, macOf[node], macs, out)
+		})
+		return node
+	}
+	anyNode := func(string) bool { return true }
+
+	var winner string
+	t.Run("arping and curl", func(t *testing.T) {
+		s, h := s.on(t)
+		winner = winnerAnswers(s, anyNode, "one node to announce "+ip)
+		macs, out := s.arping(ip, 3, 3)
+		t.Logf("$ arping -i eth0 -c 3 -w 3 -r %s  # from the client\n%s=> %v, %s's eth0 is %s", ip, out, macs, winner, macOf[winner])
+		if !slices.Equal(macs, []string{macOf[winner]}) {
+			t.Fatalf("arping got %v, want exactly %s's MAC %s", macs, winner, macOf[winner])
+		}
+		page, err := s.curlClient(url)
+		if err != nil {
+			t.Fatalf("curl %s: %v", url, err)
+		}
+		a := clientAddress(page)
+		if n, ok := topologyNodeByIP(h, a); !ok {
+			t.Errorf("Cluster policy: client_address=%s, want a node's IP (SNAT)", a)
+		} else {
+			t.Logf("curl %s from the client: client_address=%s (%s, SNAT)", url, a, n)
+		}
+		if got, want := s.announcements("default", name), []string{winner + `:layer2:["eth0"]:["` + ip + `"]`}; !slices.Equal(got, want) {
+			t.Errorf("ServiceAnnouncements %v, want %v (eth0 only: never the pod bridge cbr0)", got, want)
+		}
+		out2 := h.Kubectl("-n", heraldNS, "get", "serviceannouncements", "-l", "herald.io/service-name="+name)
+		t.Logf("$ kubectl -n %s get serviceannouncements -l herald.io/service-name=%s\n%s", heraldNS, name, out2)
+		ctl{h}.waitEvent("default", name, "Announcing", "announcing "+ip+" from node "+winner+" on eth0")
+		if v, err := s.speakerMetric(winner, `herald_speaker_announced_ips{family="IPv4"}`); err != nil || v < 1 {
+			t.Errorf("%s: herald_speaker_announced_ips{family=IPv4} = %v (%v), want >= 1", winner, v, err)
+		}
+		if v, err := s.speakerMetric(winner, `herald_speaker_responses_sent_total{interface="eth0",protocol="arp"}`); err != nil || v < 3 {
+			t.Errorf("%s: ARP responses sent = %v (%v), want >= 3 after arping", winner, v, err)
+		}
+		if v, err := s.speakerMetric(winner, `herald_speaker_gratuitous_sent_total{interface="eth0",protocol="arp"}`); err != nil || v < 2 {
+			t.Errorf("%s: gratuitous ARP sent = %v (%v), want >= 2 (both forms on takeover)", winner, v, err)
+		}
+		st, err := s.heraldStatus("default/" + name)
+		t.Logf("$ herald status default/%s\n%s", name, st)
+		if err != nil || !strings.Contains(st, ip) || !strings.Contains(st, name) || !strings.Contains(st, winner+" (layer2 on eth0)") {
+			t.Errorf("herald status: %v\n%s", err, st)
+		}
+	})
+
+	t.Run("IPv6 with ndisc6", func(t *testing.T) {
+		s, h := s.on(t)
+		svc, err := h.CS.CoreV1().Services("default").Get(h.Ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(svc.Spec.IPFamilies, v1.IPv6Protocol) {
+			t.Skipf("skipped: the lab's Service CIDR is IPv4-only (%s), so no Service gets an IPv6 address; "+
+				"NDP answers are checked against ndisc6 by speaker/layer2's root test", topology.ServiceCIDR)
+		}
+		var ip6 string
+		h.Poll(30*time.Second, "an IPv6 address", func() (bool, string) {
+			cur, err := h.CS.CoreV1().Services("default").Get(h.Ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, in := range cur.Status.LoadBalancer.Ingress {
+				if strings.Contains(in.IP, ":") {
+					ip6 = in.IP
+				}
+			}
+			return ip6 != "", fmt.Sprint(cur.Status.LoadBalancer.Ingress)
+		})
+		node := s.announcer("default", name, ip6, 30*time.Second)
+		h.Poll(30*time.Second, "ndisc6 to get "+node+"'s MAC", func() (bool, string) {
+			out, err := h.Exec("client", "ndisc6", "-q", "-1", "-r", "2", "-w", "500", ip6, "eth0")
+			return err == nil && strings.ToLower(strings.TrimSpace(out)) == macOf[node], fmt.Sprint(out, err)
+		})
+		page, err := harness.HTTPGetFrom(h.Layout.Client, "http://["+ip6+"]/")
+		if err != nil || !strings.Contains(page, "CLIENT VALUES:") {
+			t.Errorf("curl over IPv6: %v", err)
+		}
+	})
+
+	t.Run("interface selection", func(t *testing.T) {
+		s, h := s.on(t)
+		// An advertisement naming an interface no node has announces
+		// nothing; naming eth0 again brings the same winner back.
+		h.Kubectl("-n", heraldNS, "patch", "l2advertisement", name, "--type=merge", "-p", `{"spec":{"interfaces":["nope0"]}}`)
+		h.Poll(30*time.Second, "nobody to announce "+ip, func() (bool, string) {
+			a := s.announcements("default", name)
+			macs, _ := s.arping(ip, 1, 1)
+			return len(a) == 0 && len(macs) == 0, fmt.Sprintf("announcements %v, arping %v", a, macs)
+		})
+		st, _ := s.heraldStatus("default/" + name)
+		t.Logf("interfaces [nope0]: nobody answers ARP; herald status:\n%s", st)
+		if !strings.Contains(st, "nobody") {
+			t.Errorf("herald status does not say nobody announces %s", ip)
+		}
+		h.Kubectl("-n", heraldNS, "patch", "l2advertisement", name, "--type=merge", "-p", `{"spec":{"interfaces":["eth0"]}}`)
+		if back := winnerAnswers(s, anyNode, "an announcer on eth0 again"); back != winner {
+			t.Errorf("winner %s after the advertisement came back, was %s (same inputs, same election)", back, winner)
+		}
+	})
+
+	t.Run("externalTrafficPolicy Local", func(t *testing.T) {
+		s, h := s.on(t)
+		h.Kubectl("patch", "service", name, "-p", `{"spec":{"externalTrafficPolicy":"Local"}}`)
+		t.Cleanup(func() { h.Kubectl("patch", "service", name, "-p", `{"spec":{"externalTrafficPolicy":"Cluster"}}`) })
+		podNode := func() string {
+			pods, _ := h.ReadyPods("app="+name, 1, 2*time.Minute)
+			return pods[0].Spec.NodeName
+		}
+		for step, target := range []string{"", "node3", "node2"} {
+			if target != "" {
+				h.Kubectl("patch", "deployment", name, "-p", fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":%q}}}}}`, target))
+				h.Poll(2*time.Minute, "the pod to move to "+target, func() (bool, string) {
+					pods := h.Pods("app=" + name)
+					return len(pods) == 1 && pods[0].Spec.NodeName == target && harness.PodReady(&pods[0]), fmt.Sprint(len(pods))
+				})
+			}
+			at := podNode()
+			start := time.Now()
+			got := winnerAnswers(s, func(n string) bool { return n == at }, "the node with the pod ("+at+") to announce")
+			h.Poll(30*time.Second, "the client's own IP in client_address", func() (bool, string) {
+				page, err := s.curlClient(url)
+				return err == nil && clientAddress(page) == topology.ClientV4.String(), clientAddress(page) + fmt.Sprint(err)
+			})
+			t.Logf("step %d: pod on %s -> %s announces (after %s), client_address=%s", step, at, got, time.Since(start).Round(time.Millisecond), topology.ClientV4)
+		}
+	})
+
+	t.Run("failover: speaker SIGKILL", func(t *testing.T) {
+		s, h := s.on(t)
+		w := winnerAnswers(s, anyNode, "a stable announcer")
+		// The client learns the IP's MAC from its own traffic.
+		if _, err := s.curlClient(url); err != nil {
+			t.Fatal(err)
+		}
+		if m, st := s.neighMAC(ip); m != macOf[w] {
+			t.Fatalf("client neighbor entry for %s: %q (%s), want %s's %s", ip, m, st, w, macOf[w])
+		}
+		pod := s.killSpeaker(w)
+		killed := time.Now()
+		// No traffic from here on: only a gratuitous ARP from the new
+		// winner can change the client's entry.
+		var moved time.Duration
+		var to string
+		h.Poll(10*time.Second, "the client's neighbor entry to move off "+w, func() (bool, string) {
+			m, st := s.neighMAC(ip)
+			to, moved = nodeOf[m], time.Since(killed)
+			return m != "" && m != macOf[w] && to != "", fmt.Sprintf("%s (%s)", m, st)
+		})
+		t.Logf("speaker on %s SIGKILLed: the client's neighbor entry for %s moved to %s (%s) %s later, by gratuitous ARP", w, ip, to, macOf[to], moved.Round(time.Millisecond))
+		// One request, before the kubelet restarts the killed speaker
+		// (which takes the IP back: it ranks first for it).
+		if macs, out := s.arping(ip, 1, 1); !slices.Equal(macs, []string{macOf[to]}) {
+			t.Errorf("after the kill arping got %v, want %s only:\n%s", macs, to, out)
+		}
+		if _, err := s.curlClient(url); err != nil {
+			t.Errorf("curl through %s: %v", to, err)
+		}
+		// The kubelet restarts the speaker; the IP settles again.
+		h.Poll(2*time.Minute, "the speaker on "+w+" to run again", func() (bool, string) {
+			p, ok := s.speakers()[w]
+			return ok && harness.PodReady(&p) && p.Status.ContainerStatuses[0].RestartCount > pod.Status.ContainerStatuses[0].RestartCount, ""
+		})
+		after := winnerAnswers(s, anyNode, "one announcer after the restart")
+		t.Logf("after %s's speaker restarted, %s announces", w, after)
+	})
+
+	t.Run("failover: link down", func(t *testing.T) {
+		s, h := s.on(t)
+		w := winnerAnswers(s, anyNode, "a stable announcer")
+		v4, v6 := s.routes(w)
+		restored := false
+		restore := func() {
+			if !restored {
+				restored = true
+				if err := s.restoreLink(w, v4, v6); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		t.Cleanup(restore)
+		// Only the node's LAN leg goes down: the lab kubelet of the node
+		// runs outside its namespace, so the Node stays Ready.
+		if _, err := h.Exec(w, "ip", "link", "set", "eth0", "down"); err != nil {
+			t.Fatal(err)
+		}
+		down := time.Now()
+		var first string
+		var answered time.Duration
+		h.Poll(15*time.Second, "another node to answer ARP for "+ip, func() (bool, string) {
+			macs, out := s.arping(ip, 1, 1)
+			answered = time.Since(down)
+			if len(macs) == 1 && macs[0] != macOf[w] {
+				first = nodeOf[macs[0]]
+			}
+			return first != "", out
+		})
+		var neighTo time.Duration
+		h.Poll(10*time.Second, "the client's neighbor entry to move off "+w, func() (bool, string) {
+			m, st := s.neighMAC(ip)
+			neighTo = time.Since(down)
+			return m != "" && m != macOf[w], m + " " + st
+		})
+		t.Logf("eth0 of %s down: %s answered ARP for %s within %s; the client's neighbor entry moved within %s", w, first, ip,
+			answered.Round(time.Millisecond), neighTo.Round(time.Millisecond))
+		to := winnerAnswers(s, func(n string) bool { return n != w }, "another node to announce "+ip)
+		if to != first {
+			t.Errorf("%s answered ARP first, but %s announces", first, to)
+		}
+		if _, err := s.curlClient(url); err != nil {
+			t.Errorf("curl through %s: %v", to, err)
+		}
+		restore()
+		s.readySpeakers(2 * time.Minute)
+		after := winnerAnswers(s, anyNode, "one announcer after the link came back")
+		t.Logf("eth0 of %s up again: %s announces", w, after)
+		if _, err := s.curlClient(url); err != nil {
+			t.Errorf("curl after the link came back: %v", err)
+		}
+	})
+}
+
+// topologyNodeByIP tells whether a is a node's LAN or pod-gateway address.
+func topologyNodeByIP(h *harness.T, a string) (string, bool) {
+	for _, n := range h.Layout.Nodes {
+		if a == n.IPv4.String() || a == n.PodGateway.String() {
+			return n.Name, true
+		}
+	}
+	return "", false
+}
