@@ -21,7 +21,9 @@ GOTESTFLAGS ?=
 # The e2e suite waits for real processes (never cached: its results depend
 # on the machine, not only on the code); the Kubernetes build it needs is
 # done beforehand by `herald-lab build`, so this covers the tests alone.
-E2E_TESTFLAGS ?= -count=1 -timeout 20m
+# -p 1: the packages share one machine-wide lab lock (and two cores), so they
+# run one after another instead of timing out waiting for each other.
+E2E_TESTFLAGS ?= -count=1 -p 1 -timeout 40m
 # How long `make fuzz` runs each fuzz target (any `go test -fuzztime` value).
 FUZZTIME ?= 60s
 
