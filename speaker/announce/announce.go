@@ -163,12 +163,14 @@ type Announcement struct {
 	Node       string
 	Protocol   string
 	Interfaces []string
-	IPs        []netip.Addr
+	// Peers are the BGP sessions the IPs are advertised to (BGP only).
+	Peers []string
+	IPs   []netip.Addr
 }
 
 func (a Announcement) equal(b Announcement) bool {
 	return a.Service == b.Service && a.Node == b.Node && a.Protocol == b.Protocol &&
-		slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.IPs, b.IPs)
+		slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers) && slices.Equal(a.IPs, b.IPs)
 }
 
 // State is the result of Compute; every list is sorted.
@@ -249,7 +251,7 @@ func Compute(in Input) State {
 				ignore(s, a, ReasonNoConfig, "")
 				continue
 			}
-			pool := poolFor(in.Config, a)
+			pool := PoolFor(in.Config, a)
 			switch {
 			case pool == nil:
 				ignore(s, a, ReasonOutsidePools, "")
@@ -339,9 +341,9 @@ func Compute(in Input) State {
 	return st
 }
 
-// poolFor finds the pool holding a, by name order so that even a
+// PoolFor finds the pool holding a, by name order so that even a
 // hand-built configuration with overlapping pools gives one answer.
-func poolFor(c *config.Config, a netip.Addr) *config.Pool {
+func PoolFor(c *config.Config, a netip.Addr) *config.Pool {
 	for _, n := range c.PoolNames() {
 		if p := c.Pools[n]; p != nil && p.Contains(a) {
 			return p

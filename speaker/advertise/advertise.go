@@ -1,0 +1,472 @@
+// Package advertise decides, as a pure function, what one node advertises
+// over BGP: the sessions it opens (the BGPPeers selecting it) and, per
+// session, the prefixes with their attributes (from the BGPAdvertisements
+// covering each LoadBalancer IP this node may serve).
+//
+// Unlike layer 2 there is no election: every eligible node advertises and
+// the routers spread traffic over them (ECMP). A node is eligible for an
+// IP when its network is available, it is not excluded from external load
+// balancers, a BGPAdvertisement for the IP's pool and Service selects it,
+// and the Service can be served from it: under externalTrafficPolicy
+// Cluster while the Service has any serving endpoint anywhere, under Local
+// only while this node has a ready local endpoint (or, when no node has a
+// ready one, a serving terminating one, as in the layer-2 election).
+//
+// The package does no I/O; speaker/bgp applies Plans to the embedded BGP
+// implementation.
+package advertise
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/election"
+)
+
+// Protocol is the ServiceAnnouncement protocol of BGP advertisements.
+const Protocol = "bgp"
+
+// Input is everything Compute reads.
+type Input struct {
+	Config   *config.Config
+	Services []announce.Service
+	Nodes    []announce.Node
+	// Node is this node's name; NodeIPs its addresses (InternalIPs), the
+	// default router ID being the first IPv4 one.
+	Node    string
+	NodeIPs []netip.Addr
+	Options announce.Options
+}
+
+// Route is one prefix advertised to one peer, with its attributes.
+type Route struct {
+	Prefix netip.Prefix
+	// Communities and LargeCommunities are sorted and without duplicates.
+	Communities      []uint32
+	LargeCommunities [][3]uint32
+	// LocalPref is 0 when unset; it is set only towards iBGP peers.
+	LocalPref uint32
+	// Advertisements are the BGPAdvertisements behind the route, sorted.
+	Advertisements []string
+}
+
+// Equal compares two routes, attributes included.
+func (r Route) Equal(o Route) bool {
+	return r.Prefix == o.Prefix && slices.Equal(r.Communities, o.Communities) &&
+		slices.Equal(r.LargeCommunities, o.LargeCommunities) && r.LocalPref == o.LocalPref &&
+		slices.Equal(r.Advertisements, o.Advertisements)
+}
+
+// SameAttributes compares what reaches the peer: prefix and attributes.
+func (r Route) SameAttributes(o Route) bool {
+	return r.Prefix == o.Prefix && slices.Equal(r.Communities, o.Communities) &&
+		slices.Equal(r.LargeCommunities, o.LargeCommunities) && r.LocalPref == o.LocalPref
+}
+
+// Session is one BGP session this node opens, with what it advertises.
+type Session struct {
+	Peer *config.Peer
+	// Routes are sorted by prefix.
+	Routes []Route
+}
+
+// Name is the BGPPeer's name.
+func (s Session) Name() string { return s.Peer.Name }
+
+// IP is the decision for one LoadBalancer IP on this node.
+type IP struct {
+	Addr     netip.Addr
+	Pool     string
+	Services []announce.ServiceRef
+	// Advertisements are the BGPAdvertisements covering the IP for its
+	// Services, sorted.
+	Advertisements []string
+	// Peers are the sessions the IP (or a prefix holding it) goes to,
+	// sorted; empty when this node does not advertise it.
+	Peers []string
+	// Reason says why this node does not advertise the IP.
+	Reason string
+}
+
+// Advertised reports whether this node advertises the IP to any peer.
+func (ip IP) Advertised() bool { return len(ip.Peers) > 0 }
+
+// Plan is the result of Compute; every list is sorted.
+type Plan struct {
+	Node string
+	// ASN and RouterID are the BGP speaker's own: the first session's
+	// myASN (each session also carries its own) and router ID.
+	ASN      uint32
+	RouterID netip.Addr
+	Sessions []Session
+	IPs      []IP
+	// Ignored are Services and IPs left out before deciding, and why.
+	Ignored []announce.Ignored
+	// Announcements are this node's ServiceAnnouncements, by Service.
+	Announcements []announce.Announcement
+	// Problems are configuration this node cannot honour; they name the
+	// object and field.
+	Problems []string
+}
+
+// Session returns the session of the named peer.
+func (p Plan) Session(name string) (Session, bool) {
+	i, ok := slices.BinarySearchFunc(p.Sessions, name, func(s Session, n string) int { return strings.Compare(s.Name(), n) })
+	if !ok {
+		return Session{}, false
+	}
+	return p.Sessions[i], true
+}
+
+// Lookup returns the decision for addr.
+func (p Plan) Lookup(addr netip.Addr) (IP, bool) {
+	i, ok := slices.BinarySearchFunc(p.IPs, addr.Unmap(), func(ip IP, a netip.Addr) int { return ip.Addr.Compare(a) })
+	if !ok {
+		return IP{}, false
+	}
+	return p.IPs[i], true
+}
+
+// Why an IP is not advertised by this node (besides the announce
+// package's reasons for ignoring a Service's IP).
+const (
+	ReasonNoAdvertisement    = "no BGPAdvertisement announces the IP's pool"
+	ReasonServiceNotSelected = "no BGPAdvertisement for the IP's pool selects the Service"
+	ReasonNodeUnknown        = "this node has no Node object"
+	ReasonNetworkUnavailable = election.ReasonNetworkUnavailable
+	ReasonExcluded           = election.ReasonExcluded
+	ReasonNodeNotSelected    = "no BGPAdvertisement for the IP selects this node"
+	ReasonNoEndpoints        = "the Service has no serving endpoint"
+	ReasonNoLocalEndpoint    = election.ReasonNoLocalEndpoint
+	ReasonNoSession          = "no BGP session of this node is selected by the IP's BGPAdvertisements"
+	ReasonNoSessionOfFamily  = "no BGP session of this node is of the IP's family (IPv4 prefixes go to IPv4 peers, IPv6 to IPv6)"
+)
+
+// Compute decides what this node advertises.
+func Compute(in Input) Plan {
+	p := Plan{Node: in.Node}
+	var node *announce.Node
+	for i := range in.Nodes {
+		if in.Nodes[i].Name == in.Node {
+			node = &in.Nodes[i]
+			break
+		}
+	}
+	var labels map[string]string
+	if node != nil {
+		labels = node.Labels
+	}
+	p.Sessions, p.ASN, p.RouterID, p.Problems = sessions(in, labels)
+
+	type group struct {
+		pool     string
+		services []announce.Service
+		ads      []*config.BGPAdvertisement
+	}
+	groups := map[netip.Addr]*group{}
+	seen := map[announce.ServiceRef]bool{}
+	ignore := func(s announce.Service, a netip.Addr, reason, detail string) {
+		p.Ignored = append(p.Ignored, announce.Ignored{Service: s.Ref(), Addr: a, Reason: reason, Detail: detail})
+	}
+	for _, s := range in.Services {
+		if seen[s.Ref()] {
+			ignore(s, netip.Addr{}, announce.ReasonDuplicateService, "")
+			continue
+		}
+		seen[s.Ref()] = true
+		if len(s.IPs) == 0 {
+			ignore(s, netip.Addr{}, announce.ReasonNoIP, "")
+			continue
+		}
+		done := map[netip.Addr]bool{}
+		for _, a := range s.IPs {
+			a = a.Unmap()
+			if done[a] {
+				continue
+			}
+			done[a] = true
+			if !a.IsValid() {
+				ignore(s, a, announce.ReasonInvalidIP, "")
+				continue
+			}
+			if in.Config == nil {
+				ignore(s, a, announce.ReasonNoConfig, "")
+				continue
+			}
+			pool := announce.PoolFor(in.Config, a)
+			switch {
+			case pool == nil:
+				ignore(s, a, announce.ReasonOutsidePools, "")
+				continue
+			case s.Pool == "":
+				ignore(s, a, announce.ReasonNotAllocated, "the IP is in pool "+pool.Name)
+				continue
+			case s.Pool != pool.Name:
+				ignore(s, a, announce.ReasonPoolMismatch, fmt.Sprintf("the IP is in pool %s, the annotation says %s", pool.Name, s.Pool))
+				continue
+			}
+			ads, covered := advertisements(in.Config, pool.Name, s.Labels)
+			if len(ads) == 0 {
+				// Not an error: the pool may be announced over layer 2.
+				if covered {
+					ignore(s, a, ReasonServiceNotSelected, "pool "+pool.Name)
+				} else {
+					ignore(s, a, ReasonNoAdvertisement, "pool "+pool.Name)
+				}
+				continue
+			}
+			g := groups[a]
+			if g == nil {
+				g = &group{pool: pool.Name}
+				groups[a] = g
+			}
+			g.services = append(g.services, s)
+			for _, ad := range ads {
+				if !slices.Contains(g.ads, ad) {
+					g.ads = append(g.ads, ad)
+				}
+			}
+		}
+	}
+
+	// routes[peer][prefix] accumulates the attributes of every
+	// advertisement sending the prefix to the peer.
+	routes := map[string]map[netip.Prefix]*Route{}
+	perService := map[announce.ServiceRef]*announce.Announcement{}
+	nodeWhy := nodeIneligible(node, in.Options)
+	for a, g := range groups {
+		ip := IP{Addr: a, Pool: g.pool}
+		for _, s := range g.services {
+			ip.Services = append(ip.Services, s.Ref())
+		}
+		slices.SortFunc(ip.Services, compareRefs)
+		for _, ad := range g.ads {
+			ip.Advertisements = append(ip.Advertisements, ad.Name)
+		}
+		slices.Sort(ip.Advertisements)
+		ip.Advertisements = slices.Compact(ip.Advertisements)
+		ip.Reason = nodeWhy
+		if ip.Reason == "" {
+			ip.Reason = serviceIneligible(g.services, in.Node)
+		}
+		if ip.Reason == "" {
+			ip.Reason = ReasonNodeNotSelected
+			familyMiss := false
+			for _, ad := range g.ads {
+				if !ad.NodeSelectors.MatchesOrEmpty(labels) {
+					continue
+				}
+				if ip.Reason == ReasonNodeNotSelected {
+					ip.Reason = ReasonNoSession
+				}
+				for _, sess := range p.Sessions {
+					if len(ad.Peers) > 0 && !slices.Contains(ad.Peers, sess.Name()) {
+						continue
+					}
+					if sess.Peer.Address.Unmap().Is4() != a.Is4() {
+						familyMiss = true
+						continue
+					}
+					addRoute(routes, sess, a, ad)
+					ip.Peers = append(ip.Peers, sess.Name())
+				}
+			}
+			slices.Sort(ip.Peers)
+			ip.Peers = slices.Compact(ip.Peers)
+			if len(ip.Peers) > 0 {
+				ip.Reason = ""
+			} else if familyMiss {
+				ip.Reason = ReasonNoSessionOfFamily
+			}
+		}
+		if ip.Advertised() {
+			for _, ref := range ip.Services {
+				an := perService[ref]
+				if an == nil {
+					an = &announce.Announcement{Service: ref, Node: in.Node, Protocol: Protocol}
+					perService[ref] = an
+				}
+				an.IPs = append(an.IPs, a)
+				an.Peers = append(an.Peers, ip.Peers...)
+			}
+		}
+		p.IPs = append(p.IPs, ip)
+	}
+	slices.SortFunc(p.IPs, func(a, b IP) int { return a.Addr.Compare(b.Addr) })
+	for i := range p.Sessions {
+		s := &p.Sessions[i]
+		for _, r := range routes[s.Name()] {
+			s.Routes = append(s.Routes, *r)
+		}
+		slices.SortFunc(s.Routes, func(a, b Route) int { return comparePrefixes(a.Prefix, b.Prefix) })
+	}
+	for _, an := range perService {
+		slices.SortFunc(an.IPs, netip.Addr.Compare)
+		slices.Sort(an.Peers)
+		an.Peers = slices.Compact(an.Peers)
+		p.Announcements = append(p.Announcements, *an)
+	}
+	slices.SortFunc(p.Announcements, func(a, b announce.Announcement) int { return compareRefs(a.Service, b.Service) })
+	slices.SortStableFunc(p.Ignored, func(a, b announce.Ignored) int {
+		return cmp.Or(compareRefs(a.Service, b.Service), a.Addr.Compare(b.Addr))
+	})
+	return p
+}
+
+// sessions returns the BGPPeers selecting this node, by name, with the
+// speaker's own ASN and router ID. GoBGP has one router ID per speaker;
+// peers asking for another one are reported and opened with it anyway.
+func sessions(in Input, labels map[string]string) (out []Session, asn uint32, routerID netip.Addr, problems []string) {
+	if in.Config == nil || labels == nil {
+		return nil, 0, netip.Addr{}, nil
+	}
+	var names []string
+	for n, peer := range in.Config.Peers {
+		if peer != nil && peer.NodeSelectors.MatchesOrEmpty(labels) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	for _, n := range in.NodeIPs {
+		if n.Unmap().Is4() {
+			routerID = n.Unmap()
+			break
+		}
+	}
+	for _, n := range names {
+		if id := in.Config.Peers[n].RouterID; id.IsValid() {
+			routerID = id
+			break
+		}
+	}
+	// The BGP implementation knows a neighbor by its address alone.
+	byAddr := map[netip.Addr]string{}
+	for _, n := range names {
+		peer := in.Config.Peers[n]
+		key := peer.Address.Unmap()
+		if first, dup := byAddr[key]; dup {
+			problems = append(problems, fmt.Sprintf("BGPPeer %s: spec.peerAddress %s is also BGPPeer %s's on this node; only %s's session is opened", n, peer.Address, first, first))
+			continue
+		}
+		byAddr[key] = n
+		if peer.RouterID.IsValid() && peer.RouterID != routerID {
+			problems = append(problems, fmt.Sprintf("BGPPeer %s: spec.routerID %s differs from %s, which this node's BGP speaker uses for all its sessions (from the first BGPPeer by name that sets one)", n, peer.RouterID, routerID))
+		}
+		out = append(out, Session{Peer: peer})
+	}
+	if len(out) > 0 {
+		asn = out[0].Peer.MyASN
+		if !routerID.IsValid() {
+			problems = append(problems, "no BGP router ID: this node has no IPv4 InternalIP; set spec.routerID on its BGPPeers")
+		}
+	}
+	return out, asn, routerID, problems
+}
+
+func addRoute(routes map[string]map[netip.Prefix]*Route, sess Session, a netip.Addr, ad *config.BGPAdvertisement) {
+	bits := ad.AggregationLength
+	if a.Is6() {
+		bits = ad.AggregationLengthV6
+	}
+	if bits <= 0 || bits > a.BitLen() {
+		bits = a.BitLen()
+	}
+	prefix, _ := a.Prefix(bits)
+	m := routes[sess.Name()]
+	if m == nil {
+		m = map[netip.Prefix]*Route{}
+		routes[sess.Name()] = m
+	}
+	r := m[prefix]
+	if r == nil {
+		r = &Route{Prefix: prefix}
+		m[prefix] = r
+	}
+	if !slices.Contains(r.Advertisements, ad.Name) {
+		r.Advertisements = append(r.Advertisements, ad.Name)
+		slices.Sort(r.Advertisements)
+	}
+	for _, c := range ad.Communities {
+		if c.Large {
+			r.LargeCommunities = append(r.LargeCommunities, c.LargeValue)
+		} else {
+			r.Communities = append(r.Communities, c.Standard)
+		}
+	}
+	slices.Sort(r.Communities)
+	r.Communities = slices.Compact(r.Communities)
+	slices.SortFunc(r.LargeCommunities, func(x, y [3]uint32) int {
+		return cmp.Or(cmp.Compare(x[0], y[0]), cmp.Compare(x[1], y[1]), cmp.Compare(x[2], y[2]))
+	})
+	r.LargeCommunities = slices.Compact(r.LargeCommunities)
+	// LOCAL_PREF is an iBGP attribute; when several advertisements set
+	// it, the highest wins (the most preferred intent).
+	if ad.LocalPref != nil && !sess.Peer.External() {
+		r.LocalPref = max(r.LocalPref, *ad.LocalPref)
+	}
+}
+
+// nodeIneligible says why this node advertises nothing, "" when it may.
+func nodeIneligible(n *announce.Node, opts announce.Options) string {
+	switch {
+	case n == nil:
+		return ReasonNodeUnknown
+	case n.NetworkUnavailable:
+		return ReasonNetworkUnavailable
+	}
+	if _, ok := n.Labels[election.ExcludeLabel]; ok && !opts.IgnoreExcludeLabel {
+		return ReasonExcluded
+	}
+	return ""
+}
+
+// serviceIneligible says why the Services sharing an IP cannot be served
+// from node: none has a serving endpoint, or a Local one has none here.
+func serviceIneligible(svcs []announce.Service, node string) string {
+	serving := false
+	for _, s := range svcs {
+		if len(s.ReadyNodes) > 0 || len(s.ServingTerminatingNodes) > 0 {
+			serving = true
+		}
+		if !s.Local {
+			continue
+		}
+		nodes := s.ReadyNodes
+		if len(nodes) == 0 {
+			nodes = s.ServingTerminatingNodes
+		}
+		if !nodes[node] {
+			return ReasonNoLocalEndpoint
+		}
+	}
+	if !serving {
+		return ReasonNoEndpoints
+	}
+	return ""
+}
+
+func advertisements(c *config.Config, pool string, labels map[string]string) (ads []*config.BGPAdvertisement, covered bool) {
+	for _, ad := range c.BGPAdvertisements {
+		if ad == nil || !slices.Contains(ad.Pools, pool) {
+			continue
+		}
+		covered = true
+		if ad.ServiceSelectors.MatchesOrEmpty(labels) {
+			ads = append(ads, ad)
+		}
+	}
+	return ads, covered
+}
+
+func compareRefs(a, b announce.ServiceRef) int {
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+}
+
+func comparePrefixes(a, b netip.Prefix) int {
+	return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+}
