@@ -70,6 +70,9 @@ type famState struct {
 	udp udpFrontends
 	// lastFull is when the last full sync succeeded.
 	lastFull time.Time
+	// digests are the chains as the last restores wrote them; a partial
+	// sync leaves out those it would write unchanged.
+	digests rules.ChainDigests
 }
 
 // Syncer turns the Tracker's model into iptables rules, one
@@ -285,15 +288,22 @@ func (s *Syncer) syncFamily(ctx context.Context, f *famState, fr *FamilyResult, 
 	rs := rules.RenderWith(f.Family.Family, snap.Services, snap.Endpoints, node, opts)
 	fr.problems = rs.Problems
 	data := rs.Bytes()
+	fr.Stats = rs.Stats
+	last := f.digests
+	if fr.Full {
+		last = nil // a full sync rewrites every chain, as a repair
+	}
+	data, cur, dropped := rules.Prune(data, last)
+	fr.Stats.NATRules -= dropped["nat"]
 	fr.Render = s.now().Sub(t)
 	fr.Bytes = len(data)
-	fr.Stats = rs.Stats
 	t = s.now()
 	err := f.Runner.Restore(ctx, data)
 	fr.Restore = s.now().Sub(t)
 	if err != nil {
 		return err
 	}
+	f.digests = f.digests.Apply(cur, fr.Full, rs.Deleted)
 	f.chains = rs.NATChains
 	if f.chains == nil {
 		f.chains = []string{}
