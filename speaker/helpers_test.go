@@ -45,6 +45,8 @@ func (f *fakeSource) Service(ref announce.ServiceRef) runtime.Object {
 	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
 }
 
+func (f *fakeSource) BGPPeer(string) runtime.Object { return nil }
+
 func (f *fakeSource) set(mod func(*Snapshot)) {
 	f.mu.Lock()
 	mod(&f.snap)

@@ -49,15 +49,21 @@ type kubeSource struct {
 	v6  bool
 	log *slog.Logger
 
-	services  corelisters.ServiceLister
-	slices    cache.Indexer
-	nodes     corelisters.NodeLister
-	pools     cache.GenericLister
-	l2ads     cache.GenericLister
-	cfgDirty  atomic.Bool
-	cfgMu     sync.Mutex
-	cfg       *config.Config
-	badStatus sync.Map // "ns/name" -> message already logged
+	services corelisters.ServiceLister
+	slices   cache.Indexer
+	nodes    corelisters.NodeLister
+	pools    cache.GenericLister
+	l2ads    cache.GenericLister
+	// The BGP configuration; nil listers when BGP is off.
+	bgpPeers    cache.GenericLister
+	bgpAds      cache.GenericLister
+	communities cache.GenericLister
+	bfdProfiles cache.GenericLister
+	secrets     corelisters.SecretLister
+	cfgDirty    atomic.Bool
+	cfgMu       sync.Mutex
+	cfg         *config.Config
+	badStatus   sync.Map // "ns/name" -> message already logged
 }
 
 // configChanged marks the configuration for parsing at the next snapshot.
@@ -77,6 +83,11 @@ func (k *kubeSource) Snapshot() Snapshot {
 		}
 		snap.Nodes = append(snap.Nodes, an)
 		if n.Name == k.node {
+			for _, a := range n.Status.Addresses {
+				if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
+					snap.NodeIPs = append(snap.NodeIPs, ip.Unmap())
+				}
+			}
 			for _, c := range n.Spec.PodCIDRs {
 				if p, err := netip.ParsePrefix(c); err == nil {
 					snap.PodCIDRs = append(snap.PodCIDRs, p.Masked())
@@ -112,9 +123,9 @@ func (k *kubeSource) Snapshot() Snapshot {
 			Pool:  svc.Annotations[controller.AnnotationAllocatedFromPool],
 			Local: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 		}
-		if as.Local {
-			as.ReadyNodes, as.ServingTerminatingNodes = k.endpointNodes(key)
-		}
+		// Layer 2 reads them under Local only; BGP also under Cluster
+		// (advertised while any endpoint serves).
+		as.ReadyNodes, as.ServingTerminatingNodes = k.endpointNodes(key)
 		snap.Services = append(snap.Services, as)
 	}
 	return snap
@@ -194,9 +205,26 @@ func (k *kubeSource) config() *config.Config {
 	if k.cfg != nil && !k.cfgDirty.Swap(false) {
 		return k.cfg
 	}
-	res := config.Resources{Namespace: k.ns, SecretsUnavailable: true}
+	res := config.Resources{Namespace: k.ns, SecretsUnavailable: k.secrets == nil}
 	res.Pools = decodeAll[v1beta1.IPAddressPool](k.pools, k.ns)
 	res.L2Advertisements = decodeAll[v1beta1.L2Advertisement](k.l2ads, k.ns)
+	if k.bgpPeers != nil {
+		res.Peers = decodeAll[v1beta1.BGPPeer](k.bgpPeers, k.ns)
+		res.BGPAdvertisements = decodeAll[v1beta1.BGPAdvertisement](k.bgpAds, k.ns)
+		res.Communities = decodeAll[v1beta1.Community](k.communities, k.ns)
+		res.BFDProfiles = decodeAll[v1beta1.BFDProfile](k.bfdProfiles, k.ns)
+	}
+	if k.secrets != nil {
+		// Only the Secrets BGPPeers name are read; the parser resolves
+		// passwordSecret from them and never logs a value.
+		for _, p := range res.Peers {
+			if ref := p.Spec.PasswordSecret; ref != nil {
+				if sec, err := k.secrets.Secrets(k.ns).Get(ref.Name); err == nil {
+					res.Secrets = append(res.Secrets, *sec)
+				}
+			}
+		}
+	}
 	cfg, problems := config.Parse(res)
 	// The controller reports problems on the objects; the speaker only
 	// uses what parsed.
@@ -231,6 +259,18 @@ func (k *kubeSource) Service(ref announce.ServiceRef) runtime.Object {
 		return nil
 	}
 	return svc
+}
+
+// BGPPeer implements Source.
+func (k *kubeSource) BGPPeer(name string) runtime.Object {
+	if k.bgpPeers == nil {
+		return nil
+	}
+	obj, err := k.bgpPeers.ByNamespace(k.ns).Get(name)
+	if err != nil {
+		return nil
+	}
+	return obj
 }
 
 // ownerUID is the Service's UID when it lives in the announcements'

@@ -131,8 +131,13 @@ func TestKubeSourceSnapshot(t *testing.T) {
 	if !reflect.DeepEqual(web, want) {
 		t.Errorf("web = %+v\nwant %+v", web, want)
 	}
-	if snap.Services[0].ReadyNodes != nil {
-		t.Errorf("a Cluster Service needs no endpoints: %+v", snap.Services[0])
+	// A Cluster Service's endpoints count too (BGP advertises it while
+	// any serves); this one has none.
+	if c := snap.Services[0]; c.ReadyNodes == nil || len(c.ReadyNodes)+len(c.ServingTerminatingNodes) != 0 {
+		t.Errorf("cluster: endpoints %+v, want empty maps", c)
+	}
+	if !reflect.DeepEqual(snap.NodeIPs, []netip.Addr{netip.MustParseAddr("198.51.100.11")}) {
+		t.Errorf("node IPs = %v, want node1's InternalIP", snap.NodeIPs)
 	}
 	if !reflect.DeepEqual(snap.Peers, []string{"198.51.100.12"}) {
 		t.Errorf("peers = %v, want node2's IPv4 only (node3 has no address, node1 is this node)", snap.Peers)
@@ -151,5 +156,54 @@ func TestKubeSourceSnapshot(t *testing.T) {
 	}
 	if uid := src.ownerUID(announce.ServiceRef{Namespace: "shop", Name: "web"}); uid != "" {
 		t.Errorf("owner UID across namespaces: %q", uid)
+	}
+}
+
+// The BGP configuration is read with the Secrets its BGPPeers name; a
+// peer whose Secret is missing is left out, the others stay.
+func TestKubeSourceBGPConfig(t *testing.T) {
+	kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "herald-system", Name: "md5"},
+		Data: map[string][]byte{"password": []byte("s3cret")}})
+	peer := func(name, secret string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1beta1.GroupVersion.String(), "kind": "BGPPeer",
+			"metadata": map[string]any{"name": name, "namespace": "herald-system"},
+			"spec": map[string]any{"myASN": int64(64513), "peerASN": int64(64512), "peerAddress": "198.51.100.1",
+				"passwordSecret": map[string]any{"name": secret, "key": "password"}},
+		}}
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		v1beta1.GroupVersion.WithResource("ipaddresspools"):    "IPAddressPoolList",
+		v1beta1.GroupVersion.WithResource("l2advertisements"):  "L2AdvertisementList",
+		v1beta1.GroupVersion.WithResource("bgppeers"):          "BGPPeerList",
+		v1beta1.GroupVersion.WithResource("bgpadvertisements"): "BGPAdvertisementList",
+		v1beta1.GroupVersion.WithResource("communities"):       "CommunityList",
+		v1beta1.GroupVersion.WithResource("bfdprofiles"):       "BFDProfileList",
+	}, peer("router", "md5"), peer("broken", "absent"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace("herald-system"))
+	df := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, "herald-system", nil)
+	lister := func(r string) cache.GenericLister {
+		return df.ForResource(v1beta1.GroupVersion.WithResource(r)).Lister()
+	}
+	src := &kubeSource{ns: "herald-system", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		pools: lister("ipaddresspools"), l2ads: lister("l2advertisements"), bgpPeers: lister("bgppeers"),
+		bgpAds: lister("bgpadvertisements"), communities: lister("communities"), bfdProfiles: lister("bfdprofiles"),
+		secrets: f.Core().V1().Secrets().Lister()}
+	f.Start(ctx.Done())
+	df.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	df.WaitForCacheSync(ctx.Done())
+	cfg := src.config()
+	p := cfg.Peers["router"]
+	if p == nil || p.Password.Reveal() != "s3cret" {
+		t.Fatalf("peer router = %+v, want the Secret's password", p)
+	}
+	if cfg.Peers["broken"] != nil {
+		t.Errorf("peer broken has a missing Secret and must be left out: %+v", cfg.Peers["broken"])
+	}
+	if src.BGPPeer("router") == nil || src.BGPPeer("nope") != nil {
+		t.Error("BGPPeer lookups")
 	}
 }

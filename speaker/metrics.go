@@ -76,7 +76,7 @@ func (m *Metrics) observe(st announce.State, ch announce.Changes, members int) {
 // register adds the responder counters, read from the responders at
 // scrape time.
 func (m *Metrics) register(s *Speaker) {
-	m.Registry.MustRegister(responderCollector{s})
+	m.Registry.MustRegister(responderCollector{s}, bgpCollector{s})
 }
 
 var (
@@ -137,4 +137,56 @@ func (s *Speaker) stats() map[string]layer2.Stats {
 		out[name] = addStats(out[name], e.r.Stats())
 	}
 	return out
+}
+
+var (
+	descSessionUp = prometheus.NewDesc("herald_speaker_bgp_session_up",
+		"1 when the BGP session to the peer is established, else 0.",
+		[]string{"peer", "address"}, nil)
+	descBFDUp = prometheus.NewDesc("herald_speaker_bgp_bfd_up",
+		"1 when the BFD session to the peer is up, else 0 (only for peers with a bfdProfile).",
+		[]string{"peer", "address"}, nil)
+	descPrefixes = prometheus.NewDesc("herald_speaker_bgp_prefixes_advertised",
+		"Prefixes the BGP implementation reports as advertised to the peer.",
+		[]string{"peer"}, nil)
+	descPrefixesWanted = prometheus.NewDesc("herald_speaker_bgp_prefixes_configured",
+		"Prefixes this node means to advertise to the peer.",
+		[]string{"peer"}, nil)
+	descUpdates = prometheus.NewDesc("herald_speaker_bgp_updates_sent_total",
+		"BGP UPDATE messages sent to the peer (since the session was opened).",
+		[]string{"peer"}, nil)
+	descFlaps = prometheus.NewDesc("herald_speaker_bgp_session_flaps_total",
+		"Times the session to the peer left Established (since it was opened).",
+		[]string{"peer"}, nil)
+)
+
+type bgpCollector struct{ s *Speaker }
+
+func (c bgpCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSessionUp, descBFDUp, descPrefixes, descPrefixesWanted, descUpdates, descFlaps} {
+		ch <- d
+	}
+}
+
+func (c bgpCollector) Collect(ch chan<- prometheus.Metric) {
+	sessions, routes, states := c.s.bgpSnapshot()
+	for name, addr := range sessions {
+		st := states[addr]
+		up := 0.0
+		if st.Up() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSessionUp, prometheus.GaugeValue, up, name, addr.String())
+		if st.BFD != "" {
+			bfdUp := 0.0
+			if st.BFD == "Up" {
+				bfdUp = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descBFDUp, prometheus.GaugeValue, bfdUp, name, addr.String())
+		}
+		ch <- prometheus.MustNewConstMetric(descPrefixes, prometheus.GaugeValue, float64(st.Advertised), name)
+		ch <- prometheus.MustNewConstMetric(descPrefixesWanted, prometheus.GaugeValue, float64(routes[name]), name)
+		ch <- prometheus.MustNewConstMetric(descUpdates, prometheus.CounterValue, float64(st.UpdatesSent), name)
+		ch <- prometheus.MustNewConstMetric(descFlaps, prometheus.CounterValue, float64(st.Flaps), name)
+	}
 }

@@ -47,6 +47,11 @@ type Options struct {
 	LogLevel    slog.Level
 	QPS         float64
 	Burst       int
+	// BGP runs the embedded BGP speaker (GoBGP) for the BGPPeers that
+	// select this node; BGPShutdownWait bounds the wait for withdrawals
+	// to go out on a graceful stop.
+	BGP             bool
+	BGPShutdownWait time.Duration
 	// Proxy runs the service proxy in this process, with ProxyOptions.
 	Proxy        bool
 	ProxyOptions proxy.Options
@@ -59,16 +64,18 @@ func DefaultOptions() Options {
 		ns = "herald-system"
 	}
 	return Options{
-		NodeName:     strings.ToLower(strings.TrimSpace(os.Getenv("NODE_NAME"))),
-		Namespace:    ns,
-		Port:         members.DefaultPort,
-		SecretName:   controller.MemberlistSecretName,
-		Timers:       members.DefaultTimers(),
-		MetricsAddr:  ":7473",
-		QPS:          50,
-		Burst:        100,
-		Proxy:        true,
-		ProxyOptions: proxy.DefaultOptions(),
+		NodeName:        strings.ToLower(strings.TrimSpace(os.Getenv("NODE_NAME"))),
+		Namespace:       ns,
+		Port:            members.DefaultPort,
+		SecretName:      controller.MemberlistSecretName,
+		Timers:          members.DefaultTimers(),
+		MetricsAddr:     ":7473",
+		QPS:             50,
+		Burst:           100,
+		Proxy:           true,
+		BGP:             true,
+		BGPShutdownWait: time.Second,
+		ProxyOptions:    proxy.DefaultOptions(),
 	}
 }
 
@@ -97,10 +104,12 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "requests per second to the API server")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
+	fs.BoolVar(&o.BGP, "bgp", o.BGP, "peer with the BGPPeers selecting this node and advertise the LoadBalancer IPs of BGPAdvertisements (embedded GoBGP)")
+	fs.DurationVar(&o.BGPShutdownWait, "bgp-shutdown-wait", o.BGPShutdownWait, "on a graceful stop, how long to wait for the withdrawals to be sent before closing the BGP sessions")
 	fs.BoolVar(&o.Proxy, "proxy", o.Proxy, "run herald's service proxy in this process too (false when another proxy serves the node)")
 	finishProxy := proxy.BindFlags(fs, &o.ProxyOptions)
 	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: herald speaker [flags]\n\nAnswers ARP and NDP for the LoadBalancer IPs this node wins, and runs the service\nproxy (the proxy's flags are accepted too; see herald proxy -h).")
+		fmt.Fprintln(out, "usage: herald speaker [flags]\n\nAnswers ARP and NDP for the LoadBalancer IPs this node wins, advertises them over\nBGP to the BGPPeers selecting it, and runs the service\nproxy (the proxy's flags are accepted too; see herald proxy -h).")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -179,6 +188,9 @@ func (o Options) Validate() error {
 	}
 	if t.GossipInterval <= 0 || t.GossipInterval > time.Minute {
 		bad("memberlist-gossip-interval", "must be positive and at most 1m, got %s", t.GossipInterval)
+	}
+	if o.BGPShutdownWait < 0 || o.BGPShutdownWait > time.Minute {
+		bad("bgp-shutdown-wait", "must be between 0s and 1m, got %s", o.BGPShutdownWait)
 	}
 	if err := checkListenAddr(o.MetricsAddr); err != nil {
 		bad("metrics-addr", "%v", err)

@@ -32,6 +32,8 @@ import (
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/proxy"
 	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/bgp"
+	"github.com/herald-lb/herald/speaker/bgp/gobgp"
 	"github.com/herald-lb/herald/speaker/members"
 )
 
@@ -110,11 +112,34 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	poolInf := dynFactory.ForResource(v1beta1.GroupVersion.WithResource("ipaddresspools"))
 	l2Inf := dynFactory.ForResource(v1beta1.GroupVersion.WithResource("l2advertisements"))
 	saInf := dynFactory.ForResource(AnnouncementGVR)
+	synced := []cache.InformerSynced{svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced,
+		sliceInf.Informer().HasSynced, poolInf.Informer().HasSynced, l2Inf.Informer().HasSynced, saInf.Informer().HasSynced}
+	configInfs := []cache.SharedIndexInformer{poolInf.Informer(), l2Inf.Informer()}
+	var secretFactory informers.SharedInformerFactory
 
 	src := &kubeSource{
 		node: o.NodeName, ns: o.Namespace, lbClass: o.LBClass, v6: advertise.Is6(), log: log,
 		services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer(), nodes: nodeInf.Lister(),
 		pools: poolInf.Lister(), l2ads: l2Inf.Lister(),
+	}
+	var bgpMgr *bgp.Manager
+	if o.BGP {
+		var infs []informers.GenericInformer
+		for _, r := range []string{"bgppeers", "bgpadvertisements", "communities", "bfdprofiles"} {
+			infs = append(infs, dynFactory.ForResource(v1beta1.GroupVersion.WithResource(r)))
+		}
+		src.bgpPeers, src.bgpAds, src.communities, src.bfdProfiles = infs[0].Lister(), infs[1].Lister(), infs[2].Lister(), infs[3].Lister()
+		secretFactory = informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace))
+		secInf := secretFactory.Core().V1().Secrets()
+		src.secrets = secInf.Lister()
+		configInfs = append(configInfs, secInf.Informer())
+		for _, inf := range infs {
+			configInfs = append(configInfs, inf.Informer())
+		}
+		for _, inf := range configInfs[2:] {
+			synced = append(synced, inf.HasSynced)
+		}
+		bgpMgr = bgp.NewManager(gobgp.New(log.With("component", "gobgp")), log.With("component", "bgp"))
 	}
 	writer := NewAnnouncementWriter(o.NodeName, o.Namespace, dyn, saInf.Informer(), src.ownerUID, log.With("component", "status"))
 
@@ -128,7 +153,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	sp = New(Deps{
 		Node: o.NodeName, Options: announce.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
 		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
-		Status: writer, Events: rec, Metrics: m, Log: log,
+		Status: writer, Events: rec, Metrics: m, Log: log, BGP: bgpMgr,
 	})
 	spMu.Unlock()
 
@@ -147,7 +172,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 			return err
 		}
 	}
-	for _, inf := range []cache.SharedIndexInformer{poolInf.Informer(), l2Inf.Informer()} {
+	for _, inf := range configInfs {
 		if _, err := inf.AddEventHandler(configTrigger); err != nil {
 			return err
 		}
@@ -158,8 +183,10 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	defer stopInformers()
 	factory.Start(infCtx.Done())
 	dynFactory.Start(infCtx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced,
-		sliceInf.Informer().HasSynced, poolInf.Informer().HasSynced, l2Inf.Informer().HasSynced, saInf.Informer().HasSynced) {
+	if secretFactory != nil {
+		secretFactory.Start(infCtx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
 
@@ -194,6 +221,16 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	<-ctx.Done()
 	stopLoop()
 	<-loopDone
+	if bgpMgr != nil {
+		// Withdraw first: routers move the traffic to the other nodes
+		// while this one still forwards it.
+		log.Info("stopping: withdrawing the BGP routes, then closing the sessions", "wait", o.BGPShutdownWait)
+		bctx, cancel := context.WithTimeout(context.Background(), o.BGPShutdownWait+5*time.Second)
+		if err := bgpMgr.Shutdown(bctx, o.BGPShutdownWait); err != nil {
+			log.Warn("stopping BGP", "err", err)
+		}
+		cancel()
+	}
 	log.Info("stopping: leaving the memberlist cluster so the others take this node's IPs over")
 	if err := cluster.Close(); err != nil {
 		log.Warn("leaving the cluster", "err", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/bgp"
 	"github.com/herald-lb/herald/speaker/layer2"
 	"github.com/herald-lb/herald/speaker/members"
 )
@@ -32,6 +33,8 @@ type Snapshot struct {
 	PodCIDRs []netip.Prefix
 	// Peers are the memberlist addresses of the other nodes.
 	Peers []string
+	// NodeIPs are this node's InternalIPs (the default BGP router ID).
+	NodeIPs []netip.Addr
 }
 
 // Source gives the speaker its view of the cluster; the informers
@@ -40,6 +43,8 @@ type Source interface {
 	Snapshot() Snapshot
 	// Service returns the Service for events, or nil when it is gone.
 	Service(ref announce.ServiceRef) runtime.Object
+	// BGPPeer returns the BGPPeer for events, or nil when it is gone.
+	BGPPeer(name string) runtime.Object
 }
 
 // StatusSink keeps the ServiceAnnouncement objects; writes are
@@ -72,6 +77,10 @@ type Deps struct {
 	Events       record.EventRecorder
 	Metrics      *Metrics
 	Log          *slog.Logger
+	// BGP applies what this node advertises over BGP; nil: layer 2 only.
+	BGP *bgp.Manager
+	// SessionPoll is how often the BGP session states are read (1s).
+	SessionPoll time.Duration
 	// Resync is the period of a sync without any trigger (default 30s),
 	// a safety net for a missed notification.
 	Resync time.Duration
@@ -110,6 +119,9 @@ type Speaker struct {
 	ifs     Interfaces
 	swept   map[string]bool
 	logged  map[string]string
+	bgpAnns []announce.Announcement
+
+	bgp bgpState
 }
 
 // New builds a Speaker; SetCluster must be called before Run.
@@ -122,6 +134,9 @@ func New(d Deps) *Speaker {
 	}
 	if d.Resync <= 0 {
 		d.Resync = 30 * time.Second
+	}
+	if d.SessionPoll <= 0 {
+		d.SessionPoll = time.Second
 	}
 	s := &Speaker{
 		d:          d,
@@ -176,6 +191,10 @@ func (s *Speaker) Run(ctx context.Context) {
 	wg.Add(2)
 	go func() { defer wg.Done(); s.watchLinks(ctx) }()
 	go func() { defer wg.Done(); s.publishMeta(ctx) }()
+	if s.d.BGP != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.watchSessions(ctx, s.d.SessionPoll) }()
+	}
 	tick := time.NewTicker(s.d.Resync)
 	defer tick.Stop()
 	s.Sync()
@@ -309,7 +328,8 @@ func (s *Speaker) Sync() {
 			}
 		}
 	}
-	s.d.Status.Set(st.Announcements)
+	bgpAnns := s.syncBGP(snap)
+	s.d.Status.Set(append(slices.Clone(st.Announcements), bgpAnns...))
 	s.events(ch)
 	s.sweep(liveNames)
 	s.logChanges(st, ch)

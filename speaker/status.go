@@ -40,11 +40,29 @@ const (
 // AnnouncementGVR is the ServiceAnnouncement resource.
 var AnnouncementGVR = v1beta1.GroupVersion.WithResource("serviceannouncements")
 
-// AnnouncementName names the ServiceAnnouncement of a Service announced
-// by a node: readable (service and node, shortened) and collision-free
-// across namespaces and nodes (a hash of all three).
+// AnnouncementName names the layer-2 ServiceAnnouncement of a Service
+// announced by a node: readable (service and node, shortened) and
+// collision-free across namespaces and nodes (a hash of all three).
 func AnnouncementName(svc announce.ServiceRef, node string) string {
-	sum := sha256.Sum256([]byte(svc.Namespace + "/" + svc.Name + "/" + node))
+	return announcementName(svc, node, "")
+}
+
+// AnnouncementNameOf names the ServiceAnnouncement of a: layer-2 ones as
+// AnnouncementName, others with the protocol in the name and the hash,
+// since a node may announce one Service both ways.
+func AnnouncementNameOf(a announce.Announcement) string {
+	if a.Protocol == announce.Protocol {
+		return AnnouncementName(a.Service, a.Node)
+	}
+	return announcementName(a.Service, a.Node, a.Protocol)
+}
+
+func announcementName(svc announce.ServiceRef, node, protocol string) string {
+	key := svc.Namespace + "/" + svc.Name + "/" + node
+	if protocol != "" {
+		key += "/" + protocol
+	}
+	sum := sha256.Sum256([]byte(key))
 	short := func(s string, n int) string {
 		s = strings.ReplaceAll(s, ".", "-")
 		if len(s) > n {
@@ -52,7 +70,14 @@ func AnnouncementName(svc announce.ServiceRef, node string) string {
 		}
 		return strings.Trim(s, "-")
 	}
-	return short(svc.Name, 30) + "-" + short(node, 20) + "-" + hex.EncodeToString(sum[:])[:10]
+	// At most 63 characters: 30 + 1 + 20 + 1 + 10, the protocol's room
+	// taken from the Service's part.
+	svcLen, suffix := 30, ""
+	if protocol != "" {
+		svcLen, suffix = 30-len(protocol)-1, protocol+"-"
+	}
+	name := short(svc.Name, svcLen) + "-" + short(node, 20) + "-" + suffix
+	return name + hex.EncodeToString(sum[:])[:10]
 }
 
 // AnnouncementWriter keeps this node's ServiceAnnouncements in the API as
@@ -119,7 +144,7 @@ func (w *AnnouncementWriter) objectChanged(obj any) {
 func (w *AnnouncementWriter) Set(anns []announce.Announcement) {
 	want := map[string]announce.Announcement{}
 	for _, a := range anns {
-		want[AnnouncementName(a.Service, a.Node)] = a
+		want[AnnouncementNameOf(a)] = a
 	}
 	w.mu.Lock()
 	changed := map[string]bool{}
@@ -317,6 +342,7 @@ func desiredStatus(a announce.Announcement) v1beta1.ServiceAnnouncementStatus {
 		Node:       a.Node,
 		Protocol:   v1beta1.AnnouncementProtocol(a.Protocol),
 		Interfaces: slices.Clone(a.Interfaces),
+		Peers:      slices.Clone(a.Peers),
 	}
 	for _, ip := range a.IPs {
 		st.IPs = append(st.IPs, ip.String())
@@ -331,7 +357,7 @@ func sameStatus(a, b v1beta1.ServiceAnnouncementStatus) bool {
 
 func sameAnnouncement(a, b announce.Announcement) bool {
 	return a.Service == b.Service && a.Node == b.Node && a.Protocol == b.Protocol &&
-		slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.IPs, b.IPs)
+		slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers) && slices.Equal(a.IPs, b.IPs)
 }
 
 func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {

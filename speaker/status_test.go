@@ -48,6 +48,22 @@ func TestAnnouncementName(t *testing.T) {
 	}
 }
 
+// A node announcing one Service both ways has two ServiceAnnouncements.
+func TestAnnouncementNameOfProtocols(t *testing.T) {
+	ref := announce.ServiceRef{Namespace: "shop", Name: strings.Repeat("w", 63)}
+	l2 := AnnouncementNameOf(announce.Announcement{Service: ref, Node: "node1", Protocol: "layer2"})
+	bgp := AnnouncementNameOf(announce.Announcement{Service: ref, Node: "node1", Protocol: "bgp"})
+	if l2 != AnnouncementName(ref, "node1") {
+		t.Errorf("layer-2 name %q changed", l2)
+	}
+	if l2 == bgp || !strings.Contains(bgp, "-node1-bgp-") {
+		t.Errorf("bgp name %q (layer 2: %q)", bgp, l2)
+	}
+	if errs := validation.IsDNS1123Subdomain(bgp); len(errs) > 0 || len(bgp) > 63 {
+		t.Errorf("%q is not a short valid name: %v", bgp, errs)
+	}
+}
+
 type writerEnv struct {
 	t   *testing.T
 	ctx context.Context

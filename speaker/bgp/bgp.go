@@ -222,8 +222,10 @@ func (m *Manager) Apply(ctx context.Context, p advertise.Plan) error {
 }
 
 // Shutdown withdraws every route, waits up to wait for the withdrawals
-// to be sent, then closes the sessions and stops: routers move traffic
-// away before the node stops serving, rather than after a hold time.
+// to be on the wire (the UPDATE counter of each established session that
+// had routes moved), then closes the sessions and stops: routers move
+// traffic away before the node stops serving, rather than after a hold
+// time or on the Cease alone.
 func (m *Manager) Shutdown(ctx context.Context, wait time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -231,35 +233,39 @@ func (m *Manager) Shutdown(ctx context.Context, wait time.Duration) error {
 		return nil
 	}
 	var errs []error
+	before, _ := m.r.Peers(ctx)
+	pending := map[netip.Addr]uint64{}
 	for _, name := range sortedKeys(m.peers) {
 		if len(m.routes[name]) == 0 {
 			continue
 		}
-		if err := m.r.SetRoutes(ctx, m.peers[name], nil); err != nil {
+		p := m.peers[name]
+		if err := m.r.SetRoutes(ctx, p, nil); err != nil {
 			errs = append(errs, fmt.Errorf("BGPPeer %s: withdrawing: %w", name, err))
+			continue
 		}
 		m.routes[name] = nil
+		if st, ok := before[p.Address]; ok && st.Up() {
+			pending[p.Address] = st.UpdatesSent
+		}
 	}
 	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
+	for len(pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 		st, err := m.r.Peers(ctx)
 		if err != nil {
 			break
 		}
-		pending := 0
-		for _, s := range st {
-			if s.Up() {
-				pending += s.Advertised
+		for a, sent := range pending {
+			if s, ok := st[a]; !ok || !s.Up() || s.UpdatesSent > sent {
+				delete(pending, a)
 			}
 		}
-		if pending == 0 {
-			break
+		if len(pending) > 0 {
+			time.Sleep(10 * time.Millisecond)
 		}
-		select {
-		case <-ctx.Done():
-			deadline = time.Now()
-		case <-time.After(20 * time.Millisecond):
-		}
+	}
+	if len(pending) > 0 {
+		m.log.Warn("closing BGP sessions before their withdrawals were seen sent", "peers", len(pending))
 	}
 	if err := m.stop(ctx); err != nil {
 		errs = append(errs, err)

@@ -27,11 +27,14 @@ type Fake struct {
 	Fail string
 	// Down are sessions reported as Active instead of Established.
 	Down map[netip.Addr]bool
+	// updates counts SetRoutes calls per peer, reported as UPDATEs sent.
+	updates map[netip.Addr]uint64
 }
 
 // NewFake returns an empty Fake.
 func NewFake() *Fake {
-	return &Fake{peers: map[netip.Addr]*config.Peer{}, routes: map[netip.Addr][]advertise.Route{}, Down: map[netip.Addr]bool{}}
+	return &Fake{peers: map[netip.Addr]*config.Peer{}, routes: map[netip.Addr][]advertise.Route{}, Down: map[netip.Addr]bool{},
+		updates: map[netip.Addr]uint64{}}
 }
 
 func (f *Fake) call(c string) error {
@@ -112,6 +115,7 @@ func (f *Fake) SetRoutes(_ context.Context, p *config.Peer, routes []advertise.R
 		return err
 	}
 	f.routes[p.Address] = slices.Clone(routes)
+	f.updates[p.Address]++
 	return nil
 }
 
@@ -121,13 +125,20 @@ func (f *Fake) Peers(context.Context) (map[netip.Addr]PeerState, error) {
 	defer f.mu.Unlock()
 	out := map[netip.Addr]PeerState{}
 	for a := range f.peers {
-		st := PeerState{Address: a, State: StateEstablished, Advertised: len(f.routes[a])}
+		st := PeerState{Address: a, State: StateEstablished, Advertised: len(f.routes[a]), UpdatesSent: f.updates[a]}
 		if f.Down[a] {
 			st.State, st.Advertised = StateActive, 0
 		}
 		out[a] = st
 	}
 	return out, nil
+}
+
+// SetDown reports the session to addr as down (Active) or up.
+func (f *Fake) SetDown(addr netip.Addr, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Down[addr] = down
 }
 
 // Routes returns what the peer at addr is sent.

@@ -186,8 +186,10 @@ func Render(out io.Writer, svcs []corev1.Service, anns []v1beta1.ServiceAnnounce
 			switch {
 			case len(who) == 0:
 				text = "nobody (see the speakers' logs: no eligible node, or no advertisement)"
-			case len(who) > 1:
-				text += "  <- more than one node"
+			case layer2Claims(who) > 1:
+				// Over BGP many nodes advertise at once (ECMP); over
+				// layer 2 only one may answer ARP/NDP.
+				text += "  <- more than one node over layer 2"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, ip, pool, policy, text)
 		}
@@ -225,4 +227,16 @@ func Main(ctx context.Context, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// layer2Claims counts the layer-2 announcers in Render's "node (protocol
+// ...)" descriptions.
+func layer2Claims(who []string) int {
+	n := 0
+	for _, w := range who {
+		if strings.Contains(w, " (layer2") {
+			n++
+		}
+	}
+	return n
 }

@@ -56,7 +56,7 @@ func TestRender(t *testing.T) {
 	}
 	got := b.String()
 	want := `NAMESPACE  SERVICE  IP                 POOL  POLICY   ANNOUNCED BY
-default    dns      198.51.100.201     lan   Cluster  node1 (layer2 on eth0), node3 (layer2 on eth0)  <- more than one node
+default    dns      198.51.100.201     lan   Cluster  node1 (layer2 on eth0), node3 (layer2 on eth0)  <- more than one node over layer 2
 shop       classed  <pending> (loadBalancerClass other)  -     Cluster  -
 shop       orphan   198.51.100.202     lan   Cluster  nobody (see the speakers' logs: no eligible node, or no advertisement)
 shop       pending  <pending>          -     Cluster  -

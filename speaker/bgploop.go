@@ -1,0 +1,199 @@
+package speaker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/herald-lb/herald/speaker/advertise"
+	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/bgp"
+)
+
+// Event reasons of the BGP side: on Services (Advertising,
+// StoppedAdvertising) and on BGPPeers (SessionEstablished, SessionDown).
+const (
+	EventAdvertising        = "Advertising"
+	EventStoppedAdvertising = "StoppedAdvertising"
+	EventSessionEstablished = "SessionEstablished"
+	EventSessionDown        = "SessionDown"
+)
+
+// bgpState is the BGP side's state shared with the metrics collector and
+// the session watcher.
+type bgpState struct {
+	mu sync.Mutex
+	// sessions are the applied sessions by name, with their addresses.
+	sessions map[string]netip.Addr
+	// routes counts the prefixes applied per session.
+	routes map[string]int
+	// states are the last observed session states, by address.
+	states map[netip.Addr]bgp.PeerState
+}
+
+// syncBGP decides what this node advertises and applies it; it returns
+// the ServiceAnnouncements of what was applied.
+func (s *Speaker) syncBGP(snap Snapshot) []announce.Announcement {
+	if s.d.BGP == nil {
+		return nil
+	}
+	plan := advertise.Compute(advertise.Input{
+		Config: snap.Config, Services: snap.Services, Nodes: snap.Nodes,
+		Node: s.d.Node, NodeIPs: snap.NodeIPs, Options: s.d.Options,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := s.d.BGP.Apply(ctx, plan)
+	cancel()
+	if err != nil {
+		s.logOnce("bgp/apply", err.Error(), func() {
+			s.d.Log.Error("applying BGP sessions and routes; retrying", "err", err)
+		})
+		// Nothing else may trigger a sync soon (a router refusing the
+		// session is not a Kubernetes change), so retry on a timer.
+		time.AfterFunc(5*time.Second, s.Trigger)
+	} else {
+		delete(s.logged, "bgp/apply")
+	}
+	seen := map[string]bool{}
+	for _, p := range plan.Problems {
+		key := "bgp/problem/" + p
+		seen[key] = true
+		s.logOnce(key, p, func() { s.d.Log.Warn("BGP configuration this node cannot honour", "problem", p) })
+	}
+	for _, ip := range plan.IPs {
+		if ip.Reason == "" {
+			continue
+		}
+		key := "bgp/ip/" + ip.Addr.String()
+		seen[key] = true
+		s.logOnce(key, ip.Reason, func() {
+			s.d.Log.Info("not advertised over BGP", "ip", ip.Addr, "services", refs(ip.Services), "reason", ip.Reason)
+		})
+	}
+	for k := range s.logged {
+		if (strings.HasPrefix(k, "bgp/problem/") || strings.HasPrefix(k, "bgp/ip/")) && !seen[k] {
+			delete(s.logged, k)
+		}
+	}
+
+	// Announce only what reached the BGP implementation.
+	applied := s.d.BGP.Sessions()
+	names := map[string]bool{}
+	st := &s.bgp
+	st.mu.Lock()
+	st.sessions, st.routes = map[string]netip.Addr{}, map[string]int{}
+	for _, a := range applied {
+		names[a.Peer.Name] = true
+		st.sessions[a.Peer.Name] = a.Peer.Address
+		st.routes[a.Peer.Name] = len(a.Routes)
+	}
+	st.mu.Unlock()
+	var anns []announce.Announcement
+	for _, a := range plan.Announcements {
+		a.Peers = slices.DeleteFunc(slices.Clone(a.Peers), func(p string) bool { return !names[p] })
+		if len(a.Peers) > 0 {
+			anns = append(anns, a)
+		}
+	}
+	s.bgpEvents(s.bgpAnns, anns)
+	s.bgpAnns = anns
+	return anns
+}
+
+// bgpEvents records an event on each Service whose BGP advertisement by
+// this node started, changed or stopped.
+func (s *Speaker) bgpEvents(old, cur []announce.Announcement) {
+	if s.d.Events == nil {
+		return
+	}
+	prev := map[announce.ServiceRef]announce.Announcement{}
+	for _, a := range old {
+		prev[a.Service] = a
+	}
+	for _, a := range cur {
+		p, had := prev[a.Service]
+		delete(prev, a.Service)
+		if had && slices.Equal(p.IPs, a.IPs) && slices.Equal(p.Peers, a.Peers) {
+			continue
+		}
+		if obj := s.d.Source.Service(a.Service); obj != nil {
+			s.d.Events.Eventf(obj, corev1.EventTypeNormal, EventAdvertising, "advertising %s from node %s over BGP to %s",
+				ipList(a.IPs), a.Node, strings.Join(a.Peers, ", "))
+		}
+	}
+	for _, ref := range slices.SortedFunc(maps.Keys(prev), func(a, b announce.ServiceRef) int { return strings.Compare(a.String(), b.String()) }) {
+		if obj := s.d.Source.Service(ref); obj != nil {
+			s.d.Events.Eventf(obj, corev1.EventTypeNormal, EventStoppedAdvertising, "stopped advertising %s from node %s over BGP",
+				ipList(prev[ref].IPs), prev[ref].Node)
+		}
+	}
+}
+
+// watchSessions polls the session states, for the metrics, the logs and
+// events on the BGPPeers when a session comes up or goes down.
+func (s *Speaker) watchSessions(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		states, err := s.d.BGP.Peers(qctx)
+		cancel()
+		if err != nil {
+			s.d.Log.Warn("reading the BGP session states", "err", err)
+			continue
+		}
+		st := &s.bgp
+		st.mu.Lock()
+		old := st.states
+		st.states = states
+		sessions := maps.Clone(st.sessions)
+		st.mu.Unlock()
+		for _, name := range slices.Sorted(maps.Keys(sessions)) {
+			addr := sessions[name]
+			was, now := old[addr], states[addr]
+			if was.Up() == now.Up() {
+				continue
+			}
+			bfd := ""
+			if now.BFD != "" {
+				bfd = ", BFD " + now.BFD
+			}
+			if now.Up() {
+				s.d.Log.Info("BGP session established", "peer", name, "address", addr, "bfd", now.BFD)
+				s.peerEvent(name, corev1.EventTypeNormal, EventSessionEstablished, fmt.Sprintf("BGP session from node %s to %s established%s", s.d.Node, addr, bfd))
+			} else if was.State != "" {
+				s.d.Log.Warn("BGP session down", "peer", name, "address", addr, "state", now.State, "bfd", now.BFD)
+				s.peerEvent(name, corev1.EventTypeWarning, EventSessionDown, fmt.Sprintf("BGP session from node %s to %s down (state %s%s)", s.d.Node, addr, orNone(now.State), bfd))
+			}
+		}
+	}
+}
+
+func (s *Speaker) peerEvent(name, typ, reason, msg string) {
+	if s.d.Events == nil {
+		return
+	}
+	if obj := s.d.Source.BGPPeer(name); obj != nil {
+		s.d.Events.Event(obj, typ, reason, msg)
+	}
+}
+
+// bgpSnapshot returns the sessions with their states, for the metrics.
+func (s *Speaker) bgpSnapshot() (sessions map[string]netip.Addr, routes map[string]int, states map[netip.Addr]bgp.PeerState) {
+	st := &s.bgp
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return maps.Clone(st.sessions), maps.Clone(st.routes), maps.Clone(st.states)
+}
