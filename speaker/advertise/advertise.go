@@ -163,76 +163,8 @@ func Compute(in Input) Plan {
 	}
 	p.Sessions, p.ASN, p.RouterID, p.Problems = sessions(in, labels)
 
-	type group struct {
-		pool     string
-		services []announce.Service
-		ads      []*config.BGPAdvertisement
-	}
-	groups := map[netip.Addr]*group{}
-	seen := map[announce.ServiceRef]bool{}
-	ignore := func(s announce.Service, a netip.Addr, reason, detail string) {
-		p.Ignored = append(p.Ignored, announce.Ignored{Service: s.Ref(), Addr: a, Reason: reason, Detail: detail})
-	}
-	for _, s := range in.Services {
-		if seen[s.Ref()] {
-			ignore(s, netip.Addr{}, announce.ReasonDuplicateService, "")
-			continue
-		}
-		seen[s.Ref()] = true
-		if len(s.IPs) == 0 {
-			ignore(s, netip.Addr{}, announce.ReasonNoIP, "")
-			continue
-		}
-		done := map[netip.Addr]bool{}
-		for _, a := range s.IPs {
-			a = a.Unmap()
-			if done[a] {
-				continue
-			}
-			done[a] = true
-			if !a.IsValid() {
-				ignore(s, a, announce.ReasonInvalidIP, "")
-				continue
-			}
-			if in.Config == nil {
-				ignore(s, a, announce.ReasonNoConfig, "")
-				continue
-			}
-			pool := announce.PoolFor(in.Config, a)
-			switch {
-			case pool == nil:
-				ignore(s, a, announce.ReasonOutsidePools, "")
-				continue
-			case s.Pool == "":
-				ignore(s, a, announce.ReasonNotAllocated, "the IP is in pool "+pool.Name)
-				continue
-			case s.Pool != pool.Name:
-				ignore(s, a, announce.ReasonPoolMismatch, fmt.Sprintf("the IP is in pool %s, the annotation says %s", pool.Name, s.Pool))
-				continue
-			}
-			ads, covered := advertisements(in.Config, pool.Name, s.Labels)
-			if len(ads) == 0 {
-				// Not an error: the pool may be announced over layer 2.
-				if covered {
-					ignore(s, a, ReasonServiceNotSelected, "pool "+pool.Name)
-				} else {
-					ignore(s, a, ReasonNoAdvertisement, "pool "+pool.Name)
-				}
-				continue
-			}
-			g := groups[a]
-			if g == nil {
-				g = &group{pool: pool.Name}
-				groups[a] = g
-			}
-			g.services = append(g.services, s)
-			for _, ad := range ads {
-				if !slices.Contains(g.ads, ad) {
-					g.ads = append(g.ads, ad)
-				}
-			}
-		}
-	}
+	groups, ignored := announce.GroupIPs(in.Config, in.Services, advertisements, ReasonNoAdvertisement, ReasonServiceNotSelected)
+	p.Ignored = ignored
 
 	// routes[peer][prefix] accumulates the attributes of every
 	// advertisement sending the prefix to the peer.
@@ -240,24 +172,24 @@ func Compute(in Input) Plan {
 	perService := map[announce.ServiceRef]*announce.Announcement{}
 	nodeWhy := nodeIneligible(node, in.Options)
 	for a, g := range groups {
-		ip := IP{Addr: a, Pool: g.pool}
-		for _, s := range g.services {
+		ip := IP{Addr: a, Pool: g.Pool}
+		for _, s := range g.Services {
 			ip.Services = append(ip.Services, s.Ref())
 		}
 		slices.SortFunc(ip.Services, compareRefs)
-		for _, ad := range g.ads {
+		for _, ad := range g.Ads {
 			ip.Advertisements = append(ip.Advertisements, ad.Name)
 		}
 		slices.Sort(ip.Advertisements)
 		ip.Advertisements = slices.Compact(ip.Advertisements)
 		ip.Reason = nodeWhy
 		if ip.Reason == "" {
-			ip.Reason = serviceIneligible(g.services, in.Node)
+			ip.Reason = serviceIneligible(g.Services, in.Node)
 		}
 		if ip.Reason == "" {
 			ip.Reason = ReasonNodeNotSelected
 			familyMiss := false
-			for _, ad := range g.ads {
+			for _, ad := range g.Ads {
 				if !ad.NodeSelectors.MatchesOrEmpty(labels) {
 					continue
 				}

@@ -216,90 +216,23 @@ func (s State) Announced() map[netip.Addr][]string {
 // one of them.
 func Compute(in Input) State {
 	st := State{Node: in.Local.Name}
-	type group struct {
-		pool     string
-		services []Service
-		ads      []*config.L2Advertisement
-	}
-	groups := map[netip.Addr]*group{}
-	seen := map[ServiceRef]bool{}
-	ignore := func(s Service, a netip.Addr, reason, detail string) {
-		st.Ignored = append(st.Ignored, Ignored{Service: s.Ref(), Addr: a, Reason: reason, Detail: detail})
-	}
-	for _, s := range in.Services {
-		if seen[s.Ref()] {
-			ignore(s, netip.Addr{}, ReasonDuplicateService, "")
-			continue
-		}
-		seen[s.Ref()] = true
-		if len(s.IPs) == 0 {
-			ignore(s, netip.Addr{}, ReasonNoIP, "")
-			continue
-		}
-		done := map[netip.Addr]bool{}
-		for _, a := range s.IPs {
-			a = a.Unmap()
-			if done[a] {
-				continue
-			}
-			done[a] = true
-			if !a.IsValid() {
-				ignore(s, a, ReasonInvalidIP, "")
-				continue
-			}
-			if in.Config == nil {
-				ignore(s, a, ReasonNoConfig, "")
-				continue
-			}
-			pool := PoolFor(in.Config, a)
-			switch {
-			case pool == nil:
-				ignore(s, a, ReasonOutsidePools, "")
-				continue
-			case s.Pool == "":
-				ignore(s, a, ReasonNotAllocated, "the IP is in pool "+pool.Name)
-				continue
-			case s.Pool != pool.Name:
-				ignore(s, a, ReasonPoolMismatch, fmt.Sprintf("the IP is in pool %s, the annotation says %s", pool.Name, s.Pool))
-				continue
-			}
-			ads, poolCovered := advertisements(in.Config, pool.Name, s.Labels)
-			if len(ads) == 0 {
-				if poolCovered {
-					ignore(s, a, ReasonServiceNotSelected, "pool "+pool.Name)
-				} else {
-					ignore(s, a, ReasonNoAdvertisement, "pool "+pool.Name)
-				}
-				continue
-			}
-			g := groups[a]
-			if g == nil {
-				g = &group{pool: pool.Name}
-				groups[a] = g
-			}
-			g.services = append(g.services, s)
-			for _, ad := range ads {
-				if !slices.Contains(g.ads, ad) {
-					g.ads = append(g.ads, ad)
-				}
-			}
-		}
-	}
+	groups, ignored := GroupIPs(in.Config, in.Services, advertisements, ReasonNoAdvertisement, ReasonServiceNotSelected)
+	st.Ignored = ignored
 
 	nodes, localLabels, localKnown := electionNodes(in)
 	opts := election.Options{IgnoreExcludeLabel: in.Options.IgnoreExcludeLabel}
 	perService := map[ServiceRef]*Announcement{}
 	for a, g := range groups {
-		ip := IP{Addr: a, Pool: g.pool}
-		eip := election.IP{Addr: a, Advertisements: g.ads}
-		for _, s := range g.services {
+		ip := IP{Addr: a, Pool: g.Pool}
+		eip := election.IP{Addr: a, Advertisements: g.Ads}
+		for _, s := range g.Services {
 			ip.Services = append(ip.Services, s.Ref())
 			eip.Services = append(eip.Services, election.Service{
 				Local: s.Local, ReadyNodes: s.ReadyNodes, ServingTerminatingNodes: s.ServingTerminatingNodes,
 			})
 		}
 		slices.SortFunc(ip.Services, ServiceRef.compare)
-		for _, ad := range g.ads {
+		for _, ad := range g.Ads {
 			ip.Advertisements = append(ip.Advertisements, ad.Name)
 		}
 		slices.Sort(ip.Advertisements)
@@ -309,7 +242,7 @@ func Compute(in Input) State {
 		case ip.Winner == "":
 			ip.Reason = ReasonNoCandidate
 		case ip.Winner == in.Local.Name && localKnown:
-			ip.Interfaces = localInterfaces(g.ads, localLabels, in.Local)
+			ip.Interfaces = localInterfaces(g.Ads, localLabels, in.Local)
 			if len(ip.Interfaces) == 0 {
 				ip.Reason = ReasonLocalDown
 			}
@@ -339,6 +272,91 @@ func Compute(in Input) State {
 		return cmp.Or(a.Service.compare(b.Service), a.Addr.Compare(b.Addr))
 	})
 	return st
+}
+
+// Group is one address with the Services sharing it and the
+// advertisements (of one protocol) covering it for them.
+type Group[A comparable] struct {
+	Pool     string
+	Services []Service
+	Ads      []A
+}
+
+// GroupIPs groups the Services' addresses that may be announced, by
+// address. An address may be announced when it is valid, inside a
+// configured pool, assigned from that pool by herald (the annotation)
+// and covered by an advertisement selecting its Service; adsFor returns
+// a pool's advertisements selecting a Service with these labels, and
+// whether any advertisement covers the pool at all. Every Service or
+// address left out is in ignored with the reason, noAd and notSelected
+// being the protocol's wording of the last two.
+func GroupIPs[A comparable](cfg *config.Config, svcs []Service, adsFor func(c *config.Config, pool string, labels map[string]string) ([]A, bool), noAd, notSelected string) (map[netip.Addr]*Group[A], []Ignored) {
+	groups := map[netip.Addr]*Group[A]{}
+	var ignored []Ignored
+	seen := map[ServiceRef]bool{}
+	ignore := func(s Service, a netip.Addr, reason, detail string) {
+		ignored = append(ignored, Ignored{Service: s.Ref(), Addr: a, Reason: reason, Detail: detail})
+	}
+	for _, s := range svcs {
+		if seen[s.Ref()] {
+			ignore(s, netip.Addr{}, ReasonDuplicateService, "")
+			continue
+		}
+		seen[s.Ref()] = true
+		if len(s.IPs) == 0 {
+			ignore(s, netip.Addr{}, ReasonNoIP, "")
+			continue
+		}
+		done := map[netip.Addr]bool{}
+		for _, a := range s.IPs {
+			a = a.Unmap()
+			if done[a] {
+				continue
+			}
+			done[a] = true
+			if !a.IsValid() {
+				ignore(s, a, ReasonInvalidIP, "")
+				continue
+			}
+			if cfg == nil {
+				ignore(s, a, ReasonNoConfig, "")
+				continue
+			}
+			pool := PoolFor(cfg, a)
+			switch {
+			case pool == nil:
+				ignore(s, a, ReasonOutsidePools, "")
+				continue
+			case s.Pool == "":
+				ignore(s, a, ReasonNotAllocated, "the IP is in pool "+pool.Name)
+				continue
+			case s.Pool != pool.Name:
+				ignore(s, a, ReasonPoolMismatch, fmt.Sprintf("the IP is in pool %s, the annotation says %s", pool.Name, s.Pool))
+				continue
+			}
+			ads, covered := adsFor(cfg, pool.Name, s.Labels)
+			if len(ads) == 0 {
+				if covered {
+					ignore(s, a, notSelected, "pool "+pool.Name)
+				} else {
+					ignore(s, a, noAd, "pool "+pool.Name)
+				}
+				continue
+			}
+			g := groups[a]
+			if g == nil {
+				g = &Group[A]{Pool: pool.Name}
+				groups[a] = g
+			}
+			g.Services = append(g.Services, s)
+			for _, ad := range ads {
+				if !slices.Contains(g.Ads, ad) {
+					g.Ads = append(g.Ads, ad)
+				}
+			}
+		}
+	}
+	return groups, ignored
 }
 
 // PoolFor finds the pool holding a, by name order so that even a
