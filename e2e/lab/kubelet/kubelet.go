@@ -153,6 +153,7 @@ type Kubelet struct {
 	workers    map[types.UID]*podWorker
 	finished   map[types.UID]bool
 	ips        map[netip.Addr]types.UID
+	lastIP     netip.Addr // the last address handed out (allocateIP)
 	netnsOwner map[string]types.UID
 	nodeUID    types.UID
 	logMu      sync.Mutex

@@ -132,8 +132,12 @@ func (k *Kubelet) releaseNetns(name string, uid types.UID) {
 	}
 }
 
-// allocateIP hands out the lowest free address of the pod CIDR, from the
-// one after the gateway up to the last before the broadcast address.
+// allocateIP hands out the next free address of the pod CIDR after the
+// last one handed out, wrapping around, from the one after the gateway up
+// to the last before the broadcast address. Like CNI's host-local IPAM it
+// does not reuse a just-released address at once, so a replacement pod
+// gets a new IP and stale conntrack entries for the old one can be told
+// apart (the UDP proxy test relies on it).
 func (k *Kubelet) allocateIP(uid types.UID) (netip.Addr, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -143,17 +147,28 @@ func (k *Kubelet) allocateIP(uid types.UID) (netip.Addr, error) {
 		}
 	}
 	cidr := k.cfg.PodCIDR.Masked()
-	for a := cidr.Addr().Next(); cidr.Contains(a); a = a.Next() {
-		if a == k.cfg.PodGateway {
-			continue
+	first := cidr.Addr().Next()
+	usable := func(a netip.Addr) bool {
+		return cidr.Contains(a) && cidr.Contains(a.Next()) && a != k.cfg.PodGateway && a != cidr.Addr()
+	}
+	start := first
+	if k.lastIP.IsValid() && cidr.Contains(k.lastIP) {
+		start = k.lastIP.Next()
+	}
+	// At most one pass over the CIDR's addresses.
+	a := start
+	for range 1 << min(cidr.Addr().BitLen()-cidr.Bits(), 16) {
+		if !usable(a) {
+			a = first // past the broadcast address: wrap
 		}
-		if !cidr.Contains(a.Next()) {
-			break // the broadcast address
+		if usable(a) {
+			if _, used := k.ips[a]; !used {
+				k.ips[a] = uid
+				k.lastIP = a
+				return a, nil
+			}
 		}
-		if _, used := k.ips[a]; !used {
-			k.ips[a] = uid
-			return a, nil
-		}
+		a = a.Next()
 	}
 	return netip.Addr{}, fmt.Errorf("pod CIDR %s is full", cidr)
 }
