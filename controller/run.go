@@ -18,12 +18,12 @@ import (
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/internal/kubeclient"
 	"github.com/herald-lb/herald/internal/version"
 )
 
@@ -35,7 +35,7 @@ var ErrLostLease = errors.New("lost the leader Lease")
 // Run runs `herald controller` until ctx ends: the metrics and health
 // server at once, the controller itself while this replica leads.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
-	rc, err := restConfig(o.Kubeconfig)
+	rc, err := kubeclient.RESTConfig(o.Kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -145,21 +145,6 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	case <-time.After(5 * time.Second):
 	}
 	return ErrLostLease
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
-	}
-	return rc, nil
 }
 
 // handler serves /metrics, /healthz (the process works; for a leader,

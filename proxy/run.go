@@ -23,11 +23,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/herald-lb/herald/internal/kubeclient"
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/proxy/conntrack"
 	"github.com/herald-lb/herald/proxy/healthcheck"
@@ -52,7 +51,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if o.Cleanup {
 		return runCleanup(ctx, log)
 	}
-	rc, err := restConfig(o.Kubeconfig)
+	rc, err := kubeclient.RESTConfig(o.Kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -352,19 +351,4 @@ func serve(log *slog.Logger, handlers map[string]http.Handler) (stop func(), err
 		}()
 	}
 	return stop, nil
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
-	}
-	return rc, nil
 }

@@ -22,13 +22,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/internal/kubeclient"
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/proxy"
 	"github.com/herald-lb/herald/speaker/announce"
@@ -43,7 +42,7 @@ import (
 // other speakers take this node's IPs over at once, and only then stops
 // answering.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
-	rc, err := restConfig(o.Kubeconfig)
+	rc, err := kubeclient.RESTConfig(o.Kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -400,19 +399,4 @@ func serveMetrics(addr string, m *Metrics, ready func() error) (stop func(), err
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}, nil
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig: %w", err)
-		}
-		return rc, nil
-	}
-	rc, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
-	}
-	return rc, nil
 }

@@ -1,0 +1,131 @@
+// Package cli is the herald command line: the controller, the speaker,
+// the proxy and the user's tools as subcommands of one binary.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/herald-lb/herald/config/validate"
+	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/internal/version"
+	"github.com/herald-lb/herald/proxy"
+	"github.com/herald-lb/herald/speaker"
+	"github.com/herald-lb/herald/speaker/status"
+)
+
+type command struct {
+	summary string
+	run     func(args []string) int
+}
+
+var commands = map[string]command{
+	"validate": {"check herald YAML offline before kubectl apply", runValidate},
+	"version":  {"print the version", func([]string) int { fmt.Println(version.String()); return 0 }},
+	"controller": {"assign LoadBalancer IPs to Services from IPAddressPools",
+		daemon("controller", controller.ParseFlags, infoLevel[controller.Options], controller.Run)},
+	"proxy": {"iptables service proxy replacing kube-proxy",
+		daemon("proxy", proxy.ParseFlags, infoLevel[proxy.Options], proxy.Run)},
+	"speaker": {"announce LoadBalancer IPs over layer 2 and BGP, and run the proxy",
+		daemon("speaker", speaker.ParseFlags, func(o speaker.Options) slog.Level { return o.LogLevel }, speaker.Run)},
+	"status": {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
+}
+
+var order = []string{"controller", "speaker", "proxy", "status", "validate", "version"}
+
+// Main runs the subcommand named by args[0] and returns the exit code.
+func Main(args []string) int {
+	if len(args) < 1 {
+		usage()
+		return 2
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		if args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
+			fmt.Fprintf(os.Stderr, "herald: unknown command %q\n", args[0])
+		}
+		usage()
+		return 2
+	}
+	return cmd.run(args[1:])
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: herald COMMAND [flags]\n\ncommands:")
+	for _, name := range order {
+		fmt.Fprintf(os.Stderr, "  %-11s %s\n", name, commands[name].summary)
+	}
+}
+
+// files collects repeated -f flags.
+type files []string
+
+func (f *files) String() string     { return fmt.Sprint(*f) }
+func (f *files) Set(v string) error { *f = append(*f, v); return nil }
+
+func runValidate(args []string) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	var paths files
+	fs.Var(&paths, "f", "YAML file to check (repeatable; - for stdin)")
+	ns := fs.String("namespace", "herald-system", "namespace herald reads its configuration from")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: herald validate -f FILE [-f FILE...] [--namespace NS]\n\nRuns herald's configuration parser over the files and prints every problem; exits 1 if there is any.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	paths = append(paths, fs.Args()...)
+	if len(paths) == 0 {
+		fs.Usage()
+		return 2
+	}
+	n, err := validate.Files(os.Stdout, *ns, paths)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "herald validate: %v\n", err)
+		return 2
+	}
+	if n > 0 {
+		return 1
+	}
+	return 0
+}
+
+// daemon parses a component's flags and runs it until SIGINT or SIGTERM:
+// exit 0 on -h, 2 on bad flags, 1 when it stops with an error.
+func daemon[O any](name string, parse func([]string, io.Writer) (O, error), level func(O) slog.Level,
+	run func(context.Context, O, *slog.Logger) error) func([]string) int {
+	return func(args []string) int {
+		opts, err := parse(args, os.Stderr)
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "herald %s: %v\n", name, err)
+			return 2
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level(opts)}))
+		if err := run(ctx, opts, log); err != nil {
+			log.Error("herald "+name+" stopped", "err", err)
+			return 1
+		}
+		return 0
+	}
+}
+
+func infoLevel[O any](O) slog.Level { return slog.LevelInfo }
+
+func runStatus(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return status.Main(ctx, args)
+}
