@@ -40,9 +40,7 @@ const (
 // changed (which must be none). It prints figures and asserts no time.
 // HERALD_BENCH=1 runs it.
 func TestBenchController10k(t *testing.T) {
-	if os.Getenv("HERALD_BENCH") != "1" {
-		t.Skip("a benchmark: set HERALD_BENCH=1 to run it")
-	}
+	harness.Bench(t)
 	h := harness.Start(t)
 	c := ctl{h}
 	rc, err := kubeconfig.RESTConfig(h.Lab.Kubeconfig)

@@ -176,9 +176,7 @@ func (r pxbResult) partialMedian() float64 {
 // pods paused. It prints figures and asserts no time. HERALD_BENCH=1
 // runs it.
 func TestBenchProxyVsKubeProxy(t *testing.T) {
-	if os.Getenv("HERALD_BENCH") != "1" {
-		t.Skip("a benchmark: set HERALD_BENCH=1 to run it")
-	}
+	harness.Bench(t)
 	h := harness.Start(t)
 	// The harness's context lasts 15 minutes; this test can take longer.
 	// It ends 8 minutes before the binary's -timeout, which leaves time
@@ -544,9 +542,7 @@ func deadlineOf(ctx context.Context) time.Time {
 // another node, against a node sending to the pod IP directly. It prints
 // requests/s and latencies and asserts no time. HERALD_BENCH=1 runs it.
 func TestBenchProxyThroughput(t *testing.T) {
-	if os.Getenv("HERALD_BENCH") != "1" {
-		t.Skip("a benchmark: set HERALD_BENCH=1 to run it")
-	}
+	harness.Bench(t)
 	h := harness.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)

@@ -35,9 +35,7 @@ import (
 // are printed, never asserted. HERALD_BENCH_TRIALS sets the trials per
 // kind (default 5).
 func TestBenchL2Failover(t *testing.T) {
-	if os.Getenv("HERALD_BENCH") == "" {
-		t.Skip("benchmark: set HERALD_BENCH=1")
-	}
+	harness.Bench(t)
 	trials := 5
 	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_TRIALS")); err == nil && v > 0 {
 		trials = v

@@ -46,9 +46,7 @@ import (
 // 0.5 s, BFD failover <= 1 s) are reported as met or not.
 // HERALD_BENCH_TRIALS sets the trials per measurement (default 5).
 func TestBenchBGP(t *testing.T) {
-	if os.Getenv("HERALD_BENCH") == "" {
-		t.Skip("benchmark: set HERALD_BENCH=1")
-	}
+	harness.Bench(t)
 	trials := 5
 	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_TRIALS")); err == nil && v > 0 {
 		trials = v

@@ -394,3 +394,12 @@ func (h *T) Exec(target string, args ...string) (string, error) {
 	}
 	return netns.Run(h.Ctx, ns, args...)
 }
+
+// Bench skips a benchmark unless HERALD_BENCH=1: benchmarks print
+// figures and run with `make bench`, never in `make test` or CI.
+func Bench(t *testing.T) {
+	t.Helper()
+	if os.Getenv("HERALD_BENCH") != "1" {
+		t.Skip("a benchmark, run by `make bench` (HERALD_BENCH=1), not by make test")
+	}
+}
