@@ -366,8 +366,12 @@ func (p *parser) peer(o *v1beta1.BGPPeer) {
 		switch h := peer.HoldTime; {
 		case h%time.Second != 0:
 			r.errorf("spec.holdTime", "%s is not a whole number of seconds; BGP carries the hold time in seconds", h)
-		case h < 0 || (h > 0 && h < 3*time.Second) || h > 65535*time.Second:
-			r.errorf("spec.holdTime", "%s is not allowed: use 0s (no keepalives) or between 3s and 65535s", h)
+		case h == 0:
+			// BGP allows 0 (no keepalives), but GoBGP reads 0 as unset and
+			// would propose 90s: refuse it rather than run something else.
+			r.errorf("spec.holdTime", "0s (no keepalives) is not supported by herald's BGP speaker (GoBGP): use between 3s and 65535s")
+		case h < 3*time.Second || h > 65535*time.Second:
+			r.errorf("spec.holdTime", "%s is not allowed: use between 3s and 65535s", h)
 		}
 	}
 	peer.KeepaliveTime = (peer.HoldTime / 3).Truncate(time.Second)

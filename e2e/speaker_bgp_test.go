@@ -398,10 +398,13 @@ func TestSpeakerBGP(t *testing.T) {
 			return up && time.Since(stableSince) >= 3*time.Second, now
 		})
 		t.Logf("after the label, at FRR:\n%s", strings.Join(timeline, "\n"))
-		if d := time.Since(labelled) - 3*time.Second; d > 10*time.Second {
+		// FRR 8.4 drops the session once as its BFD session first comes up
+		// ("BFD down received"); the speaker must be back within seconds
+		// (GoBGP's own idle hold after a reset is 30 s; herald sets 5 s).
+		if d := time.Since(labelled) - 3*time.Second; d > 20*time.Second {
 			var s strings.Builder
 			b.frr().WriteLogTails(&s, 30)
-			t.Logf("the session took %s to settle; FRR's logs:\n%s\n%s's speaker, BGP lines:\n%s", d.Round(time.Millisecond), s.String(), special, b.speakerLogTail(special, 30))
+			t.Errorf("the session took %s to settle, want at most 20 s; FRR's logs:\n%s\n%s's speaker, BGP lines:\n%s", d.Round(time.Millisecond), s.String(), special, b.speakerLogTail(special, 30))
 		}
 		var got frrBFDPeer
 		d := h.Poll(time.Minute, "FRR's bfdd to have an up session with "+addr+" at 300 ms x 3 both ways", func() (bool, string) {

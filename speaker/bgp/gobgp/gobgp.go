@@ -24,6 +24,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/speaker/advertise"
 	speakerbgp "github.com/herald-lb/herald/speaker/bgp"
 )
@@ -69,7 +70,24 @@ func New(log *slog.Logger) *Router {
 	}
 	level := new(slog.LevelVar)
 	level.Set(slog.LevelWarn)
-	return &Router{log: log, level: level, sessions: newSessionLog(log), peers: map[netip.Addr]*peer{}, rib: map[netip.Prefix]bool{}}
+	r := &Router{log: log, level: level, sessions: newSessionLog(log), peers: map[netip.Addr]*peer{}, rib: map[netip.Prefix]bool{}}
+	r.sessions.refuse = r.shutdownPeer
+	return r
+}
+
+// shutdownPeer closes a session for good (a NOTIFICATION Cease,
+// administrative shutdown, carrying why) until the peer is added again.
+func (r *Router) shutdownPeer(addr netip.Addr, why string) {
+	r.mu.Lock()
+	s := r.s
+	r.mu.Unlock()
+	if s == nil {
+		return
+	}
+	err := s.ShutdownPeer(context.Background(), &api.ShutdownPeerRequest{Address: addr.String(), Communication: why})
+	if err != nil {
+		r.log.Warn("could not shut the BGP session down", "address", addr, "error", err)
+	}
 }
 
 // Start starts a GoBGP server with the speaker's identity. Its default
@@ -190,7 +208,11 @@ func (r *Router) AddPeer(ctx context.Context, p *config.Peer) error {
 		return err
 	}
 	r.peers[addr] = &peer{cfg: p, synced: true}
-	r.sessions.track(addr, p.Name)
+	var notAS uint32
+	if p.DynamicASN == string(v1beta1.DynamicASNExternal) {
+		notAS = p.MyASN
+	}
+	r.sessions.track(addr, p.Name, notAS)
 	return nil
 }
 

@@ -58,6 +58,13 @@ func (l *lockedBuffer) String() string {
 // included, and checks in the end that no secret reached the log.
 func newRouter(t *testing.T, secrets ...string) *Router {
 	t.Helper()
+	r, _ := newRouterLog(t, secrets...)
+	return r
+}
+
+// newRouterLog is newRouter that also returns the log.
+func newRouterLog(t *testing.T, secrets ...string) (*Router, *lockedBuffer) {
+	t.Helper()
 	buf := &lockedBuffer{}
 	r := New(slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	r.level.Set(slog.LevelDebug)
@@ -74,7 +81,7 @@ func newRouter(t *testing.T, secrets ...string) *Router {
 	})
 	// Registered last, so run first: the log is complete when checked.
 	t.Cleanup(func() { r.Stop(ctx) })
-	return r
+	return r, buf
 }
 
 func start(t *testing.T, r *Router) {
@@ -467,6 +474,57 @@ func TestDeletePeerStopStart(t *testing.T) {
 	setRoutes(t, r, b, route(x, 0, []uint32{comm(3)}))
 	waitEstablished(t, r, b)
 	rtB.waitRoutes(t, map[string]string{x: attrs(ourAddr, 0, "64500", "64500:3", "")})
+}
+
+// TestDynamicASN opens sessions whose peer AS comes from the router's
+// OPEN: external to another AS, internal to ours, and external to ours,
+// which must be shut down rather than run as iBGP.
+func TestDynamicASN(t *testing.T) {
+	r, log := newRouterLog(t)
+	start(t, r)
+	rtE := newTestRouter(t, "127.0.0.6", 64509)
+	rtI := newTestRouter(t, "127.0.0.7", ourASN)
+	rtWrong := newTestRouter(t, "127.0.0.8", ourASN)
+	for _, rt := range []*testRouter{rtE, rtI, rtWrong} {
+		rt.accept(t, ourAddr, ourASN, "")
+	}
+	ext := testPeer("dyn-external", "127.0.0.6", rtE.port, 0)
+	ext.DynamicASN = "external"
+	in := testPeer("dyn-internal", "127.0.0.7", rtI.port, 0)
+	in.DynamicASN = "internal"
+	wrong := testPeer("dyn-external-ours", "127.0.0.8", rtWrong.port, 0)
+	wrong.DynamicASN = "external"
+	const x = "198.51.100.30/32"
+	for _, p := range []*config.Peer{ext, in, wrong} {
+		addPeer(t, r, p)
+		setRoutes(t, r, p, route(x, 0, nil))
+	}
+	waitEstablished(t, r, ext, in)
+	// eBGP: our AS prepended; iBGP: an empty AS path.
+	rtE.waitRoutes(t, map[string]string{x: attrs(ourAddr, 0, "64500", "", "")})
+	rtI.waitRoutes(t, map[string]string{x: attrs(ourAddr, 100, "", "", "")})
+
+	// The session to our own AS may come up for a moment before the
+	// shutdown; then it stays down, and the router never keeps the route.
+	waitFor(t, func() bool {
+		st, _ := rtWrong.session(t)
+		return st != api.PeerState_SESSION_STATE_ESTABLISHED && !peers(t, r)[wrong.Address].Up()
+	}, func() string { return "the session to a peer in our own AS is up under dynamicASN external" })
+	for range 20 {
+		if st, _ := rtWrong.session(t); st == api.PeerState_SESSION_STATE_ESTABLISHED {
+			t.Fatal("the session to a peer in our own AS came back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := rtWrong.routes(t); len(got) != 0 {
+		t.Errorf("the router in our own AS kept routes %q", got)
+	}
+	if want := "BGPPeer dyn-external-ours: spec.dynamicASN is external, but the peer at 127.0.0.8 is in our own AS 64500"; !strings.Contains(log.String(), want) {
+		t.Errorf("the log does not say %q", want)
+	}
+	if !peers(t, r)[ext.Address].Up() || !peers(t, r)[in.Address].Up() {
+		t.Errorf("the other sessions went down: %+v", peers(t, r))
+	}
 }
 
 // TestBFDConfigured checks GoBGP runs BFD for the peers that ask for it

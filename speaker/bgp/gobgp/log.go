@@ -2,6 +2,7 @@ package gobgp
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -46,6 +47,10 @@ func (h *levelHandler) WithGroup(name string) slog.Handler {
 type sessionLog struct {
 	log *slog.Logger
 
+	// refuse is called, in a goroutine of its own, when a session comes
+	// up with an AS number its BGPPeer does not allow.
+	refuse func(addr netip.Addr, why string)
+
 	mu       sync.Mutex
 	sessions map[netip.Addr]*session
 }
@@ -55,17 +60,21 @@ type session struct {
 	state bgp.FSMState
 	since time.Time
 	flaps uint64
+	// notAS is an AS number the peer must not have (our own, for
+	// dynamicASN external, where GoBGP accepts any); 0 for none.
+	notAS uint32
 }
 
 func newSessionLog(log *slog.Logger) *sessionLog {
 	return &sessionLog{log: log, sessions: map[netip.Addr]*session{}}
 }
 
-// track starts following the session to addr, just added.
-func (l *sessionLog) track(addr netip.Addr, name string) {
+// track starts following the session to addr, just added. notAS is an
+// AS number the peer must not turn out to have, or 0.
+func (l *sessionLog) track(addr netip.Addr, name string, notAS uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.sessions[addr] = &session{name: name, state: bgp.BGP_FSM_IDLE, since: time.Now()}
+	l.sessions[addr] = &session{name: name, state: bgp.BGP_FSM_IDLE, since: time.Now(), notAS: notAS}
 }
 
 // forget stops following a session; its late events are ignored.
@@ -110,6 +119,13 @@ func (l *sessionLog) event(ev *apiutil.WatchEventMessage_PeerEvent, t time.Time)
 		return
 	}
 	switch {
+	case st.SessionState == bgp.BGP_FSM_ESTABLISHED && s.notAS != 0 && st.PeerASN == s.notAS:
+		why := fmt.Sprintf("BGPPeer %s: spec.dynamicASN is external, but the peer at %s is in our own AS %d", s.name, addr, st.PeerASN)
+		l.log.Error("BGP session refused: shutting it down", "peer", s.name, "address", addr, "why", why)
+		if l.refuse != nil {
+			// Not from GoBGP's event goroutine, which the shutdown waits on.
+			go l.refuse(addr, why)
+		}
 	case st.SessionState == bgp.BGP_FSM_ESTABLISHED:
 		l.log.Info("BGP session established", "peer", s.name, "address", addr)
 	case s.state == bgp.BGP_FSM_ESTABLISHED:

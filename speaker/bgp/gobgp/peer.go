@@ -7,6 +7,7 @@ import (
 	api "github.com/osrg/gobgp/v4/api"
 
 	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/config/v1beta1"
 )
 
 const (
@@ -16,6 +17,12 @@ const (
 	gracefulRestartTime = 120
 	// multihopTTL is the TTL of eBGP multi-hop sessions: any distance.
 	multihopTTL = 255
+	// idleHoldAfterReset is how long GoBGP waits, in seconds, before it
+	// reconnects a session it reset. BFD going down resets the session;
+	// GoBGP's default of 30s would keep a session that BFD dropped down
+	// for half a minute after the path is back. 5s is GoBGP's wait after
+	// any other session loss.
+	idleHoldAfterReset = 5
 )
 
 // apiPeer converts a BGPPeer to GoBGP's neighbor configuration. This is
@@ -23,9 +30,19 @@ const (
 // which sets it as the socket's TCP MD5 key.
 func apiPeer(p *config.Peer) (*api.Peer, error) {
 	addr := p.Address.Unmap()
+	peerASN := p.PeerASN
 	switch {
+	case p.DynamicASN == string(v1beta1.DynamicASNInternal):
+		// iBGP: the peer's AS is ours.
+		peerASN = p.MyASN
+	case p.DynamicASN == string(v1beta1.DynamicASNExternal):
+		// 0 makes GoBGP take any AS from the OPEN; the session log shuts
+		// the session down if that is our own (checkASN).
+		peerASN = 0
 	case p.DynamicASN != "" || p.PeerASN == 0:
-		return nil, fmt.Errorf("BGPPeer %s: spec.dynamicASN (%q) is not supported by the embedded GoBGP, which must know the peer's ASN before the session opens: set spec.peerASN instead", p.Name, p.DynamicASN)
+		return nil, fmt.Errorf("BGPPeer %s: spec.dynamicASN %q is not supported: use \"internal\" or \"external\", or set spec.peerASN", p.Name, p.DynamicASN)
+	}
+	switch {
 	case !addr.IsValid():
 		return nil, fmt.Errorf("BGPPeer %s: no spec.peerAddress", p.Name)
 	case p.HoldTime == 0:
@@ -39,7 +56,7 @@ func apiPeer(p *config.Peer) (*api.Peer, error) {
 	ap := &api.Peer{
 		Conf: &api.PeerConf{
 			NeighborAddress: addr.String(),
-			PeerAsn:         p.PeerASN,
+			PeerAsn:         peerASN,
 			LocalAsn:        p.MyASN,
 			AuthPassword:    p.Password.Reveal(),
 			Description:     p.Name,
@@ -48,7 +65,8 @@ func apiPeer(p *config.Peer) (*api.Peer, error) {
 			HoldTime:          seconds(p.HoldTime),
 			KeepaliveInterval: seconds(p.KeepaliveTime),
 			// 0 leaves GoBGP's default (120s).
-			ConnectRetry: seconds(p.ConnectTime),
+			ConnectRetry:           seconds(p.ConnectTime),
+			IdleHoldTimeAfterReset: idleHoldAfterReset,
 		}},
 		Transport: &api.Transport{RemotePort: uint32(p.Port)},
 		// Only the family of the session's address: IPv4 prefixes go to

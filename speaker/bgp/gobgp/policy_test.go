@@ -70,7 +70,7 @@ func TestAPIPeer(t *testing.T) {
 func TestAPIPeerUnsupported(t *testing.T) {
 	base := config.Peer{Name: "edge", MyASN: 64500, PeerASN: 64501, Address: netip.MustParseAddr("198.51.100.1"), HoldTime: 90 * time.Second}
 	dyn := base
-	dyn.PeerASN, dyn.DynamicASN = 0, "external"
+	dyn.PeerASN, dyn.DynamicASN = 0, "sideways"
 	noHold := base
 	noHold.HoldTime = 0
 	for _, c := range []struct {
@@ -80,6 +80,29 @@ func TestAPIPeerUnsupported(t *testing.T) {
 		_, err := apiPeer(&c.p)
 		if err == nil || !strings.Contains(err.Error(), "BGPPeer edge") || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("error %v, want one naming BGPPeer edge and %s", err, c.field)
+		}
+	}
+}
+
+func TestAPIPeerASNAndTimers(t *testing.T) {
+	base := config.Peer{Name: "edge", MyASN: 64500, PeerASN: 64501, Address: netip.MustParseAddr("198.51.100.1"), HoldTime: 90 * time.Second}
+	internal, external := base, base
+	internal.PeerASN, internal.DynamicASN = 0, "internal"
+	external.PeerASN, external.DynamicASN = 0, "external"
+	for _, c := range []struct {
+		p    config.Peer
+		want uint32
+	}{{base, 64501}, {internal, 64500}, {external, 0}} {
+		ap, err := apiPeer(&c.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ap.Conf.PeerAsn != c.want {
+			t.Errorf("peerASN %d dynamicASN %q: GoBGP peer AS %d, want %d", c.p.PeerASN, c.p.DynamicASN, ap.Conf.PeerAsn, c.want)
+		}
+		// A session BFD reset comes back after seconds, not GoBGP's 30.
+		if h := ap.Timers.Config.IdleHoldTimeAfterReset; h != idleHoldAfterReset {
+			t.Errorf("idle hold after reset %d", h)
 		}
 	}
 }
