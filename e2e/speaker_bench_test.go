@@ -195,7 +195,11 @@ func TestBenchL2Failover(t *testing.T) {
 		fmt.Fprintf(&b, "BENCH %-8s outage over %d trials: p50 %s  p99 %s  max %s  (all: %v)\n", kind, len(ds),
 			p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond), roundAll(ds))
 	}
-	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 HERALD_BENCH_TRIALS=%d go test -count=1 -timeout 60m -run TestBenchL2Failover -v .\n", trials)
+	nodes := ""
+	if v := os.Getenv("HERALD_LAB_NODES"); v != "" {
+		nodes = "HERALD_LAB_NODES=" + v + " "
+	}
+	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 %sHERALD_BENCH_TRIALS=%d go test -count=1 -timeout 90m -run 'TestBenchL2Failover$' -v .\n", nodes, trials)
 	t.Log("\n" + b.String())
 }
 
