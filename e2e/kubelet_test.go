@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,15 +68,17 @@ func TestLabKubelets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var internal string
+		// Dual-stack, IPv4 first: the proxy picks its families from these.
+		var internal []string
 		for _, a := range node.Status.Addresses {
 			if a.Type == v1.NodeInternalIP {
-				internal = a.Address
+				internal = append(internal, a.Address)
 			}
 		}
-		if internal != n.IPv4.String() || node.Spec.PodCIDR != n.PodCIDR.String() ||
+		wantIPs, wantCIDRs := []string{n.IPv4.String(), n.IPv6.String()}, []string{n.PodCIDR.String(), n.PodCIDRv6.String()}
+		if !slices.Equal(internal, wantIPs) || node.Spec.PodCIDR != n.PodCIDR.String() || !slices.Equal(node.Spec.PodCIDRs, wantCIDRs) ||
 			node.Labels["kubernetes.io/hostname"] != n.Name || node.Labels["kubernetes.io/os"] != "linux" {
-			t.Errorf("node %s: InternalIP %s podCIDR %s labels %v; want %s, %s", n.Name, internal, node.Spec.PodCIDR, node.Labels, n.IPv4, n.PodCIDR)
+			t.Errorf("node %s: InternalIPs %v podCIDRs %v labels %v; want %v, %v", n.Name, internal, node.Spec.PodCIDRs, node.Labels, wantIPs, wantCIDRs)
 		}
 		if _, err := lab.CS.CoordinationV1().Leases(kubelet.NodeLeaseNamespace).Get(ctx, n.Name, metav1.GetOptions{}); err != nil {
 			t.Errorf("node %s has no Lease: %v", n.Name, err)
@@ -125,6 +129,9 @@ func TestLabKubelets(t *testing.T) {
 	}
 	if first.Status.HostIP != lab.Node(first.Spec.NodeName).IPv4.String() {
 		t.Errorf("pod hostIP %s", first.Status.HostIP)
+	}
+	if ips := first.Status.PodIPs; len(ips) != 2 || ips[0].IP != ip.String() || !lab.Node(first.Spec.NodeName).PodCIDRv6.Contains(netip.MustParseAddr(ips[1].IP)) {
+		t.Errorf("pod IPs %v: want IPv4 first, then one of %s", ips, lab.Node(first.Spec.NodeName).PodCIDRv6)
 	}
 	lab.Kubectl("get", "pods", "-o", "wide")
 	// The kubelet reports what it did as events, as `kubectl describe`
@@ -183,6 +190,14 @@ func TestLabKubelets(t *testing.T) {
 		target := otherPod(src.Spec.NodeName)
 		srcNetns := kubelet.PodNetnsName(lab.Layout.Prefix, src.Namespace, src.Name)
 		lab.ExpectEcho(srcNetns, "http://"+net.JoinHostPort(target.Status.PodIP, "8080")+"/from-pod", src.Status.PodIP)
+		// And over IPv6, between the pods' second addresses.
+		lab.ExpectEcho(srcNetns, "http://"+net.JoinHostPort(podIPv6(t, target), "8080")+"/from-pod-v6", podIPv6(t, src))
+	}
+	// The machine reaches a pod's IPv6 address through its node, as the
+	// API server reaches herald's controller over IPv4.
+	hostURL := "http://" + net.JoinHostPort(podIPv6(t, pods[0]), "8080") + "/from-host"
+	if page, err := hostGet(hostURL); err != nil || clientAddress(page) != topology.HostLANv6.String() {
+		t.Errorf("GET %s from the machine: client_address=%q (%v), want %s", hostURL, clientAddress(page), err, topology.HostLANv6)
 	}
 	// The kubelets record those namespaces and processes.
 	recorded := map[string]proc.Record{}
@@ -418,8 +433,8 @@ spec:
 		p := lab.Pod("host-echo")
 		return harness.PodReady(p), string(p.Status.Phase)
 	})
-	if p := lab.Pod("host-echo"); p.Status.PodIP != node.IPv4.String() {
-		lab.T.Errorf("hostNetwork pod IP %s, want the node's %s", p.Status.PodIP, node.IPv4)
+	if p := lab.Pod("host-echo"); p.Status.PodIP != node.IPv4.String() || fmt.Sprint(p.Status.PodIPs) != fmt.Sprintf("[{%s} {%s}]", node.IPv4, node.IPv6) {
+		lab.T.Errorf("hostNetwork pod IPs %v, want the node's %s and %s", p.Status.PodIPs, node.IPv4, node.IPv6)
 	}
 	lab.ExpectEcho(l.Client, "http://"+net.JoinHostPort(node.IPv4.String(), "8080")+"/", topology.ClientV4.String())
 
@@ -660,4 +675,28 @@ spec:
 	}
 	lab.DeletePods("sa-check")
 	lab.Kubectl("delete", "serviceaccount", "sa-check")
+}
+
+// podIPv6 is a pod's IPv6 address (its second podIP on the dual-stack lab).
+func podIPv6(t *testing.T, p v1.Pod) string {
+	t.Helper()
+	for _, ip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is6() {
+			return ip.IP
+		}
+	}
+	t.Fatalf("pod %s has no IPv6 address: %v", p.Name, p.Status.PodIPs)
+	return ""
+}
+
+// hostGet GETs url from the machine itself, never through a proxy.
+func hostGet(url string) (string, error) {
+	c := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }

@@ -111,13 +111,28 @@ func TestSpeakerL2(t *testing.T) {
 
 	t.Run("IPv6 with ndisc6", func(t *testing.T) {
 		s, h := s.on(t)
+		// The lab is dual-stack with IPv4 first, so `kubectl expose` made
+		// an IPv4-only Service; PreferDualStack adds an IPv6 ClusterIP and
+		// LoadBalancer IP. Back to SingleStack afterwards, so the other
+		// subtests see the Service they always did.
+		h.Kubectl("patch", "service", name, "-p", `{"spec":{"ipFamilyPolicy":"PreferDualStack"}}`)
+		t.Cleanup(func() {
+			h.Kubectl("patch", "service", name, "-p", `{"spec":{"ipFamilyPolicy":"SingleStack","externalTrafficPolicy":"Cluster"}}`)
+			h.Poll(30*time.Second, "the Service to be IPv4-only again", func() (bool, string) {
+				cur, err := h.CS.CoreV1().Services("default").Get(h.Ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				ing := cur.Status.LoadBalancer.Ingress
+				return len(cur.Spec.IPFamilies) == 1 && len(ing) == 1 && ing[0].IP == ip, fmt.Sprint(cur.Spec.IPFamilies, ing)
+			})
+		})
 		svc, err := h.CS.CoreV1().Services("default").Get(h.Ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(svc.Spec.IPFamilies, v1.IPv6Protocol) {
-			t.Skipf("skipped: the lab's Service CIDR is IPv4-only (%s), so no Service gets an IPv6 address; "+
-				"NDP answers are checked against ndisc6 by speaker/layer2's root test", topology.ServiceCIDR)
+		if !slices.Equal(svc.Spec.IPFamilies, []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}) {
+			t.Fatalf("PreferDualStack on the dual-stack lab: ipFamilies %v clusterIPs %v, want IPv4 then IPv6", svc.Spec.IPFamilies, svc.Spec.ClusterIPs)
 		}
 		var ip6 string
 		h.Poll(30*time.Second, "an IPv6 address", func() (bool, string) {
@@ -132,15 +147,54 @@ func TestSpeakerL2(t *testing.T) {
 			}
 			return ip6 != "", fmt.Sprint(cur.Status.LoadBalancer.Ingress)
 		})
-		node := s.announcer("default", name, ip6, 30*time.Second)
-		h.Poll(30*time.Second, "ndisc6 to get "+node+"'s MAC", func() (bool, string) {
-			out, err := h.Exec("client", "ndisc6", "-q", "-1", "-r", "2", "-w", "500", ip6, "eth0")
-			return err == nil && strings.ToLower(strings.TrimSpace(out)) == macOf[node], fmt.Sprint(out, err)
-		})
-		page, err := harness.HTTPGetFrom(h.Layout.Client, "http://["+ip6+"]/")
-		if err != nil || !strings.Contains(page, "CLIENT VALUES:") {
-			t.Errorf("curl over IPv6: %v", err)
+		url6 := "http://[" + ip6 + "]/"
+		// ndisc6 from the client must get exactly the announcer's MAC.
+		ndiscAnswers := func(want func(string) bool, what string) string {
+			t.Helper()
+			var node string
+			h.Poll(45*time.Second, what, func() (bool, string) {
+				node = s.announcer("default", name, ip6, 30*time.Second)
+				out, err := h.Exec("client", "ndisc6", "-q", "-1", "-r", "2", "-w", "500", ip6, "eth0")
+				return err == nil && want(node) && strings.ToLower(strings.TrimSpace(out)) == macOf[node],
+					fmt.Sprintf("announcer %s (eth0 %s); ndisc6: %s %v", node, macOf[node], strings.TrimSpace(out), err)
+			})
+			return node
 		}
+		node := ndiscAnswers(anyNode, "ndisc6 to get the announcer's MAC for "+ip6)
+		t.Logf("$ ndisc6 -q -1 %s eth0  # from the client\n=> %s, %s's eth0", ip6, macOf[node], node)
+		// The proxy writes the IPv6 rules on its own sync, after the
+		// EndpointSlice for IPv6 appears: the answer may lag the NDP one.
+		var page string
+		if err := pollErr(h.Ctx, 30*time.Second, func() (bool, string) {
+			var err error
+			page, err = s.curlClient(url6)
+			return err == nil && strings.Contains(page, "CLIENT VALUES:"), fmt.Sprint(err)
+		}); err != nil {
+			rules, _ := h.Exec(node, "sh", "-c", "ip6tables-save -t nat | grep -F -e "+ip6+" -e HERALD-SVC | head -40")
+			neigh, _ := h.Exec("client", "ip", "-6", "neigh")
+			slices6 := h.Kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name="+name, "-o", "wide")
+			t.Fatalf("curl %s: %v\nip6tables nat on %s:\n%s\nclient neighbors:\n%s\n%s", url6, err, node, rules, neigh, slices6)
+		}
+		if n, ok := topologyNodeByIP(h, clientAddress(page)); !ok {
+			t.Errorf("Cluster policy over IPv6: client_address=%s, want a node's IPv6 address (SNAT)", clientAddress(page))
+		} else {
+			t.Logf("curl %s from the client: client_address=%s (%s, SNAT)", url6, clientAddress(page), n)
+		}
+		if v, err := s.speakerMetric(node, `herald_speaker_responses_sent_total{interface="eth0",protocol="ndp"}`); err != nil || v < 1 {
+			t.Errorf("%s: NDP responses sent = %v (%v), want >= 1 after ndisc6", node, v, err)
+		}
+
+		// Local: only the pod's node announces, and the pod sees the
+		// client's own IPv6 address.
+		h.Kubectl("patch", "service", name, "-p", `{"spec":{"externalTrafficPolicy":"Local"}}`)
+		pods, _ := h.ReadyPods("app="+name, 1, 2*time.Minute)
+		at := pods[0].Spec.NodeName
+		got := ndiscAnswers(func(n string) bool { return n == at }, "the node with the pod ("+at+") to answer NDP for "+ip6)
+		h.Poll(30*time.Second, "the client's own IPv6 address in client_address", func() (bool, string) {
+			page, err := s.curlClient(url6)
+			return err == nil && clientAddress(page) == topology.ClientV6.String(), clientAddress(page) + fmt.Sprint(err)
+		})
+		t.Logf("externalTrafficPolicy Local: %s announces %s, client_address=%s", got, ip6, topology.ClientV6)
 	})
 
 	t.Run("interface selection", func(t *testing.T) {
@@ -285,10 +339,11 @@ func TestSpeakerL2(t *testing.T) {
 	})
 }
 
-// topologyNodeByIP tells whether a is a node's LAN or pod-gateway address.
+// topologyNodeByIP tells whether a is a node's LAN or pod-gateway address
+// (of either family).
 func topologyNodeByIP(h *harness.T, a string) (string, bool) {
 	for _, n := range h.Layout.Nodes {
-		if a == n.IPv4.String() || a == n.PodGateway.String() {
+		if a == n.IPv4.String() || a == n.PodGateway.String() || a == n.IPv6.String() || a == n.PodGatewayV6.String() {
 			return n.Name, true
 		}
 	}

@@ -269,9 +269,13 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	start = time.Now()
 	l.ControlPlaneDir = filepath.Join(l.StateDir, "controlplane")
 	l.ControlPlane, err = controlplane.Up(ctx, controlplane.Config{
-		StateDir:       l.ControlPlaneDir,
-		BinDir:         l.K8s.Dir,
-		Address:        topology.HostLANv4.String(),
+		StateDir: l.ControlPlaneDir,
+		BinDir:   l.K8s.Dir,
+		Address:  topology.HostLANv4.String(),
+		// Dual-stack, IPv4 first: Services that ask for nothing stay
+		// IPv4-only, PreferDualStack ones get both families.
+		ServiceCIDR:    topology.ServiceCIDR.String() + "," + topology.ServiceCIDRv6.String(),
+		ClusterCIDR:    topology.ClusterCIDR.String() + "," + topology.ClusterCIDRv6.String(),
 		KillWithParent: opts.KillWithParent,
 		Log:            opts.Log,
 	})
@@ -520,7 +524,7 @@ metadata:
   namespace: %[1]s
 data:
   HERALD_CLUSTER_CIDR: %[4]q
-`, HeraldNamespace, u.Hostname(), u.Port(), topology.ClusterCIDR), nil
+`, HeraldNamespace, u.Hostname(), u.Port(), topology.ClusterCIDR.String()+","+topology.ClusterCIDRv6.String()), nil
 }
 
 // startRouter runs FRR (zebra, bgpd, bfdd) in the router namespace.

@@ -42,9 +42,12 @@ import (
 
 // Defaults. The lab only ever uses documentation and benchmark ranges.
 const (
-	DefaultServiceCIDR          = "198.19.0.0/16"
-	DefaultClusterCIDR          = "198.18.0.0/16"
+	// The lab is dual-stack with IPv4 first (topology's ServiceCIDR,
+	// ServiceCIDRv6, ClusterCIDR and ClusterCIDRv6).
+	DefaultServiceCIDR          = "198.19.0.0/16,2001:db8:2::/112"
+	DefaultClusterCIDR          = "198.18.0.0/16,2001:db8:1::/48"
 	DefaultNodeCIDRMaskSize     = 24
+	DefaultNodeCIDRMaskSizeV6   = 64
 	DefaultEtcdPath             = "/usr/bin/etcd"
 	DefaultReadyTimeout         = 3 * time.Minute
 	DefaultServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
@@ -87,11 +90,14 @@ type Config struct {
 	// ExtraSANs are added to the API server certificate (IPs or names).
 	ExtraSANs []string
 
-	// ServiceCIDR, ClusterCIDR and NodeCIDRMaskSize default to
-	// 198.19.0.0/16, 198.18.0.0/16 and 24.
-	ServiceCIDR      string
-	ClusterCIDR      string
-	NodeCIDRMaskSize int
+	// ServiceCIDR and ClusterCIDR are one CIDR or two of different
+	// families, comma-separated, the primary family first (as the flags
+	// take them); NodeCIDRMaskSize(V6) size the nodes' IPv4 (IPv6) pod
+	// CIDRs. Defaults: DefaultServiceCIDR, DefaultClusterCIDR, 24 and 64.
+	ServiceCIDR        string
+	ClusterCIDR        string
+	NodeCIDRMaskSize   int
+	NodeCIDRMaskSizeV6 int
 
 	// Extra*Args are appended to the components' generated flags (a later
 	// flag wins).
@@ -232,8 +238,11 @@ func (c *Config) setDefaults() error {
 	if c.NodeCIDRMaskSize == 0 {
 		c.NodeCIDRMaskSize = DefaultNodeCIDRMaskSize
 	}
-	for _, cidr := range []string{c.ServiceCIDR, c.ClusterCIDR} {
-		if _, err := netip.ParsePrefix(cidr); err != nil {
+	if c.NodeCIDRMaskSizeV6 == 0 {
+		c.NodeCIDRMaskSizeV6 = DefaultNodeCIDRMaskSizeV6
+	}
+	for _, cidrs := range []string{c.ServiceCIDR, c.ClusterCIDR} {
+		if _, err := parseCIDRs(cidrs); err != nil {
 			return fmt.Errorf("controlplane: %w", err)
 		}
 	}
@@ -254,14 +263,49 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// FirstServiceIP is the first host address of the service range: the
-// ClusterIP of the `kubernetes` Service.
-func FirstServiceIP(cidr string) (netip.Addr, error) {
-	p, err := netip.ParsePrefix(cidr)
+// parseCIDRs parses "cidr[,cidr]": at most one per family, as the
+// components accept them.
+func parseCIDRs(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	if len(out) > 2 || len(out) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
+		return nil, fmt.Errorf("%q: want one CIDR, or one IPv4 and one IPv6", s)
+	}
+	return out, nil
+}
+
+// FirstServiceIP is the first host address of the (primary) service
+// range: the ClusterIP of the `kubernetes` Service.
+func FirstServiceIP(cidrs string) (netip.Addr, error) {
+	ps, err := parseCIDRs(cidrs)
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	return p.Masked().Addr().Next(), nil
+	return ps[0].Masked().Addr().Next(), nil
+}
+
+// nodeCIDRMaskArgs are the controller-manager's node CIDR sizes: one
+// flag for a single-stack cluster, one per family for a dual-stack one
+// (it refuses --node-cidr-mask-size then).
+func (c Config) nodeCIDRMaskArgs() []string {
+	ps, _ := parseCIDRs(c.ClusterCIDR)
+	if len(ps) < 2 {
+		size := c.NodeCIDRMaskSize
+		if ps[0].Addr().Is6() {
+			size = c.NodeCIDRMaskSizeV6
+		}
+		return []string{"--node-cidr-mask-size=" + strconv.Itoa(size)}
+	}
+	return []string{
+		"--node-cidr-mask-size-ipv4=" + strconv.Itoa(c.NodeCIDRMaskSize),
+		"--node-cidr-mask-size-ipv6=" + strconv.Itoa(c.NodeCIDRMaskSizeV6),
+	}
 }
 
 // Up starts the control plane and returns once the API server is ready,
@@ -427,11 +471,11 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		"--cluster-signing-key-file="+pkiFile("ca.key"),
 		"--cluster-cidr="+cfg.ClusterCIDR,
 		"--allocate-node-cidrs=true",
-		"--node-cidr-mask-size="+strconv.Itoa(cfg.NodeCIDRMaskSize),
 		"--service-cluster-ip-range="+cfg.ServiceCIDR,
 		"--configure-cloud-routes=false",
 		"--leader-elect=false",
 	)
+	cmArgs = append(cmArgs, cfg.nodeCIDRMaskArgs()...)
 	if err := cp.start(ctx, ControllerManager, filepath.Join(cfg.BinDir, ControllerManager), ControllerManager, append(cmArgs, cfg.ExtraControllerManagerArgs...)); err != nil {
 		return nil, err
 	}

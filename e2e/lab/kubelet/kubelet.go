@@ -82,7 +82,15 @@ type Config struct {
 	// node's address on PodBridge, the pods' default gateway.
 	PodCIDR    netip.Prefix
 	PodGateway netip.Addr
-	PodBridge  string
+	// NodeIPv6, PodCIDRv6 and PodGatewayV6, all set or none, make the
+	// node dual-stack with IPv4 first: a second InternalIP and pod CIDR,
+	// and every pod an IPv6 address too. A pod's IPv6 address carries
+	// the host number of its IPv4 one (198.18.1.7 -> 2001:db8:1:1::7), so
+	// one allocator serves both and PodGatewayV6 must be the gateway's.
+	NodeIPv6     netip.Addr
+	PodCIDRv6    netip.Prefix
+	PodGatewayV6 netip.Addr
+	PodBridge    string
 	// NetnsPrefix starts the name of every pod namespace
 	// (<prefix>-pod-<namespace>-<name>): the lab's prefix.
 	NetnsPrefix string
@@ -107,6 +115,20 @@ type Config struct {
 	Log io.Writer
 }
 
+// dualStack tells whether the node has IPv6 too.
+func (c *Config) dualStack() bool { return c.PodCIDRv6.IsValid() }
+
+// podIPv6 is the IPv6 address that goes with a pod's IPv4 address: the
+// same host number in PodCIDRv6.
+func (c *Config) podIPv6(v4 netip.Addr) netip.Addr {
+	a, base := v4.As4(), c.PodCIDR.Masked().Addr().As4()
+	host := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	host -= uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	b := c.PodCIDRv6.Masked().Addr().As16()
+	b[12], b[13], b[14], b[15] = byte(host>>24), byte(host>>16), byte(host>>8), byte(host)
+	return netip.AddrFrom16(b)
+}
+
 func (c *Config) validate() error {
 	switch {
 	case c.NodeName == "":
@@ -115,8 +137,12 @@ func (c *Config) validate() error {
 		return errors.New("kubelet: no node network namespace")
 	case !c.NodeIP.IsValid():
 		return errors.New("kubelet: no node IP")
-	case !c.PodCIDR.IsValid() || !c.PodGateway.IsValid() || !c.PodCIDR.Contains(c.PodGateway):
+	case !c.PodCIDR.IsValid() || !c.PodGateway.IsValid() || !c.PodCIDR.Contains(c.PodGateway) || !c.PodCIDR.Addr().Is4():
 		return fmt.Errorf("kubelet: pod CIDR %s and gateway %s do not fit", c.PodCIDR, c.PodGateway)
+	case c.NodeIPv6.IsValid() || c.PodCIDRv6.IsValid() || c.PodGatewayV6.IsValid():
+		if !c.NodeIPv6.Is6() || !c.PodCIDRv6.Addr().Is6() || c.PodCIDRv6.Bits() > 96 || c.podIPv6(c.PodGateway) != c.PodGatewayV6 {
+			return fmt.Errorf("kubelet: IPv6 node IP %s, pod CIDR %s and gateway %s do not fit (a /96 or larger, the gateway with the IPv4 gateway's host number)", c.NodeIPv6, c.PodCIDRv6, c.PodGatewayV6)
+		}
 	case c.NetnsPrefix == "":
 		return errors.New("kubelet: no namespace prefix")
 	case c.Kubeconfig == "":
@@ -234,7 +260,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
-	k.logf("node registered in %s (InternalIP %s, podCIDR %s)", time.Since(start).Round(time.Millisecond), cfg.NodeIP, cfg.PodCIDR)
+	k.logf("node registered in %s (InternalIPs %v, podCIDRs %v)", time.Since(start).Round(time.Millisecond), k.nodeIPs(), k.podCIDRs())
 	go k.heartbeat(ctx)
 
 	lw := cache.NewListWatchFromClient(k.client.CoreV1().RESTClient(), "pods", v1.NamespaceAll,

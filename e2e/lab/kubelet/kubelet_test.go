@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -232,7 +233,7 @@ func TestPodStatusConditions(t *testing.T) {
 	notReady.Name, notReady.Ready = "b", false
 	a := running()
 	a.Name = "a"
-	st := podStatus(pod, statusInput{hostIP: "192.0.2.11", podIP: "198.18.1.2", sandboxReady: true,
+	st := podStatus(pod, statusInput{hostIPs: []string{"192.0.2.11"}, podIP: "198.18.1.2", sandboxReady: true,
 		containers: []v1.ContainerStatus{a, notReady}, now: t1})
 	get := func(typ v1.PodConditionType) v1.PodCondition {
 		for _, c := range st.Conditions {
@@ -262,7 +263,7 @@ func TestPodStatusConditions(t *testing.T) {
 	// All ready: Ready turns True with a new transition time.
 	pod.Status = st
 	notReady.Ready = true
-	st2 := podStatus(pod, statusInput{hostIP: "192.0.2.11", podIP: "198.18.1.2", sandboxReady: true,
+	st2 := podStatus(pod, statusInput{hostIPs: []string{"192.0.2.11"}, podIP: "198.18.1.2", sandboxReady: true,
 		containers: []v1.ContainerStatus{a, notReady}, now: metav1.NewTime(t1.Add(time.Minute))})
 	pod.Status = st2
 	st = st2
@@ -271,6 +272,14 @@ func TestPodStatusConditions(t *testing.T) {
 	}
 	if !sameStatus(&st2, &pod.Status) {
 		t.Error("sameStatus is false for equal statuses")
+	}
+
+	// Dual-stack: both families, IPv4 first, and hostIP the first.
+	ds := podStatus(pod, statusInput{hostIPs: []string{"192.0.2.11", "2001:db8::11"}, podIP: "198.18.1.2", podIPv6: "2001:db8:1:1::2",
+		containers: []v1.ContainerStatus{a, notReady}, now: t1})
+	if ds.HostIP != "192.0.2.11" || fmt.Sprint(ds.HostIPs) != "[{192.0.2.11} {2001:db8::11}]" ||
+		ds.PodIP != "198.18.1.2" || fmt.Sprint(ds.PodIPs) != "[{198.18.1.2} {2001:db8:1:1::2}]" {
+		t.Errorf("dual-stack status: hostIP %s %v, podIP %s %v", ds.HostIP, ds.HostIPs, ds.PodIP, ds.PodIPs)
 	}
 
 	// A terminal phase stays.

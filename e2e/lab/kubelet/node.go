@@ -76,9 +76,26 @@ func (k *Kubelet) nodeObject() *v1.Node {
 		},
 		Spec: v1.NodeSpec{
 			PodCIDR:  k.cfg.PodCIDR.String(),
-			PodCIDRs: []string{k.cfg.PodCIDR.String()},
+			PodCIDRs: k.podCIDRs(),
 		},
 	}
+}
+
+// podCIDRs and nodeIPs are the node's, IPv4 first.
+func (k *Kubelet) podCIDRs() []string {
+	out := []string{k.cfg.PodCIDR.String()}
+	if k.cfg.dualStack() {
+		out = append(out, k.cfg.PodCIDRv6.String())
+	}
+	return out
+}
+
+func (k *Kubelet) nodeIPs() []string {
+	out := []string{k.cfg.NodeIP.String()}
+	if k.cfg.dualStack() {
+		out = append(out, k.cfg.NodeIPv6.String())
+	}
+	return out
 }
 
 // registerNode creates the Node, or takes over an existing one with the
@@ -90,8 +107,8 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 		n, err := k.client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			n, err = k.client.CoreV1().Nodes().Get(ctx, want.Name, metav1.GetOptions{})
-			if err == nil && n.Spec.PodCIDR != "" && n.Spec.PodCIDR != want.Spec.PodCIDR {
-				return fmt.Errorf("kubelet: Node %s exists with podCIDR %s, the lab's is %s (it cannot change): delete the Node", n.Name, n.Spec.PodCIDR, want.Spec.PodCIDR)
+			if err == nil && len(n.Spec.PodCIDRs) > 0 && strings.Join(n.Spec.PodCIDRs, ",") != strings.Join(want.Spec.PodCIDRs, ",") {
+				return fmt.Errorf("kubelet: Node %s exists with podCIDRs %v, the lab's are %v (they cannot change): delete the Node", n.Name, n.Spec.PodCIDRs, want.Spec.PodCIDRs)
 			}
 			if err == nil {
 				patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
@@ -172,11 +189,8 @@ func (k *Kubelet) updateNodeStatus(ctx context.Context) error {
 			cond(v1.NodePIDPressure, v1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
 			cond(v1.NodeReady, v1.ConditionTrue, "KubeletReady", "lab kubelet is posting ready status"),
 		},
-		Addresses: []v1.NodeAddress{
-			{Type: v1.NodeInternalIP, Address: k.cfg.NodeIP.String()},
-			{Type: v1.NodeHostName, Address: k.cfg.NodeName},
-		},
-		NodeInfo: k.nodeInfo(),
+		Addresses: k.nodeAddresses(),
+		NodeInfo:  k.nodeInfo(),
 	}
 	patch, err := json.Marshal(map[string]any{"status": st})
 	if err != nil {
@@ -184,6 +198,15 @@ func (k *Kubelet) updateNodeStatus(ctx context.Context) error {
 	}
 	_, err = k.client.CoreV1().Nodes().Patch(ctx, k.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	return err
+}
+
+// nodeAddresses are the InternalIPs, IPv4 first, then the host name.
+func (k *Kubelet) nodeAddresses() []v1.NodeAddress {
+	var out []v1.NodeAddress
+	for _, ip := range k.nodeIPs() {
+		out = append(out, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip})
+	}
+	return append(out, v1.NodeAddress{Type: v1.NodeHostName, Address: k.cfg.NodeName})
 }
 
 // renewLease creates or renews the node's Lease, which is what the node

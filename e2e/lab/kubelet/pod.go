@@ -48,6 +48,7 @@ type podWorker struct {
 	started      bool
 	startTime    *metav1.Time
 	lastPodIP    string
+	lastPodIPv6  string
 	failedStatus bool
 	// stopRefresh ends the projected-volume refresher.
 	stopRefresh context.CancelFunc
@@ -220,8 +221,8 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod, removed bool) (done b
 			return false, 5 * time.Second
 		}
 		w.sandbox = sb
-		w.lastPodIP = sb.ip
-		w.k.logf("pod %s: sandbox ready: netns %s, IP %s", w.key, sb.netns, sb.ip)
+		w.lastPodIP, w.lastPodIPv6 = sb.ip, sb.ip6
+		w.k.logf("pod %s: sandbox ready: netns %s, IPs %s %s", w.key, sb.netns, sb.ip, sb.ip6)
 		for _, spec := range pod.Spec.Containers {
 			c := newContainer(w, spec)
 			w.containers = append(w.containers, c)
@@ -302,8 +303,9 @@ func (w *podWorker) teardown() error {
 // server has.
 func (w *podWorker) syncStatus(ctx context.Context, pod *v1.Pod, terminating bool) error {
 	in := statusInput{
-		hostIP:       w.k.cfg.NodeIP.String(),
+		hostIPs:      w.k.nodeIPs(),
 		podIP:        w.lastPodIP,
+		podIPv6:      w.lastPodIPv6,
 		sandboxReady: w.sandbox != nil && !w.sandboxGone,
 		startTime:    w.startTime,
 		terminating:  terminating,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,9 +14,11 @@ import (
 // sandbox is a pod's network: its own namespace with eth0 plugged into
 // the node's pod bridge, or the node's namespace for hostNetwork pods.
 type sandbox struct {
-	netns       string
-	hostVeth    string
-	ip          string
+	netns    string
+	hostVeth string
+	ip       string
+	// ip6 is the pod's IPv6 address on a dual-stack node, else empty.
+	ip6         string
 	hostNetwork bool
 }
 
@@ -25,7 +28,11 @@ func (k *Kubelet) setupSandbox(ctx context.Context, pod *v1.Pod, logDir string) 
 	rec := PodRecord{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, LogDir: logDir}
 	if pod.Spec.HostNetwork {
 		k.putRecord(rec)
-		return &sandbox{netns: k.cfg.NodeNetns, ip: k.cfg.NodeIP.String(), hostNetwork: true}, nil
+		sb := &sandbox{netns: k.cfg.NodeNetns, ip: k.cfg.NodeIP.String(), hostNetwork: true}
+		if k.cfg.dualStack() {
+			sb.ip6 = k.cfg.NodeIPv6.String()
+		}
+		return sb, nil
 	}
 	name := PodNetnsName(k.cfg.NetnsPrefix, pod.Namespace, pod.Name)
 	if err := k.claimNetns(ctx, name, pod.UID); err != nil {
@@ -37,7 +44,10 @@ func (k *Kubelet) setupSandbox(ctx context.Context, pod *v1.Pod, logDir string) 
 		return nil, err
 	}
 	sb := &sandbox{netns: name, hostVeth: HostVethName(pod.UID), ip: ip.String()}
-	rec.Netns, rec.HostVeth, rec.IP = sb.netns, sb.hostVeth, sb.ip
+	if k.cfg.dualStack() {
+		sb.ip6 = k.cfg.podIPv6(ip).String()
+	}
+	rec.Netns, rec.HostVeth, rec.IP, rec.IPv6 = sb.netns, sb.hostVeth, sb.ip, sb.ip6
 	k.putRecord(rec)
 
 	node, bits := k.cfg.NodeNetns, k.cfg.PodCIDR.Bits()
@@ -52,6 +62,12 @@ func (k *Kubelet) setupSandbox(ctx context.Context, pod *v1.Pod, logDir string) 
 		// The way to services and other pods. It ends in the node's
 		// namespace, which has no default route: nothing leaves the lab.
 		{"-n", name, "route", "add", "default", "via", k.cfg.PodGateway.String()},
+	}
+	if sb.ip6 != "" {
+		// nodad: the address is the pod's alone, and must work at once.
+		steps = append(steps,
+			[]string{"-n", name, "addr", "add", sb.ip6 + "/" + strconv.Itoa(k.cfg.PodCIDRv6.Bits()), "dev", "eth0", "nodad"},
+			[]string{"-n", name, "-6", "route", "add", "default", "via", k.cfg.PodGatewayV6.String()})
 	}
 	for _, s := range steps {
 		if err := ipCmd(ctx, s...); err != nil {

@@ -42,3 +42,41 @@ func TestAllocateIPInTurn(t *testing.T) {
 		t.Errorf("a pod asking again keeps its address: %s", again)
 	}
 }
+
+// A pod's IPv6 address has its IPv4 address's host number, so the one
+// allocator serves both families; a v6 gateway that breaks the pattern
+// is refused, since a pod could then get it.
+func TestPodIPv6FollowsIPv4(t *testing.T) {
+	c := Config{
+		NodeName: "node1", NodeNetns: "n1", NetnsPrefix: "x", Kubeconfig: "k", StateDir: "s",
+		NodeIP:       netip.MustParseAddr("198.51.100.11"),
+		PodCIDR:      netip.MustParsePrefix("198.18.1.0/24"),
+		PodGateway:   netip.MustParseAddr("198.18.1.1"),
+		NodeIPv6:     netip.MustParseAddr("2001:db8:0:1::11"),
+		PodCIDRv6:    netip.MustParsePrefix("2001:db8:1:1::/64"),
+		PodGatewayV6: netip.MustParseAddr("2001:db8:1:1::1"),
+	}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	for v4, v6 := range map[string]string{"198.18.1.2": "2001:db8:1:1::2", "198.18.1.254": "2001:db8:1:1::fe"} {
+		if got := c.podIPv6(netip.MustParseAddr(v4)).String(); got != v6 {
+			t.Errorf("podIPv6(%s) = %s, want %s", v4, got, v6)
+		}
+	}
+	bad := c
+	bad.PodGatewayV6 = netip.MustParseAddr("2001:db8:1:1::2")
+	if err := bad.validate(); err == nil {
+		t.Error("a v6 gateway other than the v4 gateway's host number was accepted")
+	}
+	bad = c
+	bad.NodeIPv6 = netip.Addr{}
+	if err := bad.validate(); err == nil {
+		t.Error("half a dual-stack config was accepted")
+	}
+	single := c
+	single.NodeIPv6, single.PodCIDRv6, single.PodGatewayV6 = netip.Addr{}, netip.Prefix{}, netip.Addr{}
+	if err := single.validate(); err != nil || single.dualStack() {
+		t.Errorf("IPv4-only config: %v, dual-stack %v", err, single.dualStack())
+	}
+}

@@ -39,13 +39,16 @@ func WriteNodeKubeconfig(path, nodeName, server string, ca *pki.CA) error {
 // ForNode fills the node's part of a Config from the lab's topology.
 func ForNode(l topology.Layout, n topology.Node) Config {
 	return Config{
-		NodeName:    n.Name,
-		NodeNetns:   n.Netns,
-		NodeIP:      n.IPv4,
-		PodCIDR:     n.PodCIDR,
-		PodGateway:  n.PodGateway,
-		PodBridge:   DefaultPodBridge,
-		NetnsPrefix: l.Prefix,
+		NodeName:     n.Name,
+		NodeNetns:    n.Netns,
+		NodeIP:       n.IPv4,
+		PodCIDR:      n.PodCIDR,
+		PodGateway:   n.PodGateway,
+		NodeIPv6:     n.IPv6,
+		PodCIDRv6:    n.PodCIDRv6,
+		PodGatewayV6: n.PodGatewayV6,
+		PodBridge:    DefaultPodBridge,
+		NetnsPrefix:  l.Prefix,
 	}
 }
 
@@ -63,6 +66,9 @@ func (c Config) Args() []string {
 		"--echoserver=" + c.Programs.EchoServer,
 		"--herald=" + c.Programs.Herald,
 		"--kubelet-version=" + c.KubeletVersion,
+	}
+	if c.dualStack() {
+		args = append(args, "--node-ipv6="+c.NodeIPv6.String(), "--pod-cidr-v6="+c.PodCIDRv6.String(), "--pod-gateway-v6="+c.PodGatewayV6.String())
 	}
 	if c.PodBridge != "" {
 		args = append(args, "--pod-bridge="+c.PodBridge)
@@ -93,6 +99,18 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	})
 	fs.Func("pod-gateway", "the pods' gateway: the node's address on the pod bridge", func(s string) (err error) {
 		c.PodGateway, err = netip.ParseAddr(s)
+		return err
+	})
+	fs.Func("node-ipv6", "the node's IPv6 LAN address (second InternalIP; makes the node dual-stack)", func(s string) (err error) {
+		c.NodeIPv6, err = netip.ParseAddr(s)
+		return err
+	})
+	fs.Func("pod-cidr-v6", "the node's IPv6 pod CIDR", func(s string) (err error) {
+		c.PodCIDRv6, err = netip.ParsePrefix(s)
+		return err
+	})
+	fs.Func("pod-gateway-v6", "the pods' IPv6 gateway on the pod bridge", func(s string) (err error) {
+		c.PodGatewayV6, err = netip.ParseAddr(s)
 		return err
 	})
 	fs.StringVar(&c.PodBridge, "pod-bridge", DefaultPodBridge, "the pod bridge in the node's namespace")

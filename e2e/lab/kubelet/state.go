@@ -42,6 +42,7 @@ type PodRecord struct {
 	Netns    string `json:"netns,omitempty"`
 	HostVeth string `json:"hostVeth,omitempty"`
 	IP       string `json:"ip,omitempty"`
+	IPv6     string `json:"ipv6,omitempty"`
 	// LogDir holds one log file per container.
 	LogDir string `json:"logDir"`
 	// Processes maps a container name to its running process.

@@ -11,8 +11,10 @@ import (
 
 // statusInput is what the pod worker knows about a pod.
 type statusInput struct {
-	hostIP string
-	podIP  string
+	// hostIPs are the node's, podIP(v6) the pod's (empty without).
+	hostIPs []string
+	podIP   string
+	podIPv6 string
 	// sandboxReady: the pod's namespace and address exist.
 	sandboxReady bool
 	// containers are the containers' statuses in spec order.
@@ -94,17 +96,22 @@ func podStatus(pod *v1.Pod, in statusInput) v1.PodStatus {
 	}
 	st := v1.PodStatus{
 		Phase:             phase,
-		HostIP:            in.hostIP,
 		StartTime:         in.startTime,
 		ContainerStatuses: in.containers,
 		QOSClass:          old.QOSClass,
 	}
-	if in.hostIP != "" {
-		st.HostIPs = []v1.HostIP{{IP: in.hostIP}}
+	for _, ip := range in.hostIPs {
+		st.HostIPs = append(st.HostIPs, v1.HostIP{IP: ip})
+	}
+	if len(st.HostIPs) > 0 {
+		st.HostIP = st.HostIPs[0].IP
 	}
 	if in.podIP != "" {
 		st.PodIP = in.podIP
 		st.PodIPs = []v1.PodIP{{IP: in.podIP}}
+		if in.podIPv6 != "" {
+			st.PodIPs = append(st.PodIPs, v1.PodIP{IP: in.podIPv6})
+		}
 	}
 	terminal := phase == v1.PodSucceeded || phase == v1.PodFailed
 

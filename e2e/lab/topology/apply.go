@@ -65,7 +65,7 @@ type Existing struct {
 }
 
 // labRanges are the subnets the lab routes inside its namespaces.
-var labRanges = []netip.Prefix{LANv4, LANv6, RemoteV4, RemoteV6, ClusterCIDR, ServiceCIDR, BGPPoolV4, BGPPoolV6}
+var labRanges = []netip.Prefix{LANv4, LANv6, RemoteV4, RemoteV6, ClusterCIDR, ServiceCIDR, ClusterCIDRv6, ServiceCIDRv6, BGPPoolV4, BGPPoolV6}
 
 // CheckHostAddresses refuses a machine whose own network overlaps the
 // lab's ranges: lab members would then shadow real neighbours (or the

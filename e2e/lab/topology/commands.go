@@ -52,6 +52,9 @@ func Commands(l Layout) []Cmd {
 		b.in(ns, "ip", "link", "set", "lo", "up")
 		b.sysctl(ns, "net.ipv6.conf.all.accept_dad", "0")
 		b.sysctl(ns, "net.ipv6.conf.default.accept_dad", "0")
+		// The kernel flushes IPv6 addresses (not IPv4 ones) when a link
+		// goes down; tests that take eth0 down and up again need both back.
+		b.sysctl(ns, "net.ipv6.conf.all.keep_addr_on_down", "1")
 		b.root("ip", "link", "add", hostIf, "type", "veth", "peer", "name", "eth0", "netns", ns)
 		b.root("ip", "link", "set", hostIf, "master", l.Bridge, "up")
 		b.in(ns, "ip", "addr", "add", pfx(v4, LANv4), "dev", "eth0")
@@ -89,21 +92,25 @@ func Commands(l Layout) []Cmd {
 		// reach the API server on the host; its replies go back to the
 		// pod through the pod's node, as on a routed pod network.
 		b.root("ip", "route", "add", n.PodCIDR.String(), "via", n.IPv4.String(), "dev", l.Bridge, "src", HostLANv4.String())
+		b.root("ip", "-6", "route", "add", n.PodCIDRv6.String(), "via", n.IPv6.String(), "dev", l.Bridge, "src", HostLANv6.String())
 		b.sysctl(n.Netns, "net.ipv4.ip_forward", "1")
 		b.sysctl(n.Netns, "net.ipv6.conf.all.forwarding", "1")
 		// The pod bridge; the lab kubelet plugs pod veths into it.
 		b.in(n.Netns, "ip", "link", "add", "cbr0", "type", "bridge")
 		b.in(n.Netns, "ip", "addr", "add", pfx(n.PodGateway, n.PodCIDR), "dev", "cbr0")
+		b.in(n.Netns, "ip", "addr", "add", pfx(n.PodGatewayV6, n.PodCIDRv6), "dev", "cbr0", "nodad")
 		b.in(n.Netns, "ip", "link", "set", "cbr0", "up")
 		for _, o := range l.Nodes {
 			if o.Name != n.Name {
 				b.in(n.Netns, "ip", "route", "add", o.PodCIDR.String(), "via", o.IPv4.String())
+				b.in(n.Netns, "ip", "-6", "route", "add", o.PodCIDRv6.String(), "via", o.IPv6.String())
 			}
 		}
 		// Service IPs are never routed anywhere: the proxy DNATs them
 		// before they leave. The on-link route only lets a socket connect
 		// so that the DNAT can happen.
 		b.in(n.Netns, "ip", "route", "add", ServiceCIDR.String(), "dev", "eth0")
+		b.in(n.Netns, "ip", "-6", "route", "add", ServiceCIDRv6.String(), "dev", "eth0")
 		b.in(n.Netns, "ip", "route", "add", RemoteV4.String(), "via", RouterLANv4.String())
 		b.in(n.Netns, "ip", "-6", "route", "add", RemoteV6.String(), "via", RouterLANv6.String())
 	}

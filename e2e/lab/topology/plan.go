@@ -18,7 +18,10 @@ import (
 const MaxNodes = 10
 
 // The address plan. The service and pod ranges match the control plane's
-// --service-cluster-ip-range and --cluster-cidr. 192.0.2.0/24 is left
+// --service-cluster-ip-range and --cluster-cidr: the cluster is dual-stack
+// with IPv4 first, so a Service that asks for nothing stays IPv4-only.
+// The IPv6 ranges sit in 2001:db8:1::/48 and 2001:db8:2::/48, apart
+// from the LAN's and the remote's 2001:db8:0::/48. 192.0.2.0/24 is left
 // unused on purpose: it is the range test machines (this one included) most
 // often have on their real uplink, and a lab address equal to the uplink's
 // gateway would capture the machine's own traffic.
@@ -29,6 +32,10 @@ var (
 	RemoteV6    = netip.MustParsePrefix("2001:db8:0:2::/64")
 	ClusterCIDR = netip.MustParsePrefix("198.18.0.0/16")
 	ServiceCIDR = netip.MustParsePrefix("198.19.0.0/16")
+	// ClusterCIDRv6 holds a /64 per node; ServiceCIDRv6 is a /112, the
+	// size kube-apiserver's allocator handles best.
+	ClusterCIDRv6 = netip.MustParsePrefix("2001:db8:1::/48")
+	ServiceCIDRv6 = netip.MustParsePrefix("2001:db8:2::/112")
 	// L2PoolV4/V6 are the part of the LAN left free for LoadBalancer IPs
 	// announced over layer 2; BGPPoolV4/V6 are reached through the router.
 	L2PoolV4  = "198.51.100.200-198.51.100.249"
@@ -59,9 +66,11 @@ type Node struct {
 	IPv4   netip.Addr
 	IPv6   netip.Addr
 	// PodCIDR is routed to the node by every other node; PodGateway is the
-	// node's address on its pod bridge.
-	PodCIDR    netip.Prefix
-	PodGateway netip.Addr
+	// node's address on its pod bridge. The V6 ones are the same for IPv6.
+	PodCIDR      netip.Prefix
+	PodGateway   netip.Addr
+	PodCIDRv6    netip.Prefix
+	PodGatewayV6 netip.Addr
 }
 
 // Layout is the whole plan.
@@ -105,6 +114,9 @@ func Plan(prefix string, n int) (Layout, error) {
 			IPv6:       offset6(LANv6.Addr(), 0x10+i),
 			PodCIDR:    netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i), 0}), 24),
 			PodGateway: netip.AddrFrom4([4]byte{198, 18, byte(i), 1}),
+			// 2001:db8:1:<i>::/64, gateway ::1, like 198.18.<i>.1.
+			PodCIDRv6:    netip.PrefixFrom(offset6At(ClusterCIDRv6.Addr(), 6, i), 64),
+			PodGatewayV6: offset6(offset6At(ClusterCIDRv6.Addr(), 6, i), 1),
 		})
 	}
 	return l, nil
@@ -116,9 +128,12 @@ func offset4(base netip.Addr, n int) netip.Addr {
 	return netip.AddrFrom4(b)
 }
 
-func offset6(base netip.Addr, n int) netip.Addr {
+func offset6(base netip.Addr, n int) netip.Addr { return offset6At(base, 14, n) }
+
+// offset6At sets the 16-bit group starting at byte at to n.
+func offset6At(base netip.Addr, at, n int) netip.Addr {
 	b := base.As16()
-	b[14], b[15] = byte(n>>8), byte(n)
+	b[at], b[at+1] = byte(n>>8), byte(n)
 	return netip.AddrFrom16(b)
 }
 

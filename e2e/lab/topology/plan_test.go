@@ -30,7 +30,7 @@ func TestPlanAddressesAndNames(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, n := range l.Nodes {
-		for _, a := range []netip.Addr{n.IPv4, n.IPv6, n.PodGateway, n.PodCIDR.Addr()} {
+		for _, a := range []netip.Addr{n.IPv4, n.IPv6, n.PodGateway, n.PodCIDR.Addr(), n.PodGatewayV6, n.PodCIDRv6.Addr()} {
 			if !isAllowed(a) {
 				t.Errorf("%s: %s is outside the documentation ranges", n.Name, a)
 			}
@@ -39,8 +39,14 @@ func TestPlanAddressesAndNames(t *testing.T) {
 			}
 			seen[a.String()] = true
 		}
-		if !LANv4.Contains(n.IPv4) || !LANv6.Contains(n.IPv6) || !ClusterCIDR.Contains(n.PodGateway) || !n.PodCIDR.Contains(n.PodGateway) {
+		if !LANv4.Contains(n.IPv4) || !LANv6.Contains(n.IPv6) || !ClusterCIDR.Contains(n.PodGateway) || !n.PodCIDR.Contains(n.PodGateway) ||
+			!ClusterCIDRv6.Contains(n.PodGatewayV6) || !n.PodCIDRv6.Contains(n.PodGatewayV6) || n.PodCIDRv6.Bits() != 64 {
 			t.Errorf("%s: addresses outside their subnets: %+v", n.Name, n)
+		}
+		for _, r := range []netip.Prefix{LANv6, RemoteV6, ServiceCIDRv6, BGPPoolV6} {
+			if n.PodCIDRv6.Overlaps(r) {
+				t.Errorf("%s: pod CIDR %s overlaps %s", n.Name, n.PodCIDRv6, r)
+			}
 		}
 		if l2, _ := netip.ParseAddr(strings.Split(L2PoolV4, "-")[0]); n.IPv4.Compare(l2) >= 0 {
 			t.Errorf("%s: node address %s inside the L2 pool", n.Name, n.IPv4)
@@ -95,7 +101,9 @@ func isRoute(args []string) bool {
 // or `ip route add <pod CIDR> via <its node> dev <bridge> src <host>`.
 func hostRouteToLab(l Layout, args []string) bool {
 	for _, n := range l.Nodes {
-		if strings.Join(args, " ") == "ip route add "+n.PodCIDR.String()+" via "+n.IPv4.String()+" dev "+l.Bridge+" src "+HostLANv4.String() {
+		switch strings.Join(args, " ") {
+		case "ip route add " + n.PodCIDR.String() + " via " + n.IPv4.String() + " dev " + l.Bridge + " src " + HostLANv4.String(),
+			"ip -6 route add " + n.PodCIDRv6.String() + " via " + n.IPv6.String() + " dev " + l.Bridge + " src " + HostLANv6.String():
 			return true
 		}
 	}
@@ -138,9 +146,11 @@ func TestHostRoutesOnlyToLabMembers(t *testing.T) {
 		"ip route add 198.51.100.11/32 dev hlab-lan src 198.51.100.254",
 		"ip -6 route add 2001:db8:0:1::11/128 dev hlab-lan src 2001:db8:0:1::fe",
 		"ip route add 198.18.1.0/24 via 198.51.100.11 dev hlab-lan src 198.51.100.254",
+		"ip -6 route add 2001:db8:1:1::/64 via 2001:db8:0:1::11 dev hlab-lan src 2001:db8:0:1::fe",
 		"ip route add 198.51.100.12/32 dev hlab-lan src 198.51.100.254",
 		"ip -6 route add 2001:db8:0:1::12/128 dev hlab-lan src 2001:db8:0:1::fe",
 		"ip route add 198.18.2.0/24 via 198.51.100.12 dev hlab-lan src 198.51.100.254",
+		"ip -6 route add 2001:db8:1:2::/64 via 2001:db8:0:1::12 dev hlab-lan src 2001:db8:0:1::fe",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("host routes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -151,14 +161,20 @@ func TestPodRoutesBetweenNodes(t *testing.T) {
 	l, _ := Plan("hlab", 3)
 	routes := map[string][]string{}
 	for _, c := range Commands(l) {
-		if len(c.Args) > 4 && c.Args[1] == "route" && c.Args[2] == "add" && ClusterCIDR.Contains(netip.MustParsePrefix(ifPrefix(c.Args[3])).Addr()) {
-			routes[c.Netns] = append(routes[c.Netns], c.Args[3]+" via "+c.Args[5])
+		args := c.Args
+		if len(args) > 1 && args[1] == "-6" {
+			args = append([]string{args[0]}, args[2:]...)
+		}
+		if len(args) > 5 && args[1] == "route" && args[2] == "add" && args[4] == "via" {
+			if a := netip.MustParsePrefix(ifPrefix(args[3])).Addr(); ClusterCIDR.Contains(a) || ClusterCIDRv6.Contains(a) {
+				routes[c.Netns] = append(routes[c.Netns], args[3]+" via "+args[5])
+			}
 		}
 	}
 	want := map[string]string{
-		"hlab-node1": "198.18.2.0/24 via 198.51.100.12,198.18.3.0/24 via 198.51.100.13",
-		"hlab-node2": "198.18.1.0/24 via 198.51.100.11,198.18.3.0/24 via 198.51.100.13",
-		"hlab-node3": "198.18.1.0/24 via 198.51.100.11,198.18.2.0/24 via 198.51.100.12",
+		"hlab-node1": "198.18.2.0/24 via 198.51.100.12,2001:db8:1:2::/64 via 2001:db8:0:1::12,198.18.3.0/24 via 198.51.100.13,2001:db8:1:3::/64 via 2001:db8:0:1::13",
+		"hlab-node2": "198.18.1.0/24 via 198.51.100.11,2001:db8:1:1::/64 via 2001:db8:0:1::11,198.18.3.0/24 via 198.51.100.13,2001:db8:1:3::/64 via 2001:db8:0:1::13",
+		"hlab-node3": "198.18.1.0/24 via 198.51.100.11,2001:db8:1:1::/64 via 2001:db8:0:1::11,198.18.2.0/24 via 198.51.100.12,2001:db8:1:2::/64 via 2001:db8:0:1::12",
 	}
 	for ns, w := range want {
 		if got := strings.Join(routes[ns], ","); got != w {
