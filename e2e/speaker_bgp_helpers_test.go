@@ -80,6 +80,9 @@ func (b bgpLab) t() *testing.T { return b.T.T }
 // nodeIP is a node's LAN IPv4 address.
 func (b bgpLab) nodeIP(node string) string { return b.Node(node).IPv4.String() }
 
+// nodeIPv6 is a node's LAN IPv6 address.
+func (b bgpLab) nodeIPv6(node string) string { return b.Node(node).IPv6.String() }
+
 // nodeIPs are the LAN IPv4 addresses of nodes, sorted.
 func (b bgpLab) nodeIPs(nodes ...string) []string {
 	var out []string
@@ -88,6 +91,31 @@ func (b bgpLab) nodeIPs(nodes ...string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// nodeIPsOfFamily are the nodes' LAN addresses of ip's family, sorted:
+// the next hops a route for ip has.
+func (b bgpLab) nodeIPsOfFamily(ip string, nodes ...string) []string {
+	if !isIPv6(ip) {
+		return b.nodeIPs(nodes...)
+	}
+	var out []string
+	for _, n := range nodes {
+		out = append(out, b.nodeIPv6(n))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func isIPv6(ip string) bool { return strings.Contains(ip, ":") }
+
+// hostRoute is ip's host prefix (ip/32 or ip/128) and FRR's name of its
+// address family.
+func hostRoute(ip string) (prefix, family string) {
+	if isIPv6(ip) {
+		return ip + "/128", "ipv6"
+	}
+	return ip + "/32", "ipv4"
 }
 
 // nodeNames are the lab's nodes.
@@ -154,23 +182,26 @@ type frrPeer struct {
 
 // frrPeers are FRR's IPv4 unicast BGP neighbors by address, with the raw
 // JSON for messages.
-func (b bgpLab) frrPeers() (map[string]frrPeer, string) {
+func (b bgpLab) frrPeers() (map[string]frrPeer, string) { return b.frrPeersAF("ipv4Unicast") }
+
+// frrPeersAF are FRR's BGP neighbors of an address family (the key of
+// `show bgp summary json`: ipv4Unicast, ipv6Unicast) by address.
+func (b bgpLab) frrPeersAF(af string) (map[string]frrPeer, string) {
 	out, err := b.frr().Vtysh(b.Ctx, "show bgp summary json")
 	if err != nil {
 		return nil, err.Error()
 	}
-	var sum struct {
-		IPv4 struct {
-			Peers map[string]frrPeer `json:"peers"`
-		} `json:"ipv4Unicast"`
+	var sum map[string]struct {
+		Peers map[string]frrPeer `json:"peers"`
 	}
 	if err := json.Unmarshal([]byte(out), &sum); err != nil {
 		return nil, fmt.Sprintf("show bgp summary json: %v in %q", err, out)
 	}
-	if sum.IPv4.Peers == nil {
-		sum.IPv4.Peers = map[string]frrPeer{} // FRR prints {} without neighbors
+	peers := sum[af].Peers
+	if peers == nil {
+		peers = map[string]frrPeer{} // FRR prints {} without neighbors
 	}
-	return sum.IPv4.Peers, compactJSON(out)
+	return peers, compactJSON(out)
 }
 
 // frrPeerStates is "address=state" for every FRR neighbor, sorted.
@@ -275,9 +306,10 @@ func (p frrPath) String() string {
 		p.Peer, p.NextHop, p.ASPath, p.Communities, p.Large, p.LocalPref, p.Best, p.Multipath, p.Stale)
 }
 
-// frrPaths are FRR's BGP paths for ip/32, and the raw JSON.
+// frrPaths are FRR's BGP paths for ip/32 (ip/128), and the raw JSON.
 func (b bgpLab) frrPaths(ip string) ([]frrPath, string) {
-	out, err := b.frr().Vtysh(b.Ctx, "show bgp ipv4 unicast "+ip+"/32 json")
+	prefix, family := hostRoute(ip)
+	out, err := b.frr().Vtysh(b.Ctx, "show bgp "+family+" unicast "+prefix+" json")
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -340,9 +372,14 @@ func (b bgpLab) frrPaths(ip string) ([]frrPath, string) {
 }
 
 // zebraNextHops are the next hops FRR's zebra has installed in the
-// kernel (fib) for ip/32, sorted, with the raw JSON.
+// kernel (fib) for ip/32 (ip/128), sorted, with the raw JSON.
 func (b bgpLab) zebraNextHops(ip string) ([]string, string) {
-	out, err := b.frr().Vtysh(b.Ctx, "show ip route "+ip+"/32 json")
+	prefix, _ := hostRoute(ip)
+	show := "show ip route "
+	if isIPv6(ip) {
+		show = "show ipv6 route "
+	}
+	out, err := b.frr().Vtysh(b.Ctx, show+prefix+" json")
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -359,7 +396,7 @@ func (b bgpLab) zebraNextHops(ip string) ([]string, string) {
 		return nil, fmt.Sprintf("%v in %q", err, out)
 	}
 	var hops []string
-	for _, e := range r[ip+"/32"] {
+	for _, e := range r[prefix] {
 		if e.Protocol != "bgp" || !e.Selected || !e.Installed {
 			continue
 		}
@@ -374,9 +411,14 @@ func (b bgpLab) zebraNextHops(ip string) ([]string, string) {
 }
 
 // kernelNextHops are the gateways of the router namespace's kernel route
-// for ip/32 and the route's protocol ("bgp" from zebra, "bird").
+// for ip/32 (ip/128) and the route's protocol ("bgp" from zebra, "bird").
 func (b bgpLab) kernelNextHops(ip string) (hops []string, protocol, raw string) {
-	out, err := b.Exec("router", "ip", "-j", "-4", "route", "show", ip+"/32")
+	prefix, _ := hostRoute(ip)
+	fam := "-4"
+	if isIPv6(ip) {
+		fam = "-6"
+	}
+	out, err := b.Exec("router", "ip", "-j", fam, "route", "show", prefix)
 	if err != nil {
 		return nil, "", err.Error()
 	}
@@ -403,14 +445,16 @@ func (b bgpLab) kernelNextHops(ip string) (hops []string, protocol, raw string) 
 	return hops, protocol, strings.TrimSpace(out)
 }
 
-// waitFRRNextHops waits until FRR has installed ip/32 with exactly the
-// nodes as next hops (ECMP when several), in zebra and in the router's
-// kernel, and returns FRR's BGP paths for it.
+// waitFRRNextHops waits until FRR has installed ip/32 (ip/128) with
+// exactly the nodes (their addresses of ip's family) as next hops (ECMP
+// when several), in zebra and in the router's kernel, and returns FRR's
+// BGP paths for it.
 func (b bgpLab) waitFRRNextHops(ip string, nodes []string, timeout time.Duration) []frrPath {
 	b.t().Helper()
-	want := b.nodeIPs(nodes...)
+	want := b.nodeIPsOfFamily(ip, nodes...)
+	prefix, _ := hostRoute(ip)
 	var paths []frrPath
-	d := b.Poll(timeout, fmt.Sprintf("FRR to route %s/32 via exactly %v %v", ip, nodes, want), func() (bool, string) {
+	d := b.Poll(timeout, fmt.Sprintf("FRR to route %s via exactly %v %v", prefix, nodes, want), func() (bool, string) {
 		zebra, zraw := b.zebraNextHops(ip)
 		kern, proto, kraw := b.kernelNextHops(ip)
 		var praw string
@@ -419,7 +463,7 @@ func (b bgpLab) waitFRRNextHops(ip string, nodes []string, timeout time.Duration
 		return ok, fmt.Sprintf("zebra fib next hops %v, kernel %v (proto %s); show ip route: %s; kernel: %s; bgp paths: %v; %s",
 			zebra, kern, proto, zraw, kraw, paths, praw)
 	})
-	b.t().Logf("FRR routes %s/32 via %v (%v) after %s; BGP paths:\n  %s", ip, want, nodes, d.Round(time.Millisecond), joinPaths(paths))
+	b.t().Logf("FRR routes %s via %v (%v) after %s; BGP paths:\n  %s", prefix, want, nodes, d.Round(time.Millisecond), joinPaths(paths))
 	return paths
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,7 +81,10 @@ func checkCommunities(std, large []string) error {
 // address, BFD (300 ms x 3) up in FRR's bfdd, and graceful restart
 // (SIGKILL of the speaker: the route stays, stale, never leaving the
 // router's kernel table, and the remote client keeps getting answers).
-// None of it may reset the other nodes' sessions.
+// None of it may reset the other nodes' sessions. Last, IPv6: a second
+// BGPPeer to the router's LAN IPv6 address and a dual-stack Service,
+// whose /128 FRR routes over every node's IPv6 address to the remote
+// client.
 func TestSpeakerBGP(t *testing.T) {
 	h := harness.Start(t)
 	b := newBGPLab(h)
@@ -558,6 +562,78 @@ func TestSpeakerBGP(t *testing.T) {
 		if len(failures) > 0 {
 			t.Errorf("requests failed during the graceful restart:\n%s", strings.Join(failures, "\n"))
 		}
+	})
+
+	// IPv6 end to end: a BGPPeer over IPv6 to the router's LAN address
+	// next to the IPv4 one, and a dual-stack Service; FRR learns the
+	// /128 from every node's IPv6 session with the node's IPv6 address as
+	// next hop, and the remote client reaches the IPv6 VIP.
+	t.Run("IPv6: a session over IPv6 and a dual-stack Service", func(t *testing.T) {
+		b, h := b.on(t)
+		const peer, svc = name + "-v6", name + "-v6"
+		t.Cleanup(func() {
+			_, _ = h.K.Run(h.Ctx, "delete", "service", svc, "--ignore-not-found")
+			_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "bgppeer", peer, "--ignore-not-found")
+			if err := pollErr(h.Ctx, time.Minute, func() (bool, string) {
+				peers, raw := b.frrPeersAF("ipv6Unicast")
+				for _, n := range nodes {
+					if _, ok := peers[b.nodeIPv6(n)]; ok || peers == nil {
+						return false, raw
+					}
+				}
+				return true, ""
+			}); err != nil {
+				t.Errorf("FRR's IPv6 sessions stay after the BGPPeer is gone: %v", err)
+			}
+		})
+		h.Apply(bgpPeerYAML(peer, "peerAddress: "+topology.RouterLANv6.String(), generalPeerSelector) +
+			lbServiceYAML(svc, name, name, "Cluster", "") + "  ipFamilyPolicy: PreferDualStack\n")
+		d := h.Poll(time.Minute, "Established IPv6 sessions at FRR from every node", func() (bool, string) {
+			peers, raw := b.frrPeersAF("ipv6Unicast")
+			for _, n := range nodes {
+				if p, ok := peers[b.nodeIPv6(n)]; !ok || p.State != "Established" {
+					return false, raw
+				}
+			}
+			return true, ""
+		})
+		t.Logf("every node's IPv6 session Established at FRR %s after the BGPPeer was applied", d.Round(time.Millisecond))
+
+		var ip4, ip6 string
+		h.Poll(30*time.Second, "an IPv4 and an IPv6 address for "+svc, func() (bool, string) {
+			cur := ctl{h}.service("default", svc)
+			ip4, ip6 = "", ""
+			for _, in := range cur.Status.LoadBalancer.Ingress {
+				if a, err := netip.ParseAddr(in.IP); err == nil && a.Is6() {
+					ip6 = in.IP
+				} else {
+					ip4 = in.IP
+				}
+			}
+			return ip4 != "" && ip6 != "", fmt.Sprint(cur.Spec.IPFamilies, cur.Status.LoadBalancer.Ingress)
+		})
+		if !topology.BGPPoolV6.Contains(mustAddr(t, ip6)) {
+			t.Fatalf("the Service got %s, outside the lab's IPv6 BGP range %s", ip6, topology.BGPPoolV6)
+		}
+		paths := b.waitFRRNextHops(ip6, nodes, time.Minute)
+		for _, n := range nodes {
+			p, ok := pathFrom(paths, b.nodeIPv6(n))
+			if !ok || p.NextHop != b.nodeIPv6(n) || !p.Multipath {
+				t.Errorf("path for %s from %s: %v (present %v), want next hop %s, multipath", ip6, n, p, ok, b.nodeIPv6(n))
+			}
+		}
+		t.Logf("$ vtysh -c 'show bgp ipv6 unicast %s/128'\n%s", ip6, b.vtysh("show bgp ipv6 unicast "+ip6+"/128"))
+		route, _ := h.Exec("router", "ip", "-6", "route", "show", ip6)
+		t.Logf("$ ip -6 route show %s  # in the router namespace\n%s", ip6, route)
+		// The Service's IPv4 address still goes over the IPv4 sessions.
+		b.waitFRRNextHops(ip4, nodes, time.Minute)
+
+		url6 := "http://[" + ip6 + "]/"
+		addr := b.waitRemoteEcho(url6, func(a string) bool {
+			_, ok := topologyNodeByIP(h, a)
+			return ok
+		}, "the remote client to get an answer from "+url6)
+		t.Logf("GET %s from the remote client (%s): client_address=%s (Cluster: the forwarding node SNATs)", url6, topology.RemoteV6IP, addr)
 	})
 }
 
