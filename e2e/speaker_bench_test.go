@@ -234,26 +234,19 @@ func (s l2) speakersInCluster(timeout time.Duration) {
 // speakerAlive tells whether the process the pod's status names is a
 // running herald speaker (the status lags behind a kill).
 func speakerAlive(p v1.Pod) error {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name != "speaker" {
-			continue
-		}
-		rest, _ := strings.CutPrefix(cs.ContainerID, "lab://")
-		pid, err := strconv.Atoi(rest[strings.LastIndexByte(rest, '/')+1:])
-		if err != nil {
-			return fmt.Errorf("container ID %q", cs.ContainerID)
-		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return fmt.Errorf("pid %d gone", pid)
-		}
-		// A killed process is a zombie (state Z) until the kubelet reaps it.
-		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) == 0 || f[0] == "Z" {
-			return fmt.Errorf("pid %d exited", pid)
-		}
-		return nil
+	pid, err := speakerContainerPID(p)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("no speaker container status")
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return fmt.Errorf("pid %d gone", pid)
+	}
+	// A killed process is a zombie (state Z) until the kubelet reaps it.
+	if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) == 0 || f[0] == "Z" {
+		return fmt.Errorf("pid %d exited", pid)
+	}
+	return nil
 }
 
 // watchNeigh records every change of the client's neighbor entry for ip
