@@ -114,9 +114,9 @@ bench: toolchain ## benchmarks (not in CI): go test -bench, and the lab's benchm
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	@if [ "$$(id -u)" -ne 0 ]; then echo "make bench: the lab benchmarks need root: skipped them" >&2; exit 0; fi; \
 	(cd e2e && $(GO) run ./cmd/herald-lab build); \
-	echo "cd e2e && HERALD_BENCH=1 $(GO) test -run '^TestBench' -v -timeout 150m ."; \
+	echo "cd e2e && HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 150m ."; \
 	(cd e2e && HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 150m .) || exit 1; \
-	echo "cd e2e && HERALD_BENCH=1 HERALD_LAB_NODES=10 $(GO) test -run '^TestBenchL2Failover$$' -v -timeout 90m ."; \
+	echo "cd e2e && HERALD_BENCH=1 HERALD_LAB_NODES=10 $(GO) test -count=1 -run '^TestBenchL2Failover$$' -v -timeout 90m ."; \
 	cd e2e && HERALD_BENCH=1 HERALD_LAB_NODES=10 $(GO) test -count=1 -run '^TestBenchL2Failover$$' -v -timeout 90m .
 
 lint: toolchain ## gofmt, go vet and staticcheck (when it can be installed)

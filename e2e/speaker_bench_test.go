@@ -62,33 +62,35 @@ func TestBenchL2Failover(t *testing.T) {
 	h.Kubectl("-n", heraldNS, "patch", "l2advertisement", name, "--type=merge", "-p",
 		`{"spec":{"nodeSelectors":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":["node1"]}]}]}}`)
 	h.ReadyPods("app="+name, 1, 2*time.Minute)
-	created := time.Now()
-	h.Kubectl("expose", "deployment", name, "--name="+name, "--port=80", "--target-port=8080", "--type=LoadBalancer")
-	ip := ctl{h}.waitAnyIP("default", name)
-	h.Poll(30*time.Second, "the first answer from "+ip, func() (bool, string) {
-		ok, _ := benchGet(h.Layout.Client, ip, time.Second)
-		return ok, ""
-	})
-	createToCurl := []time.Duration{time.Since(created)}
-	var createToIP []time.Duration
-	// More samples, each a new Service on the same pods: kubectl expose,
-	// then a request every 10 ms (200 ms timeout) until one is answered.
-	for i := range 5 {
-		svc := fmt.Sprintf("%s-c%d", name, i)
+	// Create -> first answer, each sample a new Service on the same pods:
+	// kubectl expose, then a request every 10 ms (200 ms timeout) until
+	// one is answered. The first Service stays for the failover trials.
+	var createToCurl, createToIP []time.Duration
+	var ip string
+	for i := range 6 {
+		svc := name
+		if i > 0 {
+			svc = fmt.Sprintf("%s-c%d", name, i)
+			t.Cleanup(func() { _, _ = h.K.Run(h.Ctx, "delete", "service", svc, "--ignore-not-found") })
+		}
 		created := time.Now()
 		h.Kubectl("expose", "deployment", name, "--name="+svc, "--port=80", "--target-port=8080", "--type=LoadBalancer")
-		ip := ctl{h}.waitAnyIP("default", svc)
+		sip := ctl{h}.waitAnyIP("default", svc)
 		createToIP = append(createToIP, time.Since(created))
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if ok, _ := benchGet(h.Layout.Client, ip, 200*time.Millisecond); ok {
+			if ok, _ := benchGet(h.Layout.Client, sip, 200*time.Millisecond); ok {
 				createToCurl = append(createToCurl, time.Since(created))
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no answer from %s (Service %s) 30 s after it was created", ip, svc)
+				t.Fatalf("no answer from %s (Service %s) 30 s after it was created", sip, svc)
 			}
 		}
-		h.Kubectl("delete", "service", svc)
+		if i == 0 {
+			ip = sip
+		} else {
+			h.Kubectl("delete", "service", svc)
+		}
 	}
 	slices.Sort(createToCurl)
 	slices.Sort(createToIP)
@@ -256,7 +258,8 @@ func watchNeigh(s l2, ip string, dur time.Duration) <-chan []string {
 	go func() {
 		var changes []string
 		last := ""
-		for end := time.Now().Add(dur); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		// 50 ms: enough to see the change, light beside the request stream.
+		for end := time.Now().Add(dur); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 			mac, state := s.neighMAC(ip)
 			if now := mac + " " + state; now != last {
 				changes = append(changes, time.Now().Format("15:04:05.000")+" "+now)

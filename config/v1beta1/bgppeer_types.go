@@ -77,8 +77,9 @@ type BGPPeerSpec struct {
 	PeerPort *int32 `json:"peerPort,omitempty"`
 
 	// HoldTime is the BGP hold time proposed to the peer, in whole seconds
-	// (BGP carries it as a 16-bit count of seconds): 0s disables
-	// keepalives, otherwise 3s to 65535s. Default 90s.
+	// (BGP carries it as a 16-bit count of seconds): 3s to 65535s. The API
+	// admits 0s (no keepalives), which herald's speaker refuses: the
+	// BGPPeer is then marked invalid. Default 90s.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(h|m|s))+$`
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(h|m|s))+$') || duration(self) == duration('0s') || (duration(self) >= duration('3s') && duration(self) <= duration('65535s'))",message="holdTime must be 0s (no keepalives) or between 3s and 65535s"

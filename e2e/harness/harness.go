@@ -68,12 +68,17 @@ func Main(m *testing.M, opts Options) int {
 	if opts.Nodes == 0 {
 		opts.Nodes = cluster.DefaultNodes
 	}
-	// HERALD_LAB_NODES runs the package on a lab of another size (the
-	// benchmarks at 10 nodes); the tests themselves assume Options.Nodes.
+	// HERALD_LAB_NODES runs the benchmarks on a lab of another size (the
+	// L2 failover at 10 nodes); the tests themselves assume Options.Nodes,
+	// so it is refused outside benchmark runs.
 	if v := os.Getenv("HERALD_LAB_NODES"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > topology.MaxNodes {
-			fmt.Fprintf(os.Stderr, "harness: HERALD_LAB_NODES=%q: want a number of nodes from 1 to %d\n", v, topology.MaxNodes)
+		switch {
+		case os.Getenv("HERALD_BENCH") != "1":
+			fmt.Fprintf(os.Stderr, "harness: HERALD_LAB_NODES=%s is for benchmark runs only (HERALD_BENCH=1); the tests assume %d nodes\n", v, opts.Nodes)
+			return 2
+		case err != nil || n < 3 || n > topology.MaxNodes:
+			fmt.Fprintf(os.Stderr, "harness: HERALD_LAB_NODES=%q: want a number of nodes from 3 to %d\n", v, topology.MaxNodes)
 			return 2
 		}
 		opts.Nodes = n

@@ -139,16 +139,18 @@ func (c *Config) validate() error {
 		return errors.New("kubelet: no node IP")
 	case !c.PodCIDR.IsValid() || !c.PodGateway.IsValid() || !c.PodCIDR.Contains(c.PodGateway) || !c.PodCIDR.Addr().Is4():
 		return fmt.Errorf("kubelet: pod CIDR %s and gateway %s do not fit", c.PodCIDR, c.PodGateway)
-	case c.NodeIPv6.IsValid() || c.PodCIDRv6.IsValid() || c.PodGatewayV6.IsValid():
-		if !c.NodeIPv6.Is6() || !c.PodCIDRv6.Addr().Is6() || c.PodCIDRv6.Bits() > 96 || c.podIPv6(c.PodGateway) != c.PodGatewayV6 {
-			return fmt.Errorf("kubelet: IPv6 node IP %s, pod CIDR %s and gateway %s do not fit (a /96 or larger, the gateway with the IPv4 gateway's host number)", c.NodeIPv6, c.PodCIDRv6, c.PodGatewayV6)
-		}
 	case c.NetnsPrefix == "":
 		return errors.New("kubelet: no namespace prefix")
 	case c.Kubeconfig == "":
 		return errors.New("kubelet: no kubeconfig")
 	case c.StateDir == "":
 		return errors.New("kubelet: no state directory")
+	}
+	// IPv6 is optional, but all or nothing.
+	if c.NodeIPv6.IsValid() || c.PodCIDRv6.IsValid() || c.PodGatewayV6.IsValid() {
+		if !c.NodeIPv6.Is6() || !c.PodCIDRv6.Addr().Is6() || c.PodCIDRv6.Bits() > 96 || c.podIPv6(c.PodGateway) != c.PodGatewayV6 {
+			return fmt.Errorf("kubelet: IPv6 node IP %s, pod CIDR %s and gateway %s do not fit (a /96 or larger, the gateway with the IPv4 gateway's host number)", c.NodeIPv6, c.PodCIDRv6, c.PodGatewayV6)
+		}
 	}
 	if c.PodBridge == "" {
 		c.PodBridge = DefaultPodBridge

@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -73,6 +74,11 @@ func TestPodIPv6FollowsIPv4(t *testing.T) {
 	bad.NodeIPv6 = netip.Addr{}
 	if err := bad.validate(); err == nil {
 		t.Error("half a dual-stack config was accepted")
+	}
+	bad = c
+	bad.Kubeconfig = ""
+	if err := bad.validate(); err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Errorf("a dual-stack config without a kubeconfig: %v", err)
 	}
 	single := c
 	single.NodeIPv6, single.PodCIDRv6, single.PodGatewayV6 = netip.Addr{}, netip.Prefix{}, netip.Addr{}

@@ -75,16 +75,17 @@ func New(log *slog.Logger) *Router {
 	return r
 }
 
-// shutdownPeer closes a session for good (a NOTIFICATION Cease,
-// administrative shutdown, carrying why) until the peer is added again.
-func (r *Router) shutdownPeer(addr netip.Addr, why string) {
+// shutdownPeer closes a session (a NOTIFICATION Cease, administrative
+// shutdown, carrying why) and keeps it administratively down until the
+// BGPPeer changes, which deletes and re-adds the peer. It holds r.mu so
+// that a peer deleted and re-added meanwhile is not the one disabled.
+func (r *Router) shutdownPeer(addr netip.Addr, s *session, why string) {
 	r.mu.Lock()
-	s := r.s
-	r.mu.Unlock()
-	if s == nil {
+	defer r.mu.Unlock()
+	if r.s == nil || !r.sessions.current(addr, s) {
 		return
 	}
-	err := s.ShutdownPeer(context.Background(), &api.ShutdownPeerRequest{Address: addr.String(), Communication: why})
+	err := r.s.DisablePeer(context.Background(), &api.DisablePeerRequest{Address: addr.String(), Communication: why})
 	if err != nil {
 		r.log.Warn("could not shut the BGP session down", "address", addr, "error", err)
 	}

@@ -48,8 +48,9 @@ type sessionLog struct {
 	log *slog.Logger
 
 	// refuse is called, in a goroutine of its own, when a session comes
-	// up with an AS number its BGPPeer does not allow.
-	refuse func(addr netip.Addr, why string)
+	// up with an AS number its BGPPeer does not allow; s is the tracked
+	// session, so a peer re-added since is left alone.
+	refuse func(addr netip.Addr, s *session, why string)
 
 	mu       sync.Mutex
 	sessions map[netip.Addr]*session
@@ -75,6 +76,13 @@ func (l *sessionLog) track(addr netip.Addr, name string, notAS uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sessions[addr] = &session{name: name, state: bgp.BGP_FSM_IDLE, since: time.Now(), notAS: notAS}
+}
+
+// current tells whether s is still the session tracked for addr.
+func (l *sessionLog) current(addr netip.Addr, s *session) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sessions[addr] == s
 }
 
 // forget stops following a session; its late events are ignored.
@@ -124,7 +132,7 @@ func (l *sessionLog) event(ev *apiutil.WatchEventMessage_PeerEvent, t time.Time)
 		l.log.Error("BGP session refused: shutting it down", "peer", s.name, "address", addr, "why", why)
 		if l.refuse != nil {
 			// Not from GoBGP's event goroutine, which the shutdown waits on.
-			go l.refuse(addr, why)
+			go l.refuse(addr, s, why)
 		}
 	case st.SessionState == bgp.BGP_FSM_ESTABLISHED:
 		l.log.Info("BGP session established", "peer", s.name, "address", addr)

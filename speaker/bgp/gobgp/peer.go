@@ -37,7 +37,7 @@ func apiPeer(p *config.Peer) (*api.Peer, error) {
 		peerASN = p.MyASN
 	case p.DynamicASN == string(v1beta1.DynamicASNExternal):
 		// 0 makes GoBGP take any AS from the OPEN; the session log shuts
-		// the session down if that is our own (checkASN).
+		// the session down if that is our own (sessionLog.event).
 		peerASN = 0
 	case p.DynamicASN != "" || p.PeerASN == 0:
 		return nil, fmt.Errorf("BGPPeer %s: spec.dynamicASN %q is not supported: use \"internal\" or \"external\", or set spec.peerASN", p.Name, p.DynamicASN)
