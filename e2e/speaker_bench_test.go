@@ -99,7 +99,11 @@ func TestBenchL2Failover(t *testing.T) {
 	settle := func() string {
 		var w string
 		h.Poll(2*time.Minute, "one announcer answering ARP", func() (bool, string) {
-			w = s.announcer("default", name, ip, time.Minute)
+			who, anns := s.announcersOf("default", name, ip)
+			if len(who) != 1 {
+				return false, fmt.Sprint(anns)
+			}
+			w = who[0]
 			macs, _ := s.arping(ip, 1, 1)
 			return len(macs) == 1 && nodeOf[macs[0]] == w, fmt.Sprint(w, macs)
 		})

@@ -127,19 +127,25 @@ func (s l2) announcements(ns, svc string) []string {
 	return lines
 }
 
+// announcersOf reads once which nodes' ServiceAnnouncements of the
+// Service carry ip.
+func (s l2) announcersOf(ns, svc, ip string) (nodes, all []string) {
+	all = s.announcements(ns, svc)
+	for _, a := range all {
+		if strings.Contains(a, `"`+ip+`"`) {
+			nodes = append(nodes, strings.SplitN(a, ":", 2)[0])
+		}
+	}
+	return nodes, all
+}
+
 // announcer waits until exactly one node announces the Service's ip and
 // returns it.
 func (s l2) announcer(ns, svc, ip string, timeout time.Duration) string {
 	s.T.T.Helper()
 	var node string
 	s.Poll(timeout, fmt.Sprintf("one ServiceAnnouncement of %s/%s with %s", ns, svc, ip), func() (bool, string) {
-		anns := s.announcements(ns, svc)
-		var who []string
-		for _, a := range anns {
-			if strings.Contains(a, `"`+ip+`"`) {
-				who = append(who, strings.SplitN(a, ":", 2)[0])
-			}
-		}
+		who, anns := s.announcersOf(ns, svc, ip)
 		if len(who) == 1 {
 			node = who[0]
 		}

@@ -153,7 +153,11 @@ func TestSpeakerL2(t *testing.T) {
 			t.Helper()
 			var node string
 			h.Poll(45*time.Second, what, func() (bool, string) {
-				node = s.announcer("default", name, ip6, 30*time.Second)
+				who, anns := s.announcersOf("default", name, ip6)
+				if len(who) != 1 {
+					return false, fmt.Sprintf("announcements %v", anns)
+				}
+				node = who[0]
 				out, err := h.Exec("client", "ndisc6", "-q", "-1", "-r", "2", "-w", "500", ip6, "eth0")
 				return err == nil && want(node) && strings.ToLower(strings.TrimSpace(out)) == macOf[node],
 					fmt.Sprintf("announcer %s (eth0 %s); ndisc6: %s %v", node, macOf[node], strings.TrimSpace(out), err)
