@@ -1,10 +1,14 @@
 package rules_test
 
 import (
+	"bytes"
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/herald-lb/herald/proxy/rules"
@@ -63,29 +67,61 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// TestWriteSamples writes rulesets for checking with the real
-// iptables-restore --test (inside a scratch network namespace) when
-// HERALD_RULES_SAMPLES names a directory.
-func TestWriteSamples(t *testing.T) {
-	dir := os.Getenv("HERALD_RULES_SAMPLES")
-	if dir == "" {
-		t.Skip("HERALD_RULES_SAMPLES not set")
+// TestRulesetsInIPTables loads rendered rulesets with the real
+// iptables-restore, with --noflush as the proxy runs it, inside a
+// throwaway network namespace: the text the golden files review by eye
+// must also be what the kernel takes. Everything is applied for real
+// (iptables-nft's --test does not even check that a chain exists), the
+// full sync, the jumps into it and a partial sync on top in the proxy's
+// order.
+func TestRulesetsInIPTables(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
 	}
-	write := func(name string, b []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
+	for _, tool := range []string{"ip", "iptables-restore", "ip6tables-restore"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s: %v", tool, err)
 		}
 	}
-	for name, rs := range goldenCases() {
-		write(name+".rules", rs.Bytes())
+	ns := fmt.Sprintf("hlrules-%d", os.Getpid()%100000)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v\n%s", ns, err, out)
 	}
-	write("jumps.rules", []byte(rules.JumpsText()))
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v\n%s", ns, err, out)
+		}
+	})
+	restore := func(name string, f rules.Family, text []byte) {
+		t.Helper()
+		bin := "iptables-restore"
+		if f == rules.IPv6 {
+			bin = "ip6tables-restore"
+		}
+		args := []string{"netns", "exec", ns, bin, "-w", "5", "--noflush"}
+		cmd := exec.Command("ip", args...)
+		cmd.Stdin = bytes.NewReader(text)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: %s: %v\n%s", name, strings.Join(args[3:], " "), err, out)
+		}
+	}
+	// First, in the empty namespace, so the partial sync can only lean on
+	// chains the full sync made.
 	before, after, changed := states(lab4)
 	full1 := rules.Render(rules.IPv4, before.svcs, before.eps, lab4.node())
-	write("full1.rules", full1.Bytes())
-	write("full2.rules", rules.Render(rules.IPv4, after.svcs, after.eps, lab4.node()).Bytes())
+	restore("full sync", rules.IPv4, full1.Bytes())
+	restore("jumps", rules.IPv4, []byte(rules.JumpsText()))
 	p := rules.RenderWith(rules.IPv4, after.svcs, after.eps, lab4.node(), rules.Options{Changed: changed, Existing: full1.NATChains})
-	write("partial.rules", p.Bytes())
+	restore("partial sync", rules.IPv4, p.Bytes())
+	restore("next full sync", rules.IPv4, rules.Render(rules.IPv4, after.svcs, after.eps, lab4.node()).Bytes())
+
+	for name, rs := range goldenCases() {
+		f := rules.IPv4
+		if strings.HasSuffix(name, "-v6") {
+			f = rules.IPv6
+		}
+		restore(name, f, rs.Bytes())
+	}
 	svcs, eps := benchState(2000, 2)
-	write("big-v4.rules", rules.Render(rules.IPv4, svcs, eps, lab4.node()).Bytes())
+	restore("2,000 Services", rules.IPv4, rules.Render(rules.IPv4, svcs, eps, lab4.node()).Bytes())
 }
