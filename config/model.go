@@ -117,6 +117,19 @@ type BGPAdvertisement struct {
 	ServiceSelectors Selectors
 }
 
+// Advertisement is what L2 and BGP advertisements share for choosing
+// the addresses they announce: their pools and Service selectors.
+type Advertisement interface {
+	comparable
+	Scope() (pools []string, services Selectors)
+}
+
+// Scope implements Advertisement.
+func (a *L2Advertisement) Scope() ([]string, Selectors) { return a.Pools, a.ServiceSelectors }
+
+// Scope implements Advertisement.
+func (a *BGPAdvertisement) Scope() ([]string, Selectors) { return a.Pools, a.ServiceSelectors }
+
 // Peer is a validated BGPPeer.
 type Peer struct {
 	Name  string

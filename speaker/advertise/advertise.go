@@ -163,7 +163,11 @@ func Compute(in Input) Plan {
 	}
 	p.Sessions, p.ASN, p.RouterID, p.Problems = sessions(in, labels)
 
-	groups, ignored := announce.GroupIPs(in.Config, in.Services, advertisements, ReasonNoAdvertisement, ReasonServiceNotSelected)
+	var ads []*config.BGPAdvertisement
+	if in.Config != nil {
+		ads = in.Config.BGPAdvertisements
+	}
+	groups, ignored := announce.GroupIPs(in.Config, in.Services, ads, ReasonNoAdvertisement, ReasonServiceNotSelected)
 	p.Ignored = ignored
 
 	// routes[peer][prefix] accumulates the attributes of every
@@ -380,19 +384,6 @@ func serviceIneligible(svcs []announce.Service, node string) string {
 		return ReasonNoEndpoints
 	}
 	return ""
-}
-
-func advertisements(c *config.Config, pool string, labels map[string]string) (ads []*config.BGPAdvertisement, covered bool) {
-	for _, ad := range c.BGPAdvertisements {
-		if ad == nil || !slices.Contains(ad.Pools, pool) {
-			continue
-		}
-		covered = true
-		if ad.ServiceSelectors.MatchesOrEmpty(labels) {
-			ads = append(ads, ad)
-		}
-	}
-	return ads, covered
 }
 
 func compareRefs(a, b announce.ServiceRef) int {

@@ -216,7 +216,11 @@ func (s State) Announced() map[netip.Addr][]string {
 // one of them.
 func Compute(in Input) State {
 	st := State{Node: in.Local.Name}
-	groups, ignored := GroupIPs(in.Config, in.Services, advertisements, ReasonNoAdvertisement, ReasonServiceNotSelected)
+	var ads []*config.L2Advertisement
+	if in.Config != nil {
+		ads = in.Config.L2Advertisements
+	}
+	groups, ignored := GroupIPs(in.Config, in.Services, ads, ReasonNoAdvertisement, ReasonServiceNotSelected)
 	st.Ignored = ignored
 
 	nodes, localLabels, localKnown := electionNodes(in)
@@ -285,12 +289,11 @@ type Group[A comparable] struct {
 // GroupIPs groups the Services' addresses that may be announced, by
 // address. An address may be announced when it is valid, inside a
 // configured pool, assigned from that pool by herald (the annotation)
-// and covered by an advertisement selecting its Service; adsFor returns
-// a pool's advertisements selecting a Service with these labels, and
-// whether any advertisement covers the pool at all. Every Service or
-// address left out is in ignored with the reason, noAd and notSelected
-// being the protocol's wording of the last two.
-func GroupIPs[A comparable](cfg *config.Config, svcs []Service, adsFor func(c *config.Config, pool string, labels map[string]string) ([]A, bool), noAd, notSelected string) (map[netip.Addr]*Group[A], []Ignored) {
+// and covered by one of ads (the protocol's advertisements) selecting
+// its Service. Every Service or address left out is in ignored with the
+// reason, noAd and notSelected being the protocol's wording of the last
+// two.
+func GroupIPs[A config.Advertisement](cfg *config.Config, svcs []Service, ads []A, noAd, notSelected string) (map[netip.Addr]*Group[A], []Ignored) {
 	groups := map[netip.Addr]*Group[A]{}
 	var ignored []Ignored
 	seen := map[ServiceRef]bool{}
@@ -334,7 +337,7 @@ func GroupIPs[A comparable](cfg *config.Config, svcs []Service, adsFor func(c *c
 				ignore(s, a, ReasonPoolMismatch, fmt.Sprintf("the IP is in pool %s, the annotation says %s", pool.Name, s.Pool))
 				continue
 			}
-			ads, covered := adsFor(cfg, pool.Name, s.Labels)
+			ads, covered := selecting(ads, pool.Name, s.Labels)
 			if len(ads) == 0 {
 				if covered {
 					ignore(s, a, notSelected, "pool "+pool.Name)
@@ -370,20 +373,25 @@ func PoolFor(c *config.Config, a netip.Addr) *config.Pool {
 	return nil
 }
 
-// advertisements returns the L2Advertisements announcing pool for a
-// Service with these labels, and whether any advertisement covers the pool
-// at all (to tell the two reasons apart).
-func advertisements(c *config.Config, pool string, labels map[string]string) (ads []*config.L2Advertisement, poolCovered bool) {
-	for _, ad := range c.L2Advertisements {
-		if ad == nil || !slices.Contains(ad.Pools, pool) {
+// selecting returns the advertisements announcing pool for a Service
+// with these labels, and whether any of them covers the pool at all (to
+// tell the two reasons apart).
+func selecting[A config.Advertisement](ads []A, pool string, labels map[string]string) (out []A, poolCovered bool) {
+	var none A
+	for _, ad := range ads {
+		if ad == none {
+			continue
+		}
+		pools, services := ad.Scope()
+		if !slices.Contains(pools, pool) {
 			continue
 		}
 		poolCovered = true
-		if ad.ServiceSelectors.MatchesOrEmpty(labels) {
-			ads = append(ads, ad)
+		if services.MatchesOrEmpty(labels) {
+			out = append(out, ad)
 		}
 	}
-	return ads, poolCovered
+	return out, poolCovered
 }
 
 // electionNodes joins the Nodes with the members: a Node without a member
