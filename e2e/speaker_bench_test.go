@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -44,10 +43,7 @@ import (
 // readiness alone would let a trial fail the one remaining candidate.
 func TestBenchL2Failover(t *testing.T) {
 	harness.Bench(t)
-	trials := 20
-	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_TRIALS")); err == nil && v > 0 {
-		trials = v
-	}
+	trials := harness.Trials(t, 20)
 	h := harness.Start(t)
 	s := l2{h}
 	const name = "bl2"

@@ -47,10 +47,7 @@ import (
 // HERALD_BENCH_TRIALS sets the trials per measurement (default 5).
 func TestBenchBGP(t *testing.T) {
 	harness.Bench(t)
-	trials := 5
-	if v, err := strconv.Atoi(os.Getenv("HERALD_BENCH_TRIALS")); err == nil && v > 0 {
-		trials = v
-	}
+	trials := harness.Trials(t, 5)
 	h := harness.Start(t)
 	b := newBGPLab(h)
 	const name = "bbgp"

@@ -419,3 +419,17 @@ func Bench(t *testing.T) {
 		t.Skip("a benchmark, run by `make bench` (HERALD_BENCH=1), not by make test")
 	}
 }
+
+// Trials is a benchmark's number of trials: HERALD_BENCH_TRIALS, else def.
+func Trials(t *testing.T, def int) int {
+	t.Helper()
+	v := os.Getenv("HERALD_BENCH_TRIALS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("HERALD_BENCH_TRIALS=%q: want a positive number of trials", v)
+	}
+	return n
+}
