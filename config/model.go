@@ -38,6 +38,9 @@ type Config struct {
 	BFDProfiles       map[string]*BFDProfile
 	// Communities are the aliases defined by valid Community objects.
 	Communities map[string]Community
+	// Objects says, for every object read, which version of it is in
+	// force; keyed by ObjectKey(kind, name).
+	Objects map[string]ObjectState
 }
 
 // PoolNames returns the pool names in sorted order.
@@ -146,7 +149,10 @@ type Peer struct {
 	RouterID      netip.Addr    // invalid (zero) when unset
 	NodeSelectors Selectors
 	// Password is the TCP MD5 key, resolved from passwordSecret if needed.
-	Password        Secret
+	Password Secret
+	// PasswordSecret names the Secret the password comes from ("" when
+	// it is written inline).
+	PasswordSecret  string
 	EBGPMultiHop    bool
 	GracefulRestart bool
 	// BFD is nil when the session is not tracked by BFD.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -32,6 +33,24 @@ type Resources struct {
 	// on files that do not include them): passwordSecret references are then
 	// not checked and peers keep an empty password.
 	SecretsUnavailable bool
+
+	// InUse are the addresses Services hold (from their status). A pool
+	// edit that would drop one of them from the pool is refused.
+	InUse []InUse
+	// Passwords are the BGP passwords in force, by BGPPeer name: the
+	// controller's copy (Secret herald-bgp-passwords). A peer whose
+	// passwordSecret no longer resolves keeps the password it had.
+	Passwords map[string]Secret
+	// PasswordsFromCopy makes every passwordSecret resolve from Passwords
+	// alone: the speakers read no user Secrets, only the controller's copy.
+	PasswordsFromCopy bool
+}
+
+// InUse is an address a Service holds.
+type InUse struct {
+	Addr netip.Addr
+	// Service is "namespace/name", for messages.
+	Service string
 }
 
 // Parse validates the resources and returns the model of every object that
@@ -42,6 +61,7 @@ func Parse(in Resources) (*Config, Problems) {
 		Peers:       map[string]*Peer{},
 		BFDProfiles: map[string]*BFDProfile{},
 		Communities: map[string]Community{},
+		Objects:     map[string]ObjectState{},
 	}, aliases: map[string]aliasDef{}, brokenPools: map[string]bool{}, brokenPeers: map[string]bool{}}
 	p.secrets = map[string]map[string][]byte{}
 	for i := range in.Secrets {
@@ -52,22 +72,24 @@ func Parse(in Resources) (*Config, Problems) {
 	}
 
 	for _, o := range ordered(p, KindBFDProfile, in.BFDProfiles, func(o *v1beta1.BFDProfile) *metav1.ObjectMeta { return &o.ObjectMeta }) {
-		p.bfdProfile(o)
+		resolve(p, KindBFDProfile, o, &o.ObjectMeta, o.Status.InForce, func(o *v1beta1.BFDProfile) *v1beta1.BFDProfileSpec { return &o.Spec }, p.bfdProfile)
 	}
 	for _, o := range ordered(p, KindCommunity, in.Communities, func(o *v1beta1.Community) *metav1.ObjectMeta { return &o.ObjectMeta }) {
-		p.community(o)
+		resolve(p, KindCommunity, o, &o.ObjectMeta, o.Status.InForce, func(o *v1beta1.Community) *v1beta1.CommunitySpec { return &o.Spec }, p.community)
 	}
-	for _, o := range ordered(p, KindIPAddressPool, in.Pools, func(o *v1beta1.IPAddressPool) *metav1.ObjectMeta { return &o.ObjectMeta }) {
-		p.pool(o)
+	pools := ordered(p, KindIPAddressPool, in.Pools, func(o *v1beta1.IPAddressPool) *metav1.ObjectMeta { return &o.ObjectMeta })
+	p.reserve(pools)
+	for _, o := range pools {
+		resolve(p, KindIPAddressPool, o, &o.ObjectMeta, o.Status.InForce, func(o *v1beta1.IPAddressPool) *v1beta1.IPAddressPoolSpec { return &o.Spec }, p.pool)
 	}
 	for _, o := range ordered(p, KindBGPPeer, in.Peers, func(o *v1beta1.BGPPeer) *metav1.ObjectMeta { return &o.ObjectMeta }) {
-		p.peer(o)
+		resolve(p, KindBGPPeer, o, &o.ObjectMeta, o.Status.InForce, func(o *v1beta1.BGPPeer) *v1beta1.BGPPeerSpec { return &o.Spec }, p.peer)
 	}
 	for _, o := range ordered(p, KindL2Advertisement, in.L2Advertisements, func(o *v1beta1.L2Advertisement) *metav1.ObjectMeta { return &o.ObjectMeta }) {
-		p.l2Advertisement(o)
+		resolve(p, KindL2Advertisement, o, &o.ObjectMeta, o.Status.InForce, func(o *v1beta1.L2Advertisement) *v1beta1.L2AdvertisementSpec { return &o.Spec }, p.l2Advertisement)
 	}
 	for _, o := range ordered(p, KindBGPAdvertisement, in.BGPAdvertisements, func(o *v1beta1.BGPAdvertisement) *metav1.ObjectMeta { return &o.ObjectMeta }) {
-		p.bgpAdvertisement(o)
+		resolve(p, KindBGPAdvertisement, o, &o.ObjectMeta, o.Status.InForce, func(o *v1beta1.BGPAdvertisement) *v1beta1.BGPAdvertisementSpec { return &o.Spec }, p.bgpAdvertisement)
 	}
 	SortProblems(p.problems)
 	return p.cfg, p.problems
@@ -87,6 +109,15 @@ type parser struct {
 	// broken* name objects left out, for clearer messages in references.
 	brokenPools map[string]bool
 	brokenPeers map[string]bool
+
+	// fallback is set while the version in force is parsed because the
+	// current one was refused: a peer may then use its stored password.
+	fallback bool
+	// reserved are the ranges of the pools' versions in force; an edit of
+	// another pool may not take them, whatever the pools' ages.
+	reserved []ownedRange
+	// inForceRanges are each pool's ranges in force, for the in-use check.
+	inForceRanges map[string][]Range
 }
 
 type ownedRange struct {
@@ -150,8 +181,7 @@ func indexed(field string, i int) string { return fmt.Sprintf("%s[%d]", field, i
 
 // --- BFDProfile -----------------------------------------------------------
 
-func (p *parser) bfdProfile(o *v1beta1.BFDProfile) {
-	r := p.reporter(KindBFDProfile, &o.ObjectMeta)
+func (p *parser) bfdProfile(o *v1beta1.BFDProfile, r *reporter) {
 	s := o.Spec
 	prof := &BFDProfile{
 		Name:             o.Name,
@@ -183,8 +213,7 @@ func uintOr(r *reporter, field string, v *uint32, def, min, max uint32) uint32 {
 
 // --- Community ------------------------------------------------------------
 
-func (p *parser) community(o *v1beta1.Community) {
-	r := p.reporter(KindCommunity, &o.ObjectMeta)
+func (p *parser) community(o *v1beta1.Community, r *reporter) {
 	if len(o.Spec.Communities) == 0 {
 		r.errorf("spec.communities", "must define at least one alias")
 	}
@@ -233,8 +262,7 @@ func (p *parser) community(o *v1beta1.Community) {
 
 // --- IPAddressPool --------------------------------------------------------
 
-func (p *parser) pool(o *v1beta1.IPAddressPool) {
-	r := p.reporter(KindIPAddressPool, &o.ObjectMeta)
+func (p *parser) pool(o *v1beta1.IPAddressPool, r *reporter) {
 	s := o.Spec
 	pool := &Pool{Name: o.Name, Labels: o.Labels, AutoAssign: s.AutoAssign == nil || *s.AutoAssign, AvoidBuggyIPs: s.AvoidBuggyIPs}
 	if len(s.Addresses) == 0 {
@@ -268,10 +296,15 @@ func (p *parser) pool(o *v1beta1.IPAddressPool) {
 			}
 		}
 	}
+	if r.ok() && !p.fallback {
+		p.checkReserved(r, o.Name, pool.Ranges, fields)
+		p.checkInUse(r, o.Name, pool)
+	}
 	if !r.ok() {
 		p.brokenPools[o.Name] = true
 		return
 	}
+	delete(p.brokenPools, o.Name)
 	for i, rg := range pool.Ranges {
 		p.own(ownedRange{r: rg, pool: o.Name, field: fields[i]})
 	}
@@ -319,8 +352,7 @@ func (p *parser) allocation(r *reporter, a *v1beta1.ServiceAllocation) *Allocati
 
 // --- BGPPeer --------------------------------------------------------------
 
-func (p *parser) peer(o *v1beta1.BGPPeer) {
-	r := p.reporter(KindBGPPeer, &o.ObjectMeta)
+func (p *parser) peer(o *v1beta1.BGPPeer, r *reporter) {
 	s := o.Spec
 	peer := &Peer{Name: o.Name, MyASN: s.MyASN, PeerASN: s.PeerASN, DynamicASN: string(s.DynamicASN),
 		EBGPMultiHop: s.EBGPMultiHop, GracefulRestart: s.EnableGracefulRestart}
@@ -423,6 +455,7 @@ func (p *parser) peer(o *v1beta1.BGPPeer) {
 		p.brokenPeers[o.Name] = true
 		return
 	}
+	delete(p.brokenPeers, o.Name)
 	p.cfg.Peers[o.Name] = peer
 }
 
@@ -448,8 +481,23 @@ func (p *parser) peerPassword(r *reporter, o *v1beta1.BGPPeer, peer *Peer) {
 		r.errorf("spec.passwordSecret.name", "must name a Secret")
 		return
 	}
+	peer.PasswordSecret = ref.Name
+	stored, haveStored := p.in.Passwords[o.Name]
+	if p.in.PasswordsFromCopy {
+		if !haveStored {
+			r.errorf("spec.passwordSecret", "the password from Secret %s has not been copied by the controller yet", ref.Name)
+		}
+		peer.Password = stored
+		return
+	}
 	if p.in.SecretsUnavailable {
 		return
+	}
+	if p.fallback && haveStored {
+		// The version in force keeps its password while the Secret it
+		// names is missing or broken; a good Secret still wins below.
+		peer.Password = stored
+		r = &reporter{kind: r.kind, namespace: r.namespace, name: r.name, out: new(Problems)}
 	}
 	data, ok := p.secrets[o.Namespace+"/"+ref.Name]
 	if !ok && p.in.Namespace != "" {
@@ -574,8 +622,7 @@ func (p *parser) resolvePools(r *reporter, names []v1beta1.ObjectName, sels []me
 	return out
 }
 
-func (p *parser) l2Advertisement(o *v1beta1.L2Advertisement) {
-	r := p.reporter(KindL2Advertisement, &o.ObjectMeta)
+func (p *parser) l2Advertisement(o *v1beta1.L2Advertisement, r *reporter) {
 	s := o.Spec
 	adv := &L2Advertisement{Name: o.Name}
 	adv.Pools = p.resolvePools(r, s.IPAddressPools, s.IPAddressPoolSelectors)
@@ -607,8 +654,7 @@ func checkInterfaceName(n string) string {
 	return ""
 }
 
-func (p *parser) bgpAdvertisement(o *v1beta1.BGPAdvertisement) {
-	r := p.reporter(KindBGPAdvertisement, &o.ObjectMeta)
+func (p *parser) bgpAdvertisement(o *v1beta1.BGPAdvertisement, r *reporter) {
 	s := o.Spec
 	adv := &BGPAdvertisement{Name: o.Name, AggregationLength: DefaultAggregationV4, AggregationLengthV6: DefaultAggregationV6, LocalPref: s.LocalPref}
 	if s.AggregationLength != nil {

@@ -101,6 +101,10 @@ type IPAddressPoolStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// InForce is the version of the pool herald uses (see ConfigStatus).
+	// +optional
+	InForce *InForce `json:"inForce,omitempty"`
 }
 
 // IPAddressPool is a set of addresses herald assigns to LoadBalancer Services.
