@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -92,6 +93,11 @@ type Controller struct {
 	// as events.
 	problems config.Problems
 	reported map[string]string
+	// objects says which version of each configuration object is in
+	// force; passwords are the BGP passwords in force, by peer, for the
+	// copy the speakers read.
+	objects   map[string]config.ObjectState
+	passwords map[string][]byte
 
 	statusDirty atomic.Bool
 	ready       atomic.Bool
@@ -120,9 +126,17 @@ func New(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, rec rec
 	c.services = svcInf.Lister()
 	c.indexer["Service"] = svcInf.Informer().GetIndexer()
 	_, _ = svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueService,
-		UpdateFunc: func(_, obj any) { c.enqueueService(obj) },
-		DeleteFunc: c.enqueueService,
+		AddFunc: c.enqueueService,
+		UpdateFunc: func(old, obj any) {
+			c.enqueueService(obj)
+			if o, n := old.(*corev1.Service), obj.(*corev1.Service); !equality.Semantic.DeepEqual(o.Status.LoadBalancer, n.Status.LoadBalancer) {
+				c.inUseChanged()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			c.enqueueService(obj)
+			c.inUseChanged()
+		},
 	})
 	nsInf := c.kubeInformers.Core().V1().Namespaces()
 	c.namespaces = nsInf.Lister()
@@ -182,7 +196,15 @@ func specChanged(old, obj any) bool {
 	}
 	oc, nc := o.GetCreationTimestamp(), n.GetCreationTimestamp()
 	return o.GetGeneration() != n.GetGeneration() || !maps.Equal(o.GetLabels(), n.GetLabels()) ||
-		!oc.Equal(&nc) || (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil)
+		!oc.Equal(&nc) || (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) ||
+		!equality.Semantic.DeepEqual(inForceOf(o), inForceOf(n))
+}
+
+// inForceOf is an object's status.inForce: the version the parser falls
+// back to, so a change of it is a change of the configuration.
+func inForceOf(u *unstructured.Unstructured) any {
+	v, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "inForce")
+	return v
 }
 
 // stripManagedFields drops managedFields from cached objects: the
@@ -201,6 +223,21 @@ func (c *Controller) enqueueService(obj any) {
 	}
 	if s, ok := obj.(*corev1.Service); ok {
 		c.queue.Add(item{namespace: s.Namespace, name: s.Name})
+	}
+}
+
+// inUseChanged re-parses the configuration when a Service's addresses
+// changed while an edit is refused: a pool edit refused because it drops
+// addresses in use is accepted once no Service holds them.
+func (c *Controller) inUseChanged() {
+	c.mu.Lock()
+	refused := false
+	for _, st := range c.objects {
+		refused = refused || st.Refused()
+	}
+	c.mu.Unlock()
+	if refused {
+		c.queue.Add(configItem)
 	}
 }
 

@@ -276,7 +276,7 @@ func TestAdoptBeforeAssign(t *testing.T) {
 	}
 }
 
-func TestPoolShrinkMovesOnlyAffected(t *testing.T) {
+func TestPoolShrinkRefusedWhileInUse(t *testing.T) {
 	e := newEnv(t)
 	e.addPool("lan", []string{l2Range})
 	e.addService(lbService("a", "s1"))
@@ -287,19 +287,49 @@ func TestPoolShrinkMovesOnlyAffected(t *testing.T) {
 	if before["s1"] != "198.51.100.200" || before["s2"] != "198.51.100.201" || before["s3"] != "198.51.100.202" {
 		t.Fatalf("IPs before: %v", before)
 	}
+	if f := e.pool("lan").Status.InForce; f == nil || f.Generation != 1 {
+		t.Fatalf("status.inForce after the first sync = %+v, want generation 1", f)
+	}
 	e.rec.take()
+	// Dropping 198.51.100.200, which s1 holds: refused, nothing moves, and
+	// the pool says why.
 	e.setPoolAddresses("lan", "198.51.100.201-198.51.100.209")
 	e.settle()
-	if got := e.ips("a", "s1"); got != "198.51.100.203" {
-		t.Errorf("s1: %q, want the lowest free 198.51.100.203", got)
+	for n, ip := range before {
+		if got := e.ips("a", n); got != ip {
+			t.Errorf("%s moved from %s to %q", n, ip, got)
+		}
 	}
+	e.expectEvents("IPAddressPool herald-system/lan Warning EditRefused: in force: generation 1, refused: generation 2: spec.addresses: no longer includes 198.51.100.200 (Service a/s1), in use: move those Services to other addresses (or delete them) before removing their addresses from the pool")
+	cond := validOf(t, e.pool("lan").Status.Conditions)
+	if cond.Reason != ReasonEditRefused || !strings.Contains(cond.Message, "spec.addresses") {
+		t.Errorf("Valid condition = %+v, want EditRefused naming spec.addresses", cond)
+	}
+	if f := e.pool("lan").Status.InForce; f == nil || f.Generation != 1 {
+		t.Errorf("status.inForce = %+v, want generation 1 kept", f)
+	}
+	if got := metricValue(t, e.c.metrics, "herald_config_stale_objects", map[string]string{"kind": "IPAddressPool"}); got != 1 {
+		t.Errorf("herald_config_stale_objects{kind=IPAddressPool} = %v, want 1", got)
+	}
+	// Once s1 is gone the same edit is accepted, and the others stay.
+	e.deleteService("a", "s1")
+	e.settle()
 	if e.ips("a", "s2") != before["s2"] || e.ips("a", "s3") != before["s3"] {
 		t.Errorf("unaffected Services moved: s2 %q s3 %q", e.ips("a", "s2"), e.ips("a", "s3"))
 	}
-	e.expectEvents(
-		"a/s1 Normal IPReleased: Released 198.51.100.200 from pool lan: 198.51.100.200 is no longer in any IPAddressPool",
-		"a/s1 Normal IPAllocated: Assigned 198.51.100.203 from pool lan (was 198.51.100.200)",
-	)
+	if f := e.pool("lan").Status.InForce; f == nil || f.Generation != 2 {
+		t.Errorf("status.inForce = %+v, want generation 2 once nothing uses the dropped address", f)
+	}
+	if cond := validOf(t, e.pool("lan").Status.Conditions); cond.Status != metav1.ConditionTrue {
+		t.Errorf("Valid condition = %+v, want True", cond)
+	}
+	if got := metricValue(t, e.c.metrics, "herald_config_stale_objects", map[string]string{"kind": "IPAddressPool"}); got != 0 {
+		t.Errorf("herald_config_stale_objects{kind=IPAddressPool} = %v, want 0", got)
+	}
+	e.rec.take()
+	e.addService(lbService("a", "s1"))
+	e.settle()
+	e.rec.take()
 
 	// The pool disappears: every Service is released and reported.
 	if err := e.dyn.Resource(GVR("ipaddresspools")).Namespace(ns).Delete(e.ctx, "lan", metav1.DeleteOptions{}); err != nil {
@@ -318,6 +348,17 @@ func TestPoolShrinkMovesOnlyAffected(t *testing.T) {
 	if len(got) != 6 {
 		t.Errorf("want a release and a failure per Service, got %v", got)
 	}
+}
+
+func validOf(t *testing.T, conds []metav1.Condition) metav1.Condition {
+	t.Helper()
+	for _, c := range conds {
+		if c.Type == v1beta1.ConditionValid {
+			return c
+		}
+	}
+	t.Fatalf("no Valid condition in %+v", conds)
+	return metav1.Condition{}
 }
 
 func TestTypeChangeAndClassChangeRelease(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/controller/allocator"
 )
 
@@ -24,6 +25,7 @@ type Metrics struct {
 	leader      prometheus.Gauge
 	startup     prometheus.Gauge
 	adopted     prometheus.Gauge
+	stale       *prometheus.GaugeVec
 
 	mu    sync.Mutex
 	pools map[string]bool // pools with published gauges
@@ -70,9 +72,13 @@ func NewMetrics() *Metrics {
 			Name: "herald_controller_adopted_services",
 			Help: "Services whose IPs were adopted from their status at the last start.",
 		}),
+		stale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herald_config_stale_objects",
+			Help: "Configuration objects whose current spec (or the Secret it names) was refused while their last valid version stays in force, by kind.",
+		}, []string{"kind"}),
 	}
 	m.Registry.MustRegister(m.addresses, m.inUse, m.allocations, m.failures, m.releases, m.reconcile,
-		m.leader, m.startup, m.adopted,
+		m.leader, m.startup, m.adopted, m.stale,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -101,5 +107,19 @@ func (m *Metrics) setPools(stats []allocator.PoolStats) {
 			m.addresses.WithLabelValues(s.Pool, f.name).Set(total)
 			m.inUse.WithLabelValues(s.Pool, f.name).Set(float64(f.st.InUse))
 		}
+	}
+}
+
+// setStale publishes how many objects of each kind are stale.
+func (m *Metrics) setStale(objs []config.ObjectState) {
+	counts := map[string]int{}
+	for _, k := range configKinds {
+		counts[k.Kind] = 0
+	}
+	for _, o := range objs {
+		counts[o.Kind]++
+	}
+	for k, n := range counts {
+		m.stale.WithLabelValues(k).Set(float64(n))
 	}
 }

@@ -26,9 +26,13 @@ const (
 	ReasonValid         = "Valid"
 	ReasonInvalid       = "Invalid"
 	ReasonPartlyIgnored = "PartlyIgnored"
+	// ReasonEditRefused: the current spec (or the Secret it names) is
+	// invalid, and the last valid version stays in force.
+	ReasonEditRefused = "EditRefused"
 
 	EventInvalidConfiguration = "InvalidConfiguration"
 	EventConfigurationWarning = "ConfigurationWarning"
+	EventEditRefused          = "EditRefused"
 )
 
 // maxConditionMessage is the API's limit on a condition message.
@@ -50,7 +54,28 @@ func (c *Controller) resources() (config.Resources, config.Problems) {
 	for _, s := range secrets {
 		res.Secrets = append(res.Secrets, *s)
 	}
+	res.Passwords = c.storedPasswords()
+	res.InUse = c.inUse()
 	return res, probs
+}
+
+// inUse lists the addresses in the status of the Services herald handles.
+func (c *Controller) inUse() []config.InUse {
+	svcs, _ := c.services.List(labels.Everything())
+	var out []config.InUse
+	for _, s := range svcs {
+		if !Handles(s, c.opts.LBClass) {
+			continue
+		}
+		ips, err := StatusIPs(s)
+		if err != nil {
+			continue
+		}
+		for _, ip := range ips {
+			out = append(out, config.InUse{Addr: ip, Service: s.Namespace + "/" + s.Name})
+		}
+	}
+	return out
 }
 
 func decodeAll[T any](c *Controller, kind string, probs *config.Problems) []T {
@@ -71,21 +96,40 @@ func decodeAll[T any](c *Controller, kind string, probs *config.Problems) []T {
 	return out
 }
 
-// reportProblems keeps the problems for the status writer and sends an
-// event for each problem of an object whose problems changed.
-func (c *Controller) reportProblems(problems config.Problems) {
+// reportProblems keeps the problems and the objects' states for the status
+// writer and sends events for each object whose problems or state changed:
+// one per problem, or for an object whose refused edit leaves an older
+// version in force, one EditRefused event saying so with the problems.
+func (c *Controller) reportProblems(problems config.Problems, cfg *config.Config) {
 	byObj := map[string]config.Problems{}
 	for _, p := range problems {
-		k := p.Kind + "/" + p.Name
+		k := config.ObjectKey(p.Kind, p.Name)
 		byObj[k] = append(byObj[k], p)
 	}
+	stale := cfg.Stale()
+	for _, st := range stale {
+		if k := config.ObjectKey(st.Kind, st.Name); byObj[k] == nil {
+			byObj[k] = config.Problems{} // a stale object always reports
+		}
+	}
 	c.mu.Lock()
-	c.problems = problems
-	var send []config.Problems
+	c.problems, c.objects = problems, cfg.Objects
+	c.passwords = passwordsInForce(cfg)
+	type report struct {
+		key string
+		ps  config.Problems
+		st  config.ObjectState
+	}
+	var send []report
 	for k, ps := range byObj {
-		if text := ps.Error(); c.reported[k] != text {
+		st := cfg.Objects[k]
+		text := ps.Error()
+		if st.Stale {
+			text = st.Describe() + "\n" + text
+		}
+		if c.reported[k] != text {
 			c.reported[k] = text
-			send = append(send, ps)
+			send = append(send, report{k, ps, st})
 		}
 	}
 	for k := range c.reported {
@@ -94,9 +138,23 @@ func (c *Controller) reportProblems(problems config.Problems) {
 		}
 	}
 	c.mu.Unlock()
-	for _, ps := range send {
-		obj := c.configObject(ps[0].Kind, ps[0].Name)
-		for _, p := range ps {
+	c.metrics.setStale(stale)
+	for _, r := range send {
+		kind, name, _ := strings.Cut(r.key, "/")
+		obj := c.configObject(kind, name)
+		if r.st.Stale {
+			texts := []string{}
+			for _, p := range r.ps {
+				texts = append(texts, problemText(p))
+			}
+			msg := r.st.Describe() + ": " + strings.Join(texts, "; ")
+			c.log.Warn("configuration edit refused; the last valid version stays in force", "object", kind+" "+name, "state", r.st.Describe(), "problems", strings.Join(texts, "; "))
+			if obj != nil {
+				c.rec.Event(obj, corev1.EventTypeWarning, EventEditRefused, truncate(msg))
+			}
+			continue
+		}
+		for _, p := range r.ps {
 			c.log.Warn("configuration problem", "problem", p.String())
 			if obj == nil {
 				continue
@@ -108,6 +166,15 @@ func (c *Controller) reportProblems(problems config.Problems) {
 			c.rec.Event(obj, corev1.EventTypeWarning, reason, problemText(p))
 		}
 	}
+}
+
+// truncate keeps a message within the API's limit for conditions (events
+// are shorter still in practice, but the API server trims those itself).
+func truncate(s string) string {
+	if len(s) > maxConditionMessage {
+		return s[:maxConditionMessage-3] + "..."
+	}
+	return s
 }
 
 // problemText is a problem without the object, which the event or
@@ -137,20 +204,24 @@ func (c *Controller) configObject(kind, name string) *unstructured.Unstructured 
 }
 
 // validCondition is the Valid condition for an object with these
-// problems.
-func validCondition(ps config.Problems, generation int64) metav1.Condition {
+// problems, in this state.
+func validCondition(ps config.Problems, st config.ObjectState, generation int64) metav1.Condition {
 	cond := metav1.Condition{Type: v1beta1.ConditionValid, Status: metav1.ConditionTrue, Reason: ReasonValid,
 		Message: "herald uses this object", ObservedGeneration: generation}
-	if len(ps) == 0 {
+	if len(ps) == 0 && !st.Stale {
 		return cond
 	}
 	cond.Status, cond.Reason = metav1.ConditionFalse, ReasonPartlyIgnored
 	if ps.Errors() > 0 {
 		cond.Reason = ReasonInvalid
 	}
-	texts := make([]string, len(ps))
-	for i, p := range ps {
-		texts[i] = problemText(p)
+	texts := make([]string, 0, len(ps)+1)
+	if st.Stale {
+		cond.Reason = ReasonEditRefused
+		texts = append(texts, st.Describe())
+	}
+	for _, p := range ps {
+		texts = append(texts, problemText(p))
 	}
 	cond.Message = strings.Join(texts, "; ")
 	if len(cond.Message) > maxConditionMessage {
@@ -190,8 +261,13 @@ func (c *Controller) writeStatuses(ctx context.Context) (failed int) {
 	}
 	c.metrics.setPools(all)
 	c.mu.Lock()
-	problems := c.problems
+	problems, objects := c.problems, c.objects
 	c.mu.Unlock()
+	if err := c.writePasswords(ctx); err != nil && ctx.Err() == nil {
+		c.log.Warn("writing the BGP password copy failed", "secret", c.opts.Namespace+"/"+PasswordsSecretName, "err", err)
+		failed++
+	}
+	now := metav1.Now()
 	for _, k := range configKinds {
 		objs, _ := c.cfg[k.Kind].ByNamespace(c.opts.Namespace).List(labels.Everything())
 		for _, o := range objs {
@@ -199,7 +275,8 @@ func (c *Controller) writeStatuses(ctx context.Context) (failed int) {
 			if !ok {
 				continue
 			}
-			cur, want, err := desiredStatus(k.Kind, u, problems.For(k.Kind, u.GetNamespace(), u.GetName()), stats)
+			st := objects[config.ObjectKey(k.Kind, u.GetName())]
+			cur, want, err := desiredStatus(k.Kind, u, problems.For(k.Kind, u.GetNamespace(), u.GetName()), st, stats, now)
 			if err != nil {
 				c.log.Warn("cannot read status", "kind", k.Kind, "name", u.GetName(), "err", err)
 				continue
@@ -222,21 +299,22 @@ func (c *Controller) writeStatuses(ctx context.Context) (failed int) {
 }
 
 // desiredStatus returns an object's status as it is and as it should be:
-// the Valid condition (its transition time kept when its status holds)
-// and, for pools, the address counts. An IPAddressPool the parser left
-// out hands out nothing, so it shows no available addresses.
-func desiredStatus(kind string, u *unstructured.Unstructured, ps config.Problems, stats map[string]allocator.PoolStats) (cur, want any, err error) {
+// the Valid condition (its transition time kept when its status holds),
+// the version in force and, for pools, the address counts. An
+// IPAddressPool the parser left out hands out nothing, so it shows no
+// available addresses.
+func desiredStatus(kind string, u *unstructured.Unstructured, ps config.Problems, st config.ObjectState, stats map[string]allocator.PoolStats, now metav1.Time) (cur, want any, err error) {
 	raw, _, _ := unstructured.NestedMap(u.Object, "status")
 	if raw == nil {
 		raw = map[string]any{}
 	}
-	cond := validCondition(ps, u.GetGeneration())
+	cond := validCondition(ps, st, u.GetGeneration())
 	if kind == config.KindIPAddressPool {
-		var st v1beta1.IPAddressPoolStatus
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+		var st0 v1beta1.IPAddressPoolStatus
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st0); err != nil {
 			return nil, nil, err
 		}
-		next := *st.DeepCopy()
+		next := *st0.DeepCopy()
 		s := stats[u.GetName()]
 		next.AssignedIPv4, next.AssignedIPv6 = 0, 0
 		next.AvailableIPv4, next.AvailableIPv6 = 0, 0
@@ -245,13 +323,36 @@ func desiredStatus(kind string, u *unstructured.Unstructured, ps config.Problems
 			next.AssignedIPv6, next.AvailableIPv6 = int64(s.IPv6.InUse), s.IPv6.AvailableInt64()
 		}
 		apimeta.SetStatusCondition(&next.Conditions, cond)
-		return st, next, nil
+		if next.InForce, err = inForce(u, st, next.InForce, now); err != nil {
+			return nil, nil, err
+		}
+		return st0, next, nil
 	}
-	var st v1beta1.ConfigStatus
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+	var st0 v1beta1.ConfigStatus
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st0); err != nil {
 		return nil, nil, err
 	}
-	next := *st.DeepCopy()
+	next := *st0.DeepCopy()
 	apimeta.SetStatusCondition(&next.Conditions, cond)
-	return st, next, nil
+	if next.InForce, err = inForce(u, st, next.InForce, now); err != nil {
+		return nil, nil, err
+	}
+	return st0, next, nil
+}
+
+// inForce is the status.inForce an object should carry: a copy of its
+// current spec once the parser accepted this very generation, else what it
+// has (the last valid version stays recorded while an edit is refused).
+func inForce(u *unstructured.Unstructured, st config.ObjectState, have *v1beta1.InForce, now metav1.Time) (*v1beta1.InForce, error) {
+	if st.Stale || st.InForce == 0 || st.InForce != st.Generation || st.Generation != u.GetGeneration() {
+		return have, nil
+	}
+	spec, err := json.Marshal(u.Object["spec"])
+	if err != nil {
+		return nil, err
+	}
+	if have != nil && have.Generation == st.Generation && string(have.Spec.Raw) == string(spec) {
+		return have, nil
+	}
+	return &v1beta1.InForce{Generation: st.Generation, Since: now, Spec: runtime.RawExtension{Raw: spec}}, nil
 }

@@ -245,7 +245,7 @@ func (c *Controller) applyConfig() {
 		c.log.Error("the allocator refused the parsed pools; keeping the previous pools", "err", err)
 		return
 	}
-	c.reportProblems(problems)
+	c.reportProblems(problems, cfg)
 	for _, d := range displaced {
 		why := fmt.Sprintf("%s is no longer in any IPAddressPool", ipList(d.IPs))
 		if d.Reason == allocator.ReasonPoolNotAllowed {
