@@ -205,7 +205,7 @@ func (k *kubeSource) config() *config.Config {
 	if k.cfg != nil && !k.cfgDirty.Swap(false) {
 		return k.cfg
 	}
-	res := config.Resources{Namespace: k.ns, SecretsUnavailable: k.secrets == nil}
+	res := config.Resources{Namespace: k.ns, SecretsUnavailable: k.secrets == nil, InUse: k.inUse()}
 	res.Pools = decodeAll[v1beta1.IPAddressPool](k.pools, k.ns)
 	res.L2Advertisements = decodeAll[v1beta1.L2Advertisement](k.l2ads, k.ns)
 	if k.bgpPeers != nil {
@@ -215,13 +215,14 @@ func (k *kubeSource) config() *config.Config {
 		res.BFDProfiles = decodeAll[v1beta1.BFDProfile](k.bfdProfiles, k.ns)
 	}
 	if k.secrets != nil {
-		// Only the Secrets BGPPeers name are read; the parser resolves
-		// passwordSecret from them and never logs a value.
-		for _, p := range res.Peers {
-			if ref := p.Spec.PasswordSecret; ref != nil {
-				if sec, err := k.secrets.Secrets(k.ns).Get(ref.Name); err == nil {
-					res.Secrets = append(res.Secrets, *sec)
-				}
+		// Passwords come from the controller's copy of those in force
+		// only, so a Secret deleted or broken under a working peer
+		// changes nothing here; the parser never logs a value.
+		res.PasswordsFromCopy = true
+		if sec, err := k.secrets.Secrets(k.ns).Get(controller.PasswordsSecretName); err == nil {
+			res.Passwords = map[string]config.Secret{}
+			for name, v := range sec.Data {
+				res.Passwords[name] = config.Secret(v)
 			}
 		}
 	}
@@ -232,7 +233,35 @@ func (k *kubeSource) config() *config.Config {
 		k.log.Debug("configuration problems (reported by the controller)", "count", len(problems))
 	}
 	k.cfg = cfg
+	// While an edit is refused, whether it stays refused can depend on
+	// the addresses Services hold: parse again at the next snapshot.
+	for _, st := range cfg.Objects {
+		if st.Refused() {
+			k.cfgDirty.Store(true)
+			break
+		}
+	}
 	return cfg
+}
+
+// inUse lists the addresses in the status of the Services herald handles,
+// as the controller reads them.
+func (k *kubeSource) inUse() []config.InUse {
+	svcs, _ := k.services.List(labels.Everything())
+	var out []config.InUse
+	for _, s := range svcs {
+		if !controller.Handles(s, k.lbClass) {
+			continue
+		}
+		ips, err := controller.StatusIPs(s)
+		if err != nil {
+			continue
+		}
+		for _, ip := range ips {
+			out = append(out, config.InUse{Addr: ip, Service: s.Namespace + "/" + s.Name})
+		}
+	}
+	return out
 }
 
 func decodeAll[T any](l cache.GenericLister, ns string) []T {

@@ -159,11 +159,14 @@ func TestKubeSourceSnapshot(t *testing.T) {
 	}
 }
 
-// The BGP configuration is read with the Secrets its BGPPeers name; a
-// peer whose Secret is missing is left out, the others stay.
+// The BGP configuration takes its passwords from the controller's copy of
+// those in force, never from the users' Secrets; a peer whose password the
+// controller has not copied is left out, the others stay.
 func TestKubeSourceBGPConfig(t *testing.T) {
 	kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "herald-system", Name: "md5"},
-		Data: map[string][]byte{"password": []byte("s3cret")}})
+		Data: map[string][]byte{"password": []byte("not-read")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "herald-system", Name: controller.PasswordsSecretName},
+			Data: map[string][]byte{"router": []byte("s3cret")}})
 	peer := func(name, secret string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": v1beta1.GroupVersion.String(), "kind": "BGPPeer",
@@ -190,7 +193,7 @@ func TestKubeSourceBGPConfig(t *testing.T) {
 	src := &kubeSource{ns: "herald-system", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		pools: lister("ipaddresspools"), l2ads: lister("l2advertisements"), bgpPeers: lister("bgppeers"),
 		bgpAds: lister("bgpadvertisements"), communities: lister("communities"), bfdProfiles: lister("bfdprofiles"),
-		secrets: f.Core().V1().Secrets().Lister()}
+		secrets: f.Core().V1().Secrets().Lister(), services: f.Core().V1().Services().Lister()}
 	f.Start(ctx.Done())
 	df.Start(ctx.Done())
 	f.WaitForCacheSync(ctx.Done())
@@ -198,10 +201,10 @@ func TestKubeSourceBGPConfig(t *testing.T) {
 	cfg := src.config()
 	p := cfg.Peers["router"]
 	if p == nil || p.Password.Reveal() != "s3cret" {
-		t.Fatalf("peer router = %+v, want the Secret's password", p)
+		t.Fatalf("peer router = %+v, want the copied password", p)
 	}
 	if cfg.Peers["broken"] != nil {
-		t.Errorf("peer broken has a missing Secret and must be left out: %+v", cfg.Peers["broken"])
+		t.Errorf("peer broken has no copied password and must be left out: %+v", cfg.Peers["broken"])
 	}
 	if src.BGPPeer("router") == nil || src.BGPPeer("nope") != nil {
 		t.Error("BGPPeer lookups")

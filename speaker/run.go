@@ -128,7 +128,12 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 			infs = append(infs, dynFactory.ForResource(v1beta1.GroupVersion.WithResource(r)))
 		}
 		src.bgpPeers, src.bgpAds, src.communities, src.bfdProfiles = infs[0].Lister(), infs[1].Lister(), infs[2].Lister(), infs[3].Lister()
-		secretFactory = informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace))
+		// The speaker reads one Secret for BGP: the controller's copy of
+		// the passwords in force, never the users' Secrets.
+		secretFactory = informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace),
+			informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+				lo.FieldSelector = "metadata.name=" + controller.PasswordsSecretName
+			}))
 		secInf := secretFactory.Core().V1().Secrets()
 		src.secrets = secInf.Lister()
 		configInfs = append(configInfs, secInf.Informer())
