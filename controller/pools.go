@@ -62,9 +62,15 @@ func (c *Controller) resources() (config.Resources, config.Problems) {
 // inUse lists the addresses in the status of the Services herald handles.
 func (c *Controller) inUse() []config.InUse {
 	svcs, _ := c.services.List(labels.Everything())
+	return InUse(svcs, c.opts.LBClass)
+}
+
+// InUse lists the addresses in the status of the Services of the class,
+// for the parser; the controller and the speakers read them alike.
+func InUse(svcs []*corev1.Service, lbClass string) []config.InUse {
 	var out []config.InUse
 	for _, s := range svcs {
-		if !Handles(s, c.opts.LBClass) {
+		if !Handles(s, lbClass) {
 			continue
 		}
 		ips, err := StatusIPs(s)

@@ -244,24 +244,10 @@ func (k *kubeSource) config() *config.Config {
 	return cfg
 }
 
-// inUse lists the addresses in the status of the Services herald handles,
-// as the controller reads them.
+// inUse lists the addresses Services hold, as the controller reads them.
 func (k *kubeSource) inUse() []config.InUse {
 	svcs, _ := k.services.List(labels.Everything())
-	var out []config.InUse
-	for _, s := range svcs {
-		if !controller.Handles(s, k.lbClass) {
-			continue
-		}
-		ips, err := controller.StatusIPs(s)
-		if err != nil {
-			continue
-		}
-		for _, ip := range ips {
-			out = append(out, config.InUse{Addr: ip, Service: s.Namespace + "/" + s.Name})
-		}
-	}
-	return out
+	return controller.InUse(svcs, k.lbClass)
 }
 
 func decodeAll[T any](l cache.GenericLister, ns string) []T {
