@@ -28,7 +28,7 @@ func Files(out io.Writer, namespace string, files []string) (int, error) {
 	}
 	l.Resources.Namespace = namespace
 	l.Resources.SecretsUnavailable = !l.HasSecrets
-	_, problems := config.Parse(l.Resources)
+	cfg, problems := config.Parse(l.Resources)
 	all := append(append(config.Problems{}, l.Problems...), problems...)
 	// The parser repeats the schema's checks with more specific messages;
 	// keep its word and add what only the schema found.
@@ -48,6 +48,11 @@ func Files(out io.Writer, namespace string, files []string) (int, error) {
 	}
 	for _, p := range all {
 		fmt.Fprintln(out, p.String())
+	}
+	// Objects read back from a cluster (kubectl get -o yaml) carry the
+	// version in force in their status: say which one herald uses.
+	for _, st := range cfg.Stale() {
+		fmt.Fprintf(out, "%s %s/%s: %s\n", st.Kind, st.Namespace, st.Name, st.Describe())
 	}
 	if l.Resources.SecretsUnavailable && hasPasswordSecrets(l.Resources) {
 		fmt.Fprintln(out, "note: passwordSecret references were not checked because no Secret was given; add the Secrets' YAML to check them")

@@ -67,3 +67,37 @@ func TestValidateRefusesWhatKubectlRefuses(t *testing.T) {
 		})
 	}
 }
+
+// An object read back from a cluster with a refused edit: validate names
+// the problem and says which generation herald keeps using.
+func TestValidateShowsVersionInForce(t *testing.T) {
+	yaml := `apiVersion: herald.io/v1beta1
+kind: IPAddressPool
+metadata: {name: lan, namespace: herald-system, generation: 3}
+spec: {addresses: ["198.51.100.20-198.51.100.10"]}
+status:
+  inForce:
+    generation: 2
+    spec: {addresses: ["198.51.100.0/28"]}
+`
+	f := filepath.Join(t.TempDir(), "in.yaml")
+	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	n, err := Files(&out, "herald-system", []string{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"IPAddressPool herald-system/lan: spec.addresses[0]: \"198.51.100.20-198.51.100.10\" starts after it ends",
+		"IPAddressPool herald-system/lan: in force: generation 2, refused: generation 3",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d problems, want 1", n)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -121,7 +122,72 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			anns = append(anns, a)
 		}
 	}
-	return Render(out, svcs, anns)
+	if err := Render(out, svcs, anns); err != nil {
+		return err
+	}
+	var objs []ConfigObject
+	for _, k := range configResources {
+		l, err := dyn.Resource(v1beta1.GroupVersion.WithResource(k.resource)).Namespace(o.HeraldNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("listing %s in %s: %w", k.resource, o.HeraldNamespace, err)
+		}
+		for _, u := range l.Items {
+			c := ConfigObject{Kind: k.kind, Name: u.GetName(), Generation: u.GetGeneration()}
+			var st v1beta1.ConfigStatus // the pools' status has the same two fields
+			if raw, ok := u.Object["status"].(map[string]any); ok {
+				_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st)
+			}
+			c.InForce, c.Valid = st.InForce, apimeta.FindStatusCondition(st.Conditions, v1beta1.ConditionValid)
+			objs = append(objs, c)
+		}
+	}
+	return RenderConfig(out, objs)
+}
+
+var configResources = []struct{ kind, resource string }{
+	{"IPAddressPool", "ipaddresspools"}, {"L2Advertisement", "l2advertisements"}, {"BGPAdvertisement", "bgpadvertisements"},
+	{"BGPPeer", "bgppeers"}, {"Community", "communities"}, {"BFDProfile", "bfdprofiles"},
+}
+
+// ConfigObject is what `herald status` shows of a configuration object.
+type ConfigObject struct {
+	Kind, Name string
+	Generation int64
+	InForce    *v1beta1.InForce
+	Valid      *metav1.Condition
+}
+
+// RenderConfig lists the configuration objects herald does not use as
+// written: a refused edit with the version kept in force, or an object
+// left out. Nothing is printed when every object is in use.
+func RenderConfig(out io.Writer, objs []ConfigObject) error {
+	var lines []string
+	for _, o := range objs {
+		if o.Valid == nil || o.Valid.Status == metav1.ConditionTrue || o.Valid.Reason == controller.ReasonPartlyIgnored {
+			continue
+		}
+		state := fmt.Sprintf("refused: generation %d, no version in force", o.Generation)
+		if o.InForce != nil && o.Valid.Reason == controller.ReasonEditRefused {
+			state = fmt.Sprintf("in force: generation %d, refused: generation %d", o.InForce.Generation, o.Generation)
+			if o.InForce.Generation == o.Generation {
+				state = fmt.Sprintf("in force: generation %d with the password last read, refused: the Secret it names", o.Generation)
+			}
+		}
+		lines = append(lines, fmt.Sprintf("%s %s: %s\n    %s", o.Kind, o.Name, state, o.Valid.Message))
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	slices.Sort(lines)
+	if _, err := fmt.Fprintln(out, "\nConfiguration herald does not use as written (kubectl describe shows the events):"); err != nil {
+		return err
+	}
+	for _, l := range lines {
+		if _, err := fmt.Fprintln(out, "  "+l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Render writes one line per LoadBalancer Service IP: the pool, the

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/controller"
 )
 
 func lb(ns, name, pool string, local bool, ips ...string) corev1.Service {
@@ -107,5 +108,45 @@ func TestParseFlags(t *testing.T) {
 		if err != nil || o.Namespace != c.ns || o.Name != c.svc {
 			t.Errorf("%v: %+v %v", c.args, o, err)
 		}
+	}
+}
+
+func TestRenderConfig(t *testing.T) {
+	cond := func(status metav1.ConditionStatus, reason, msg string) *metav1.Condition {
+		return &metav1.Condition{Type: v1beta1.ConditionValid, Status: status, Reason: reason, Message: msg}
+	}
+	objs := []ConfigObject{
+		{Kind: "IPAddressPool", Name: "good", Generation: 4, InForce: &v1beta1.InForce{Generation: 4}, Valid: cond(metav1.ConditionTrue, "Valid", "herald uses this object")},
+		{Kind: "IPAddressPool", Name: "lan", Generation: 3, InForce: &v1beta1.InForce{Generation: 2},
+			Valid: cond(metav1.ConditionFalse, controller.ReasonEditRefused, "in force: generation 2, refused: generation 3; spec.addresses[0]: reversed")},
+		{Kind: "BGPPeer", Name: "router", Generation: 1, InForce: &v1beta1.InForce{Generation: 1},
+			Valid: cond(metav1.ConditionFalse, controller.ReasonEditRefused, "spec.passwordSecret.name: Secret md5 does not exist in this namespace")},
+		{Kind: "L2Advertisement", Name: "new", Generation: 1, Valid: cond(metav1.ConditionFalse, controller.ReasonInvalid, "spec.interfaces[0]: too long")},
+		{Kind: "BGPAdvertisement", Name: "warned", Generation: 1, Valid: cond(metav1.ConditionFalse, controller.ReasonPartlyIgnored, "spec.localPref: no effect (warning)")},
+	}
+	var b strings.Builder
+	if err := RenderConfig(&b, objs); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{
+		"IPAddressPool lan: in force: generation 2, refused: generation 3",
+		"BGPPeer router: in force: generation 1 with the password last read, refused: the Secret it names",
+		"L2Advertisement new: refused: generation 1, no version in force",
+		"spec.interfaces[0]: too long",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	for _, not := range []string{"good", "warned"} {
+		if strings.Contains(got, not) {
+			t.Errorf("output lists %s, which herald uses:\n%s", not, got)
+		}
+	}
+	b.Reset()
+	_ = RenderConfig(&b, objs[:1])
+	if b.Len() != 0 {
+		t.Errorf("all valid, yet printed %q", b.String())
 	}
 }
