@@ -200,3 +200,50 @@ func (p *parser) checkInUse(r *reporter, name string, pool *Pool) {
 	}
 	r.errorf("spec.addresses", "no longer includes %s%s, in use: move those Services to other addresses (or delete them) before removing their addresses from the pool", strings.Join(lost, ", "), more)
 }
+
+// checkAliasesInUse refuses a Community edit that drops an alias of its
+// version in force while a BGPAdvertisement uses it: the advertisement
+// would stop working although nobody edited it.
+func (p *parser) checkAliasesInUse(r *reporter, o *v1beta1.Community, defs map[string]Community) {
+	f := o.Status.InForce
+	if f == nil || len(f.Spec.Raw) == 0 {
+		return
+	}
+	var old v1beta1.CommunitySpec
+	if err := json.Unmarshal(f.Spec.Raw, &old); err != nil {
+		return
+	}
+	for _, a := range old.Communities {
+		if _, kept := defs[a.Name]; kept {
+			continue
+		}
+		if user := p.aliasUser(a.Name); user != "" {
+			r.errorf("spec.communities", "drops alias %q, which BGPAdvertisement %s uses: remove it there first", a.Name, user)
+		}
+	}
+}
+
+// aliasUser names a BGPAdvertisement whose spec, current or in force,
+// uses the alias.
+func (p *parser) aliasUser(alias string) string {
+	for _, adv := range p.in.BGPAdvertisements {
+		if !p.inScope(adv.Namespace) {
+			continue
+		}
+		specs := []v1beta1.BGPAdvertisementSpec{adv.Spec}
+		if f := adv.Status.InForce; f != nil {
+			var s v1beta1.BGPAdvertisementSpec
+			if json.Unmarshal(f.Spec.Raw, &s) == nil {
+				specs = append(specs, s)
+			}
+		}
+		for _, s := range specs {
+			for _, c := range s.Communities {
+				if string(c) == alias {
+					return adv.Name
+				}
+			}
+		}
+	}
+	return ""
+}

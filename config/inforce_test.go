@@ -289,6 +289,9 @@ func TestRefusedEditsChangeNothing(t *testing.T) {
 		{"community value malformed", config.KindCommunity, "comms", "spec.communities[0].value", func(r *config.Resources) {
 			r.Communities[0].Spec.Communities[0].Value = "64512:x"
 		}},
+		{"community alias in use renamed", config.KindCommunity, "comms", "spec.communities", func(r *config.Resources) {
+			r.Communities[0].Spec.Communities[0].Name = "edge2"
+		}},
 		{"BFD interval out of range", config.KindBFDProfile, "fast", "spec.receiveInterval", func(r *config.Resources) {
 			r.BFDProfiles[0].Spec.ReceiveInterval = ptr(uint32(5))
 		}},

@@ -247,6 +247,9 @@ func (p *parser) community(o *v1beta1.Community, r *reporter) {
 		}
 		defs[a.Name] = c
 	}
+	if !p.fallback {
+		p.checkAliasesInUse(r, o, defs)
+	}
 	for name, c := range defs {
 		if prev, ok := p.aliases[name]; ok && prev.broken == "" {
 			continue // an older valid object defines it (same value, or already reported)
