@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -159,11 +160,30 @@ func TestController(t *testing.T) {
 		c.waitIPs(nsA, "s1", "198.51.100.220")
 		h.Apply(svcYAML(nsA, "s2", 80, sp))
 		c.waitIPs(nsA, "s2", "198.51.100.221")
+		c.Poll(30*time.Second, "ctl-shrink's version in force recorded", func() (bool, string) {
+			got := c.Kubectl("-n", heraldNS, "get", "ipaddresspool", "ctl-shrink", "-o", "jsonpath={.status.inForce.generation}")
+			return got == "1", "status.inForce.generation " + strconv.Quote(got)
+		})
 		before := len(c.events(nsA, "s2"))
+		// Dropping the address s1 holds is refused: nothing moves, and
+		// the pool says why.
 		h.Apply(poolYAML("ctl-shrink", []string{"198.51.100.221-198.51.100.224"}, "autoAssign: false"))
+		c.Poll(30*time.Second, "the shrink refused on ctl-shrink", func() (bool, string) {
+			got := c.Kubectl("-n", heraldNS, "get", "ipaddresspool", "ctl-shrink", "-o", `jsonpath={.status.conditions[?(@.type=="Valid")].reason} {.status.conditions[?(@.type=="Valid")].message}`)
+			return strings.HasPrefix(got, "EditRefused in force: generation 1, refused: generation 2; spec.addresses: no longer includes 198.51.100.220 (Service "+nsA+"/s1)"), got
+		})
+		time.Sleep(2 * time.Second) // a move would have happened by now
+		if got := c.ips(nsA, "s1"); got != "198.51.100.220" {
+			t.Errorf("s1 moved to %q by a refused edit", got)
+		}
+		// The user moves s1 first; then the shrink takes effect.
+		sp["herald.io/loadBalancerIPs"] = "198.51.100.222"
+		h.Apply(svcYAML(nsA, "s1", 80, sp))
 		c.waitIPs(nsA, "s1", "198.51.100.222")
-		c.waitEvent(nsA, "s1", "IPReleased: Released 198.51.100.220 from pool ctl-shrink: 198.51.100.220 is no longer in any IPAddressPool")
-		c.waitEvent(nsA, "s1", "IPAllocated: Assigned 198.51.100.222 from pool ctl-shrink (was 198.51.100.220)")
+		c.Poll(30*time.Second, "the shrink in force once s1 moved", func() (bool, string) {
+			got := c.Kubectl("-n", heraldNS, "get", "ipaddresspool", "ctl-shrink", "-o", `jsonpath={.status.inForce.generation} {.status.conditions[?(@.type=="Valid")].status}`)
+			return got == "2 True", got
+		})
 		if got := c.ips(nsA, "s2"); got != "198.51.100.221" {
 			t.Errorf("s2 moved to %q", got)
 		}
