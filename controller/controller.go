@@ -15,7 +15,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -26,28 +25,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/controller/allocator"
 )
-
-// configKinds are the herald.io kinds the parser reads, with their
-// resources. ServiceAnnouncement is status written by the speakers.
-var configKinds = []struct {
-	Kind     string
-	Resource string
-}{
-	{config.KindIPAddressPool, "ipaddresspools"},
-	{config.KindL2Advertisement, "l2advertisements"},
-	{config.KindBGPAdvertisement, "bgpadvertisements"},
-	{config.KindBGPPeer, "bgppeers"},
-	{config.KindCommunity, "communities"},
-	{config.KindBFDProfile, "bfdprofiles"},
-}
-
-// GVR returns the resource of a herald.io configuration kind.
-func GVR(resource string) schema.GroupVersionResource {
-	return v1beta1.GroupVersion.WithResource(resource)
-}
 
 // item is a unit of work: the configuration, or one Service.
 type item struct {
@@ -164,8 +144,8 @@ func New(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, rec rec
 	})
 	c.synced = append(c.synced, svcInf.Informer().HasSynced, nsInf.Informer().HasSynced, secInf.Informer().HasSynced)
 
-	for _, k := range configKinds {
-		inf := c.dynInformers.ForResource(GVR(k.Resource))
+	for _, k := range informer.Kinds {
+		inf := c.dynInformers.ForResource(informer.GVR(k.Resource))
 		c.cfg[k.Kind] = inf.Lister()
 		c.indexer[k.Kind] = inf.Informer().GetIndexer()
 		_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

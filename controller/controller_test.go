@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
 )
 
@@ -332,7 +333,7 @@ func TestPoolShrinkRefusedWhileInUse(t *testing.T) {
 	e.rec.take()
 
 	// The pool disappears: every Service is released and reported.
-	if err := e.dyn.Resource(GVR("ipaddresspools")).Namespace(ns).Delete(e.ctx, "lan", metav1.DeleteOptions{}); err != nil {
+	if err := e.dyn.Resource(informer.GVR("ipaddresspools")).Namespace(ns).Delete(e.ctx, "lan", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.settle()
@@ -503,7 +504,7 @@ func TestPoolMetricsForgetDeletedPools(t *testing.T) {
 	if got := testPoolGauge(t, e.c.metrics, "herald_controller_pool_addresses_total", "gone", "IPv4"); got != 4 {
 		t.Fatalf("gone: %v addresses", got)
 	}
-	if err := e.dyn.Resource(GVR("ipaddresspools")).Namespace(ns).Delete(e.ctx, "gone", metav1.DeleteOptions{}); err != nil {
+	if err := e.dyn.Resource(informer.GVR("ipaddresspools")).Namespace(ns).Delete(e.ctx, "gone", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.settle()
@@ -536,13 +537,13 @@ func TestAdvertisementValidity(t *testing.T) {
 			"metadata": map[string]any{"name": name, "namespace": ns, "generation": int64(3), "creationTimestamp": e.tick().UTC().Format(time.RFC3339)},
 			"spec":     map[string]any{"ipAddressPools": pools},
 		}}
-		if _, err := e.dyn.Resource(GVR("l2advertisements")).Namespace(ns).Create(e.ctx, u, metav1.CreateOptions{}); err != nil {
+		if _, err := e.dyn.Resource(informer.GVR("l2advertisements")).Namespace(ns).Create(e.ctx, u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.start()
 	cond := func(name string) *metav1.Condition {
-		u, err := e.dyn.Resource(GVR("l2advertisements")).Namespace(ns).Get(e.ctx, name, metav1.GetOptions{})
+		u, err := e.dyn.Resource(informer.GVR("l2advertisements")).Namespace(ns).Get(e.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

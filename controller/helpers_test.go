@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
 )
 
@@ -89,8 +90,8 @@ type env struct {
 
 var listKinds = func() map[schema.GroupVersionResource]string {
 	m := map[schema.GroupVersionResource]string{}
-	for _, k := range configKinds {
-		m[GVR(k.Resource)] = k.Kind + "List"
+	for _, k := range informer.Kinds {
+		m[informer.GVR(k.Resource)] = k.Kind + "List"
 	}
 	return m
 }()
@@ -131,7 +132,7 @@ func (e *env) addPool(name string, addrs []string, mod ...func(*v1beta1.IPAddres
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.dyn.Resource(GVR("ipaddresspools")).Namespace(ns).Create(e.ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+	if _, err := e.dyn.Resource(informer.GVR("ipaddresspools")).Namespace(ns).Create(e.ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -139,7 +140,7 @@ func (e *env) addPool(name string, addrs []string, mod ...func(*v1beta1.IPAddres
 // setPoolAddresses changes a pool's addresses (and its generation).
 func (e *env) setPoolAddresses(name string, addrs ...string) {
 	e.t.Helper()
-	r := e.dyn.Resource(GVR("ipaddresspools")).Namespace(ns)
+	r := e.dyn.Resource(informer.GVR("ipaddresspools")).Namespace(ns)
 	u, err := r.Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
@@ -159,7 +160,7 @@ func (e *env) setPoolAddresses(name string, addrs ...string) {
 
 func (e *env) pool(name string) v1beta1.IPAddressPool {
 	e.t.Helper()
-	u, err := e.dyn.Resource(GVR("ipaddresspools")).Namespace(ns).Get(e.ctx, name, metav1.GetOptions{})
+	u, err := e.dyn.Resource(informer.GVR("ipaddresspools")).Namespace(ns).Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -248,8 +249,8 @@ func (e *env) refresh() {
 		objs = append(objs, &secs.Items[i])
 	}
 	e.replace("Secret", objs)
-	for _, k := range configKinds {
-		l, err := e.dyn.Resource(GVR(k.Resource)).Namespace(ns).List(e.ctx, metav1.ListOptions{})
+	for _, k := range informer.Kinds {
+		l, err := e.dyn.Resource(informer.GVR(k.Resource)).Namespace(ns).List(e.ctx, metav1.ListOptions{})
 		if err != nil {
 			e.t.Fatal(err)
 		}

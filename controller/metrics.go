@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/controller/allocator"
 )
 
@@ -113,7 +114,7 @@ func (m *Metrics) setPools(stats []allocator.PoolStats) {
 // setStale publishes how many objects of each kind are stale.
 func (m *Metrics) setStale(objs []config.ObjectState) {
 	counts := map[string]int{}
-	for _, k := range configKinds {
+	for _, k := range informer.Kinds {
 		counts[k.Kind] = 0
 	}
 	for _, o := range objs {

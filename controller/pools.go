@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/controller/allocator"
 )
@@ -38,18 +38,11 @@ const (
 // maxConditionMessage is the API's limit on a condition message.
 const maxConditionMessage = 32768
 
-// resources reads the configuration objects from the caches. An object
-// that does not decode (the CRD schema makes that unlikely) becomes a
-// problem of its own, as the parser would report it.
+// resources reads the configuration objects from the caches, with the
+// Secrets of herald's namespace, the passwords in force and the addresses
+// Services hold.
 func (c *Controller) resources() (config.Resources, config.Problems) {
-	res := config.Resources{Namespace: c.opts.Namespace}
-	var probs config.Problems
-	res.Pools = decodeAll[v1beta1.IPAddressPool](c, config.KindIPAddressPool, &probs)
-	res.L2Advertisements = decodeAll[v1beta1.L2Advertisement](c, config.KindL2Advertisement, &probs)
-	res.BGPAdvertisements = decodeAll[v1beta1.BGPAdvertisement](c, config.KindBGPAdvertisement, &probs)
-	res.Peers = decodeAll[v1beta1.BGPPeer](c, config.KindBGPPeer, &probs)
-	res.Communities = decodeAll[v1beta1.Community](c, config.KindCommunity, &probs)
-	res.BFDProfiles = decodeAll[v1beta1.BFDProfile](c, config.KindBFDProfile, &probs)
+	res, probs := informer.Listers(c.cfg).Resources(c.opts.Namespace)
 	secrets, _ := c.secrets.Secrets(c.opts.Namespace).List(labels.Everything())
 	for _, s := range secrets {
 		res.Secrets = append(res.Secrets, *s)
@@ -80,24 +73,6 @@ func InUse(svcs []*corev1.Service, lbClass string) []config.InUse {
 		for _, ip := range ips {
 			out = append(out, config.InUse{Addr: ip, Service: s.Namespace + "/" + s.Name})
 		}
-	}
-	return out
-}
-
-func decodeAll[T any](c *Controller, kind string, probs *config.Problems) []T {
-	objs, _ := c.cfg[kind].ByNamespace(c.opts.Namespace).List(labels.Everything())
-	out := make([]T, 0, len(objs))
-	for _, o := range objs {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		var t T
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &t); err != nil {
-			*probs = append(*probs, config.Problem{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), Message: fmt.Sprintf("cannot be read: %v", err)})
-			continue
-		}
-		out = append(out, t)
 	}
 	return out
 }
@@ -197,16 +172,7 @@ func problemText(p config.Problem) string {
 }
 
 func (c *Controller) configObject(kind, name string) *unstructured.Unstructured {
-	l, ok := c.cfg[kind]
-	if !ok {
-		return nil
-	}
-	o, err := l.ByNamespace(c.opts.Namespace).Get(name)
-	if err != nil {
-		return nil
-	}
-	u, _ := o.(*unstructured.Unstructured)
-	return u
+	return informer.Listers(c.cfg).Get(kind, c.opts.Namespace, name)
 }
 
 // validCondition is the Valid condition for an object with these
@@ -274,7 +240,7 @@ func (c *Controller) writeStatuses(ctx context.Context) (failed int) {
 		failed++
 	}
 	now := metav1.Now()
-	for _, k := range configKinds {
+	for _, k := range informer.Kinds {
 		objs, _ := c.cfg[k.Kind].ByNamespace(c.opts.Namespace).List(labels.Everything())
 		for _, o := range objs {
 			u, ok := o.(*unstructured.Unstructured)
@@ -294,7 +260,7 @@ func (c *Controller) writeStatuses(ctx context.Context) (failed int) {
 			if err != nil {
 				continue
 			}
-			_, err = c.dyn.Resource(GVR(k.Resource)).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, body, metav1.PatchOptions{}, "status")
+			_, err = c.dyn.Resource(informer.GVR(k.Resource)).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, body, metav1.PatchOptions{}, "status")
 			if err != nil && ctx.Err() == nil {
 				c.log.Warn("writing status failed", "kind", k.Kind, "name", u.GetName(), "err", err)
 				failed++

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/controller"
 	"github.com/herald-lb/herald/speaker/announce"
 )
@@ -52,18 +51,14 @@ type kubeSource struct {
 	services corelisters.ServiceLister
 	slices   cache.Indexer
 	nodes    corelisters.NodeLister
-	pools    cache.GenericLister
-	l2ads    cache.GenericLister
-	// The BGP configuration; nil listers when BGP is off.
-	bgpPeers    cache.GenericLister
-	bgpAds      cache.GenericLister
-	communities cache.GenericLister
-	bfdProfiles cache.GenericLister
-	secrets     corelisters.SecretLister
-	cfgDirty    atomic.Bool
-	cfgMu       sync.Mutex
-	cfg         *config.Config
-	badStatus   sync.Map // "ns/name" -> message already logged
+	// listers are the configuration kinds' caches (the BGP kinds only
+	// when BGP is on).
+	listers   informer.Listers
+	secrets   corelisters.SecretLister
+	cfgDirty  atomic.Bool
+	cfgMu     sync.Mutex
+	cfg       *config.Config
+	badStatus sync.Map // "ns/name" -> message already logged
 }
 
 // configChanged marks the configuration for parsing at the next snapshot.
@@ -205,15 +200,10 @@ func (k *kubeSource) config() *config.Config {
 	if k.cfg != nil && !k.cfgDirty.Swap(false) {
 		return k.cfg
 	}
-	res := config.Resources{Namespace: k.ns, SecretsUnavailable: k.secrets == nil, InUse: k.inUse()}
-	res.Pools = decodeAll[v1beta1.IPAddressPool](k.pools, k.ns)
-	res.L2Advertisements = decodeAll[v1beta1.L2Advertisement](k.l2ads, k.ns)
-	if k.bgpPeers != nil {
-		res.Peers = decodeAll[v1beta1.BGPPeer](k.bgpPeers, k.ns)
-		res.BGPAdvertisements = decodeAll[v1beta1.BGPAdvertisement](k.bgpAds, k.ns)
-		res.Communities = decodeAll[v1beta1.Community](k.communities, k.ns)
-		res.BFDProfiles = decodeAll[v1beta1.BFDProfile](k.bfdProfiles, k.ns)
-	}
+	// The controller reports objects that do not decode; the speaker
+	// leaves them out.
+	res, _ := k.listers.Resources(k.ns)
+	res.SecretsUnavailable, res.InUse = k.secrets == nil, k.inUse()
 	if k.secrets != nil {
 		// Passwords come from the controller's copy of those in force
 		// only, so a Secret deleted or broken under a working peer
@@ -250,23 +240,6 @@ func (k *kubeSource) inUse() []config.InUse {
 	return controller.InUse(svcs, k.lbClass)
 }
 
-func decodeAll[T any](l cache.GenericLister, ns string) []T {
-	objs, _ := l.ByNamespace(ns).List(labels.Everything())
-	out := make([]T, 0, len(objs))
-	for _, o := range objs {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		var t T
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &t); err != nil {
-			continue // the controller reports it on the object
-		}
-		out = append(out, t)
-	}
-	return out
-}
-
 // Service implements Source.
 func (k *kubeSource) Service(ref announce.ServiceRef) runtime.Object {
 	svc, err := k.services.Services(ref.Namespace).Get(ref.Name)
@@ -278,14 +251,10 @@ func (k *kubeSource) Service(ref announce.ServiceRef) runtime.Object {
 
 // BGPPeer implements Source.
 func (k *kubeSource) BGPPeer(name string) runtime.Object {
-	if k.bgpPeers == nil {
-		return nil
+	if u := k.listers.Get(config.KindBGPPeer, k.ns, name); u != nil {
+		return u
 	}
-	obj, err := k.bgpPeers.ByNamespace(k.ns).Get(name)
-	if err != nil {
-		return nil
-	}
-	return obj
+	return nil
 }
 
 // ownerUID is the Service's UID when it lives in the announcements'

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/controller"
 	"github.com/herald-lb/herald/speaker/announce"
@@ -105,8 +107,10 @@ func TestKubeSourceSnapshot(t *testing.T) {
 	src := &kubeSource{
 		node: "node1", ns: "herald-system", v6: false, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		services: f.Core().V1().Services().Lister(), slices: sliceInf.GetIndexer(), nodes: f.Core().V1().Nodes().Lister(),
-		pools: df.ForResource(v1beta1.GroupVersion.WithResource("ipaddresspools")).Lister(),
-		l2ads: df.ForResource(v1beta1.GroupVersion.WithResource("l2advertisements")).Lister(),
+		listers: informer.Listers{
+			config.KindIPAddressPool:   df.ForResource(informer.GVR("ipaddresspools")).Lister(),
+			config.KindL2Advertisement: df.ForResource(informer.GVR("l2advertisements")).Lister(),
+		},
 	}
 	f.Start(ctx.Done())
 	df.Start(ctx.Done())
@@ -191,8 +195,9 @@ func TestKubeSourceBGPConfig(t *testing.T) {
 		return df.ForResource(v1beta1.GroupVersion.WithResource(r)).Lister()
 	}
 	src := &kubeSource{ns: "herald-system", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		pools: lister("ipaddresspools"), l2ads: lister("l2advertisements"), bgpPeers: lister("bgppeers"),
-		bgpAds: lister("bgpadvertisements"), communities: lister("communities"), bfdProfiles: lister("bfdprofiles"),
+		listers: informer.Listers{config.KindIPAddressPool: lister("ipaddresspools"), config.KindL2Advertisement: lister("l2advertisements"),
+			config.KindBGPPeer: lister("bgppeers"), config.KindBGPAdvertisement: lister("bgpadvertisements"),
+			config.KindCommunity: lister("communities"), config.KindBFDProfile: lister("bfdprofiles")},
 		secrets: f.Core().V1().Secrets().Lister(), services: f.Core().V1().Services().Lister()}
 	f.Start(ctx.Done())
 	df.Start(ctx.Done())

@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/controller"
 	"github.com/herald-lb/herald/internal/kubeclient"
 	"github.com/herald-lb/herald/internal/version"
@@ -108,26 +108,30 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return err
 	}
 	dynFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, o.Namespace, nil)
-	poolInf := dynFactory.ForResource(v1beta1.GroupVersion.WithResource("ipaddresspools"))
-	l2Inf := dynFactory.ForResource(v1beta1.GroupVersion.WithResource("l2advertisements"))
 	saInf := dynFactory.ForResource(AnnouncementGVR)
 	synced := []cache.InformerSynced{svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced,
-		sliceInf.Informer().HasSynced, poolInf.Informer().HasSynced, l2Inf.Informer().HasSynced, saInf.Informer().HasSynced}
-	configInfs := []cache.SharedIndexInformer{poolInf.Informer(), l2Inf.Informer()}
+		sliceInf.Informer().HasSynced, saInf.Informer().HasSynced}
+	// The configuration kinds; those only BGP needs are watched with BGP.
+	var configInfs []cache.SharedIndexInformer
+	listers := informer.Listers{}
+	for _, k := range informer.Kinds {
+		if informer.BGPKinds[k.Kind] && !o.BGP {
+			continue
+		}
+		inf := dynFactory.ForResource(informer.GVR(k.Resource))
+		listers[k.Kind] = inf.Lister()
+		configInfs = append(configInfs, inf.Informer())
+		synced = append(synced, inf.Informer().HasSynced)
+	}
 	var secretFactory informers.SharedInformerFactory
 
 	src := &kubeSource{
 		node: o.NodeName, ns: o.Namespace, lbClass: o.LBClass, v6: advertise.Is6(), log: log,
 		services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer(), nodes: nodeInf.Lister(),
-		pools: poolInf.Lister(), l2ads: l2Inf.Lister(),
+		listers: listers,
 	}
 	var bgpMgr *bgp.Manager
 	if o.BGP {
-		var infs []informers.GenericInformer
-		for _, r := range []string{"bgppeers", "bgpadvertisements", "communities", "bfdprofiles"} {
-			infs = append(infs, dynFactory.ForResource(v1beta1.GroupVersion.WithResource(r)))
-		}
-		src.bgpPeers, src.bgpAds, src.communities, src.bfdProfiles = infs[0].Lister(), infs[1].Lister(), infs[2].Lister(), infs[3].Lister()
 		// The speaker reads one Secret for BGP: the controller's copy of
 		// the passwords in force, never the users' Secrets.
 		secretFactory = informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace),
@@ -137,12 +141,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		secInf := secretFactory.Core().V1().Secrets()
 		src.secrets = secInf.Lister()
 		configInfs = append(configInfs, secInf.Informer())
-		for _, inf := range infs {
-			configInfs = append(configInfs, inf.Informer())
-		}
-		for _, inf := range configInfs[2:] {
-			synced = append(synced, inf.HasSynced)
-		}
+		synced = append(synced, secInf.Informer().HasSynced)
 		bgpMgr = bgp.NewManager(gobgp.New(log.With("component", "gobgp")), log.With("component", "bgp"))
 	}
 	writer := NewAnnouncementWriter(o.NodeName, o.Namespace, dyn, saInf.Informer(), src.ownerUID, log.With("component", "status"))
