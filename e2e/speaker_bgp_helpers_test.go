@@ -127,16 +127,6 @@ func (b bgpLab) nodeNames() []string {
 	return out
 }
 
-// nodeOfIP names the node with LAN address ip ("" if none).
-func (b bgpLab) nodeOfIP(ip string) string {
-	for _, n := range b.Layout.Nodes {
-		if n.IPv4.String() == ip {
-			return n.Name
-		}
-	}
-	return ""
-}
-
 // --- FRR ---------------------------------------------------------------
 
 func (b bgpLab) frr() *router.FRR {
@@ -465,16 +455,6 @@ func (b bgpLab) waitFRRNextHops(ip string, nodes []string, timeout time.Duration
 	})
 	b.t().Logf("FRR routes %s via %v (%v) after %s; BGP paths:\n  %s", prefix, want, nodes, d.Round(time.Millisecond), joinPaths(paths))
 	return paths
-}
-
-// waitFRRNoRoute waits until FRR has no BGP path and no route for ip/32.
-func (b bgpLab) waitFRRNoRoute(ip string, timeout time.Duration) {
-	b.t().Helper()
-	b.Poll(timeout, "FRR to have no route for "+ip+"/32", func() (bool, string) {
-		paths, praw := b.frrPaths(ip)
-		zebra, _ := b.zebraNextHops(ip)
-		return len(paths) == 0 && len(zebra) == 0, fmt.Sprintf("paths %v, zebra %v: %s", paths, zebra, praw)
-	})
 }
 
 func joinPaths(ps []frrPath) string {

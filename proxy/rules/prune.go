@@ -76,15 +76,13 @@ func Prune(data []byte, last ChainDigests) (out []byte, cur ChainDigests, droppe
 			chains[name] = &chain{decl: i}
 			order = append(order, name)
 		case bytes.HasPrefix(l, []byte("-A ")):
-			name := string(firstField(l[3:]))
-			if c := chains[name]; c != nil {
+			if c := chains[string(firstField(l[3:]))]; c != nil {
 				c.rules = append(c.rules, i)
 			}
 			// Rules for a chain not declared here append to a chain in
 			// the kernel: always kept, never part of a digest.
 		case bytes.HasPrefix(l, []byte("-X ")):
-			name := string(firstField(l[3:]))
-			if c := chains[name]; c != nil {
+			if c := chains[string(firstField(l[3:]))]; c != nil {
 				c.keep = true
 			}
 		}
