@@ -102,6 +102,11 @@ type Input struct {
 	Members []Member
 	Local   Local
 	Options Options
+	// Isolated: this speaker reaches no other speaker while the API shows
+	// that others are alive, so the others elect without it. It then
+	// announces only the addresses no other node could announce
+	// (ReasonIsolated for the rest), so a client never gets two answers.
+	Isolated bool
 }
 
 // Why a Service's IP is not considered at all.
@@ -121,6 +126,7 @@ const (
 const (
 	ReasonNoCandidate = "no node is eligible to announce the IP"
 	ReasonLocalDown   = "this node won the IP but none of its interfaces for it is up"
+	ReasonIsolated    = "this speaker reaches no other speaker while the API shows others alive; it announces only addresses no other node may announce"
 )
 
 // Ignored is a Service's IP left out before the election, or a Service
@@ -225,6 +231,10 @@ func Compute(in Input) State {
 
 	nodes, localLabels, localKnown := electionNodes(in)
 	opts := election.Options{IgnoreExcludeLabel: in.Options.IgnoreExcludeLabel}
+	var apiNodes []election.Node
+	if in.Isolated {
+		apiNodes = assumeAlive(nodes, in)
+	}
 	perService := map[ServiceRef]*Announcement{}
 	for a, g := range groups {
 		ip := IP{Addr: a, Pool: g.Pool}
@@ -242,7 +252,13 @@ func Compute(in Input) State {
 		slices.Sort(ip.Advertisements)
 		ip.Advertisements = slices.Compact(ip.Advertisements)
 		ip.Winner, ip.Excluded = election.Elect(eip, nodes, opts)
+		if in.Isolated && ip.Winner == in.Local.Name {
+			if c, _ := election.Candidates(eip, apiNodes, opts); len(c) != 1 || c[0] != in.Local.Name {
+				ip.Winner, ip.Reason = "", ReasonIsolated
+			}
+		}
 		switch {
+		case ip.Reason == ReasonIsolated:
 		case ip.Winner == "":
 			ip.Reason = ReasonNoCandidate
 		case ip.Winner == in.Local.Name && localKnown:
@@ -423,6 +439,31 @@ func electionNodes(in Input) (nodes []election.Node, localLabels map[string]stri
 		}
 	}
 	return nodes, localLabels, localKnown
+}
+
+// assumeAlive is the nodes as an isolated speaker must count them: every
+// Node's speaker alive, and a speaker it cannot hear from with every
+// interface up, since it cannot know better.
+func assumeAlive(nodes []election.Node, in Input) []election.Node {
+	all := slices.Clone(in.Local.Interfaces)
+	if in.Config != nil {
+		for _, ad := range in.Config.L2Advertisements {
+			all = append(all, ad.Interfaces...)
+		}
+	}
+	for _, m := range in.Members {
+		all = append(all, m.Interfaces...)
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	out := make([]election.Node, len(nodes))
+	for i, n := range nodes {
+		if !n.Live {
+			n.Live, n.Interfaces, n.DownInterfaces = true, all, nil
+		}
+		out[i] = n
+	}
+	return out
 }
 
 // localInterfaces is where this node answers for an address it won: for

@@ -579,3 +579,58 @@ func TestRandomWorlds(t *testing.T) {
 		}
 	}
 }
+
+// An isolated speaker (alone in memberlist while the API shows the other
+// speakers alive) keeps only the addresses no other node may announce: a
+// Local Service whose only ready endpoint is here, or a pool whose
+// advertisement selects this node alone. Everything else it would win
+// alone is left to the others, who elect without it: one answer per IP.
+func TestIsolatedAnnouncesOnlyWhatNoOtherNodeMay(t *testing.T) {
+	cfg := testConfig()
+	cfg.Pools["mine"] = &config.Pool{Name: "mine", Ranges: []config.Range{rng("198.18.0.0", "198.18.0.255")}}
+	cfg.L2Advertisements = append(cfg.L2Advertisements, &config.L2Advertisement{Name: "mine", Pools: []string{"mine"},
+		NodeSelectors: sel("kubernetes.io/hostname", "node1")})
+	local := func(name, ip string, nodes ...string) Service {
+		s := svc(name, "lan", ip)
+		s.Local, s.ReadyNodes = true, map[string]bool{}
+		for _, n := range nodes {
+			s.ReadyNodes[n] = true
+		}
+		return s
+	}
+	svcs := []Service{
+		svc("cluster", "lan", "192.0.2.1"),           // any node may announce
+		local("here", "192.0.2.2", "node1"),          // only node1 has an endpoint
+		local("both", "192.0.2.3", "node1", "node2"), // node2 too
+		svc("pinned", "mine", "198.18.0.1"),          // only node1 is selected
+		local("elsewhere", "192.0.2.4", "node3"),     // node1 is no candidate at all
+		svc("v6", "lan", "2001:db8::1"),              // as cluster, IPv6
+	}
+	in := testInput(svcs...)
+	in.Config = cfg
+	// Alone: memberlist lists only node1.
+	in.Members = in.Members[:1]
+	in = as(in, "node1")
+	alone := Compute(in)
+	for _, ip := range alone.IPs {
+		if ip.Winner != "node1" && ip.Addr != addr("192.0.2.4") {
+			t.Fatalf("alone, node1 should win everything it may announce: %+v", ip)
+		}
+	}
+	in.Isolated = true
+	got := Compute(in)
+	want := map[string]bool{"192.0.2.2": true, "198.18.0.1": true}
+	for _, ip := range got.IPs {
+		switch {
+		case want[ip.Addr.String()] && !ip.Announced():
+			t.Errorf("%s: not announced although no other node may (%+v)", ip.Addr, ip)
+		case !want[ip.Addr.String()] && ip.Announced():
+			t.Errorf("%s: announced while isolated, although other nodes may win it (%+v)", ip.Addr, ip)
+		case !want[ip.Addr.String()] && ip.Addr != addr("192.0.2.4") && ip.Reason != ReasonIsolated:
+			t.Errorf("%s: reason %q, want %q", ip.Addr, ip.Reason, ReasonIsolated)
+		}
+	}
+	if n := len(got.Announcements); n != 2 {
+		t.Errorf("announcements %+v, want the two Services no other node may announce", got.Announcements)
+	}
+}
