@@ -17,6 +17,7 @@ type Metrics struct {
 	members         prometheus.Gauge
 	electionChanges prometheus.Counter
 	syncs           prometheus.Counter
+	isolated        prometheus.Gauge
 }
 
 // NewMetrics registers the speaker's metrics, with Go and process
@@ -44,13 +45,17 @@ func NewMetrics() *Metrics {
 			Name: "herald_speaker_syncs_total",
 			Help: "Elections run (one per change of the inputs).",
 		}),
+		isolated: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_speaker_isolated",
+			Help: "1 while this speaker reaches no other speaker although the API shows others alive; it then announces only addresses no other node may announce.",
+		}),
 	}
-	m.Registry.MustRegister(m.announced, m.elected, m.members, m.electionChanges, m.syncs,
+	m.Registry.MustRegister(m.announced, m.elected, m.members, m.electionChanges, m.syncs, m.isolated,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-func (m *Metrics) observe(st announce.State, ch announce.Changes, members int) {
+func (m *Metrics) observe(st announce.State, ch announce.Changes, members int, isolated bool) {
 	v4, v6 := 0, 0
 	for ip := range st.Announced() {
 		if ip.Is4() {
@@ -69,6 +74,10 @@ func (m *Metrics) observe(st announce.State, ch announce.Changes, members int) {
 	}
 	m.elected.Set(float64(elected))
 	m.members.Set(float64(members))
+	m.isolated.Set(0)
+	if isolated {
+		m.isolated.Set(1)
+	}
 	m.electionChanges.Add(float64(len(ch.Moved)))
 	m.syncs.Inc()
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/proxy"
 	"github.com/herald-lb/herald/speaker/members"
 )
@@ -52,6 +53,10 @@ type Options struct {
 	// to go out on a graceful stop.
 	BGP             bool
 	BGPShutdownWait time.Duration
+	// HeartbeatPeriod is how often the lowest-named speaker renews the
+	// heartbeat Lease; a speaker alone in memberlist is isolated while
+	// another renewed within 3 periods (see speaker/heartbeat).
+	HeartbeatPeriod time.Duration
 	// Proxy runs the service proxy in this process, with ProxyOptions.
 	Proxy        bool
 	ProxyOptions proxy.Options
@@ -75,6 +80,7 @@ func DefaultOptions() Options {
 		Proxy:           true,
 		BGP:             true,
 		BGPShutdownWait: time.Second,
+		HeartbeatPeriod: time.Second,
 		ProxyOptions:    proxy.DefaultOptions(),
 	}
 }
@@ -105,6 +111,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "requests per second to the API server")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
 	fs.BoolVar(&o.BGP, "bgp", o.BGP, "peer with the BGPPeers selecting this node and advertise the LoadBalancer IPs of BGPAdvertisements (embedded GoBGP)")
+	fs.DurationVar(&o.HeartbeatPeriod, "heartbeat-period", o.HeartbeatPeriod, "how often the speakers' heartbeat Lease "+heartbeat.LeaseName+" is renewed; a speaker that reaches no other speaker holds back its claims while another renewed it within 3 periods, and for 3 periods after it found itself alone")
 	fs.DurationVar(&o.BGPShutdownWait, "bgp-shutdown-wait", o.BGPShutdownWait, "on a graceful stop, how long to wait for the withdrawals to be sent before closing the BGP sessions")
 	fs.BoolVar(&o.Proxy, "proxy", o.Proxy, "run herald's service proxy in this process too (false when another proxy serves the node)")
 	finishProxy := proxy.BindFlags(fs, &o.ProxyOptions)
@@ -188,6 +195,9 @@ func (o Options) Validate() error {
 	}
 	if t.GossipInterval <= 0 || t.GossipInterval > time.Minute {
 		bad("memberlist-gossip-interval", "must be positive and at most 1m, got %s", t.GossipInterval)
+	}
+	if o.HeartbeatPeriod < 100*time.Millisecond || o.HeartbeatPeriod > time.Minute {
+		bad("heartbeat-period", "must be between 100ms and 1m, got %s", o.HeartbeatPeriod)
 	}
 	if o.BGPShutdownWait < 0 || o.BGPShutdownWait > time.Minute {
 		bad("bgp-shutdown-wait", "must be between 0s and 1m, got %s", o.BGPShutdownWait)

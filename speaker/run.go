@@ -33,6 +33,7 @@ import (
 	"github.com/herald-lb/herald/speaker/announce"
 	"github.com/herald-lb/herald/speaker/bgp"
 	"github.com/herald-lb/herald/speaker/bgp/gobgp"
+	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
 )
 
@@ -152,11 +153,12 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	rec := broadcaster.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "herald-speaker", Host: o.NodeName})
 
 	links := NetlinkLinks{}
+	beat := heartbeat.NewTracker(o.NodeName, 3*o.HeartbeatPeriod, nil)
 	spMu.Lock()
 	sp = New(Deps{
 		Node: o.NodeName, Options: announce.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
 		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
-		Status: writer, Events: rec, Metrics: m, Log: log, BGP: bgpMgr,
+		Status: writer, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
 	})
 	spMu.Unlock()
 
@@ -214,7 +216,15 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
-	wg.Add(2)
+	view := func() (first, lonely bool) {
+		ms := cluster.Members()
+		return len(ms) == 0 || ms[0].Name == o.NodeName, len(ms) <= 1
+	}
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		heartbeat.Run(loopCtx, kube, o.Namespace, beat, view, o.HeartbeatPeriod, sp.Trigger, log.With("component", "heartbeat"))
+	}()
 	go func() { defer wg.Done(); writer.Run(infCtx) }()
 	go func() { defer wg.Done(); rejoinOnNodeChanges(loopCtx, src, cluster, peers, log) }()
 	loopDone := make(chan struct{})

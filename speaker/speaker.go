@@ -84,6 +84,10 @@ type Deps struct {
 	// Resync is the period of a sync without any trigger (default 30s),
 	// a safety net for a missed notification.
 	Resync time.Duration
+	// Isolated tells whether this speaker, when it has no peer in
+	// memberlist (lonely), must hold back because the other speakers are
+	// alive without it (heartbeat.Tracker.Isolated); nil: never.
+	Isolated func(lonely bool) bool
 }
 
 type responderEntry struct {
@@ -313,6 +317,18 @@ func (s *Speaker) Sync() {
 	if !liveNames[s.d.Node] {
 		in.Members = append(in.Members, announce.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces})
 	}
+	lonely := true
+	for name := range liveNames {
+		lonely = lonely && name == s.d.Node
+	}
+	in.Isolated = s.d.Isolated != nil && s.d.Isolated(lonely)
+	if in.Isolated != s.state.Isolated {
+		if in.Isolated {
+			s.d.Log.Warn("isolated: no other speaker is reachable over memberlist, but the API shows others alive; announcing only addresses no other node may announce (check that the memberlist port, TCP and UDP, is open between the nodes and that every speaker has the key)")
+		} else if s.ready.Load() {
+			s.d.Log.Info("no longer isolated")
+		}
+	}
 	st := announce.Compute(in)
 	ch := announce.Diff(s.state, st)
 	s.ann.Set(st.Announced())
@@ -333,7 +349,7 @@ func (s *Speaker) Sync() {
 	s.events(ch)
 	s.sweep(liveNames)
 	s.logChanges(st, ch)
-	s.d.Metrics.observe(st, ch, len(live))
+	s.d.Metrics.observe(st, ch, len(live), in.Isolated)
 	s.state = st
 	if !s.ready.Load() {
 		s.ready.Store(true)

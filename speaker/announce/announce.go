@@ -189,6 +189,8 @@ type State struct {
 	Ignored []Ignored
 	// Announcements are this node's, by Service.
 	Announcements []Announcement
+	// Isolated is Input.Isolated.
+	Isolated bool
 }
 
 // Lookup returns the election result for addr.
@@ -221,7 +223,7 @@ func (s State) Announced() map[netip.Addr][]string {
 // externalTrafficPolicy Local the winner needs a local endpoint of every
 // one of them.
 func Compute(in Input) State {
-	st := State{Node: in.Local.Name}
+	st := State{Node: in.Local.Name, Isolated: in.Isolated}
 	var ads []*config.L2Advertisement
 	if in.Config != nil {
 		ads = in.Config.L2Advertisements

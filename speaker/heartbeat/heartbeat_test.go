@@ -1,0 +1,99 @@
+package heartbeat
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func TestIsolated(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	const w = 3 * time.Second
+	tr := NewTracker("node1", w, c.now)
+
+	if tr.Isolated(false) {
+		t.Fatal("a speaker with peers is never isolated")
+	}
+	// Alone, with nobody else renewing: held back for one window only.
+	if !tr.Isolated(true) {
+		t.Error("just found alone: must hold back for a window")
+	}
+	c.advance(w)
+	if tr.Isolated(true) {
+		t.Error("alone for a window with no foreign renewal: the others are gone, take over")
+	}
+	// Another speaker renews: isolated again, for as long as it does.
+	tr.Observe("node2", c.t)
+	if !tr.Isolated(true) {
+		t.Error("node2 renewed just now: isolated")
+	}
+	c.advance(w - time.Millisecond)
+	if !tr.Isolated(true) {
+		t.Error("node2's renewal is still within the window")
+	}
+	c.advance(time.Millisecond)
+	if tr.Isolated(true) {
+		t.Error("node2 stopped renewing a window ago: not isolated")
+	}
+	// Its own renewals prove nothing; an old renewal does not move the
+	// last sighting back.
+	tr.Observe("node1", c.t)
+	tr.Observe("node2", c.t.Add(-time.Hour))
+	if tr.Isolated(true) {
+		t.Error("own renewal or an old one counted as a live peer")
+	}
+	// Peers back, then alone again: a new hold-down.
+	tr.Isolated(false)
+	if !tr.Isolated(true) {
+		t.Error("alone again: hold back for a window")
+	}
+}
+
+func TestShouldRenew(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	tr := NewTracker("node1", time.Second, c.now)
+	if !tr.ShouldRenew(true, false) {
+		t.Error("the lowest member with peers renews")
+	}
+	if tr.ShouldRenew(false, false) {
+		t.Error("only the lowest member renews")
+	}
+	tr.Observe("node2", c.t)
+	if tr.ShouldRenew(true, true) {
+		t.Error("an isolated speaker must not renew over the real cluster's heartbeat")
+	}
+	c.advance(2 * time.Second)
+	if !tr.ShouldRenew(true, true) {
+		t.Error("the last speaker standing renews")
+	}
+}
+
+func TestRenew(t *testing.T) {
+	kube := fake.NewClientset()
+	get := func(name string) (*coordinationv1.Lease, error) {
+		return kube.CoordinationV1().Leases("herald-system").Get(context.Background(), name, metav1.GetOptions{})
+	}
+	w := &writer{kube: kube, ns: "herald-system", self: "node1", lister: get, duration: 3 * time.Second}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 2 { // create, then update
+		if err := w.renew(context.Background(), at.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := get(LeaseName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *l.Spec.HolderIdentity != "node1" || !l.Spec.RenewTime.Time.Equal(at.Add(time.Second)) || *l.Spec.LeaseDurationSeconds != 3 {
+		t.Errorf("lease = %+v", l.Spec)
+	}
+}
