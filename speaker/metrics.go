@@ -18,6 +18,7 @@ type Metrics struct {
 	electionChanges prometheus.Counter
 	syncs           prometheus.Counter
 	isolated        prometheus.Gauge
+	keys            prometheus.Gauge
 }
 
 // NewMetrics registers the speaker's metrics, with Go and process
@@ -49,8 +50,12 @@ func NewMetrics() *Metrics {
 			Name: "herald_speaker_isolated",
 			Help: "1 while this speaker reaches no other speaker although the API shows others alive; it then announces only addresses no other node may announce.",
 		}),
+		keys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_speaker_memberlist_keys",
+			Help: "Keys in the memberlist keyring (the primary one included): 2 while a key rotation is under way.",
+		}),
 	}
-	m.Registry.MustRegister(m.announced, m.elected, m.members, m.electionChanges, m.syncs, m.isolated,
+	m.Registry.MustRegister(m.announced, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.keys,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/herald-lb/herald/controller"
-	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/proxy"
+	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
 )
 

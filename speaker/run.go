@@ -96,7 +96,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if !bind.IsValid() {
 		bind = advertise
 	}
-	secret, err := waitSecret(ctx, kube, o.Namespace, o.SecretName, log)
+	secret, extraKeys, err := waitSecret(ctx, kube, o.Namespace, o.SecretName, log)
 	if err != nil {
 		return err
 	}
@@ -203,7 +203,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	meta, _ := fitMeta(SelectInterfaces(first, snap.PodCIDRs, namedInterfaces(snap.Config)).Meta())
 	cluster, err := members.New(members.Config{
 		NodeName: o.NodeName, BindAddr: bind, BindPort: o.Port, AdvertiseAddr: advertise,
-		Secret: members.Secret(secret), Meta: meta, Timers: o.Timers,
+		Secret: secret, Extra: extraKeys, Meta: meta, Timers: o.Timers,
 		OnEvent: sp.MemberEvent, Log: log.With("component", "memberlist"),
 	})
 	if err != nil {
@@ -220,7 +220,12 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		ms := cluster.Members()
 		return len(ms) == 0 || ms[0].Name == o.NodeName, len(ms) <= 1
 	}
-	wg.Add(3)
+	m.keys.Set(float64(1 + len(extraKeys)))
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		watchKeys(loopCtx, kube, o.Namespace, o.SecretName, cluster, m, log.With("component", "memberlist"))
+	}()
 	go func() {
 		defer wg.Done()
 		heartbeat.Run(loopCtx, kube, o.Namespace, beat, view, o.HeartbeatPeriod, sp.Trigger, log.With("component", "heartbeat"))
@@ -339,31 +344,67 @@ func proxyHealthy(addr string) error {
 	return nil
 }
 
-// waitSecret reads the memberlist key material, waiting for the
-// controller to create the Secret. The value is never logged.
-func waitSecret(ctx context.Context, kube kubernetes.Interface, ns, name string, log *slog.Logger) ([]byte, error) {
+// waitSecret reads the memberlist key materials, waiting for the
+// controller to create the Secret. The values are never logged.
+func waitSecret(ctx context.Context, kube kubernetes.Interface, ns, name string, log *slog.Logger) (members.Secret, []members.Secret, error) {
 	backoff := time.Second
 	for {
 		s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		var why string
-		switch {
-		case err == nil && len(s.Data[controller.MemberlistSecretKey]) >= members.MinSecretLen:
-			return s.Data[controller.MemberlistSecretKey], nil
-		case err == nil:
-			why = fmt.Sprintf("key %q missing or shorter than %d bytes", controller.MemberlistSecretKey, members.MinSecretLen)
-		case apierrors.IsNotFound(err):
+		if err == nil {
+			primary, extra, kerr := members.KeysFromSecret(s.Data, controller.MemberlistSecretKey)
+			if kerr == nil {
+				return primary, extra, nil
+			}
+			why = kerr.Error()
+		} else if apierrors.IsNotFound(err) {
 			why = "not found (herald controller creates it)"
-		default:
+		} else {
 			why = err.Error()
 		}
 		log.Warn("waiting for the memberlist Secret", "secret", ns+"/"+name, "problem", why, "retryIn", backoff)
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 10*time.Second)
+		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// watchKeys follows the memberlist Secret and changes the keyring in place
+// when its keys change (a rotation step); a Secret with a bad key keeps
+// the keys in use, with an error naming the Secret and the key.
+func watchKeys(ctx context.Context, kube kubernetes.Interface, ns, name string, c members.Cluster, m *Metrics, log *slog.Logger) {
+	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name }))
+	inf := f.Core().V1().Secrets().Informer()
+	var last string
+	apply := func(obj any) {
+		s, ok := obj.(*corev1.Secret)
+		if !ok {
+			return
+		}
+		primary, extra, err := members.KeysFromSecret(s.Data, controller.MemberlistSecretKey)
+		if err != nil {
+			log.Error("memberlist Secret not usable; keeping the keys in use", "secret", ns+"/"+name, "err", err)
+			return
+		}
+		if s.ResourceVersion == last {
+			return
+		}
+		last = s.ResourceVersion
+		if err := c.SetKeys(primary, extra); err != nil {
+			log.Error("memberlist keys not changed", "secret", ns+"/"+name, "err", err)
+			return
+		}
+		m.keys.Set(float64(1 + len(extra)))
+		log.Info("memberlist keys in use", "secret", ns+"/"+name, "keys", 1+len(extra))
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: apply, UpdateFunc: func(_, obj any) { apply(obj) }})
+	f.Start(ctx.Done())
+	<-ctx.Done()
+	f.Shutdown()
 }
 
 // waitNodeIP reads this node's InternalIP (IPv4 first) from its Node.

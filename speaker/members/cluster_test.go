@@ -375,3 +375,73 @@ func TestFake(t *testing.T) {
 		t.Error("fake Join after Close")
 	}
 }
+
+// TestKeyRotation rotates the key of a live cluster in the three steps
+// docs/install.md gives (add the new key, make it primary, remove the old
+// one), one member at a time as a rolling update of the Secret reaches
+// them: the members stay one cluster at every step, and only a member
+// with the old key alone is refused at the end.
+func TestKeyRotation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets and timers")
+	}
+	lg := &logs{}
+	oldKey, newKey := testSecret, Secret("herald-rotated-secret-0123456789")
+	var ns []*node
+	for _, name := range []string{"node-a", "node-b", "node-c"} {
+		ns = append(ns, mustStart(t, name, freePort(t), lg, time.Hour))
+	}
+	for _, n := range ns[1:] {
+		if _, err := n.m.Join([]string{addr(ns[0])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := []string{"node-a", "node-b", "node-c"}
+	whole := func(step string) {
+		t.Helper()
+		// A few probe and gossip rounds with the keys as they are.
+		time.Sleep(500 * time.Millisecond)
+		for _, n := range ns {
+			if got := names(n.m); !reflect.DeepEqual(got, all) {
+				t.Fatalf("%s: %s sees %v", step, n.name, got)
+			}
+		}
+	}
+	whole("before")
+	steps := []struct {
+		name           string
+		primary        Secret
+		extra          []Secret
+		keysAfterwards int
+	}{
+		{"add the new key", oldKey, []Secret{newKey}, 2},
+		{"make it primary", newKey, []Secret{oldKey}, 2},
+		{"remove the old key", newKey, nil, 1},
+	}
+	for _, s := range steps {
+		for i, n := range ns {
+			if err := n.m.SetKeys(s.primary, s.extra); err != nil {
+				t.Fatalf("%s on %s: %v", s.name, n.name, err)
+			}
+			if got := n.m.Keys(); got != s.keysAfterwards {
+				t.Errorf("%s on %s: %d keys, want %d", s.name, n.name, got, s.keysAfterwards)
+			}
+			whole(fmt.Sprintf("%s, %d of 3 members done", s.name, i+1))
+		}
+	}
+	x, err := start(t, "stale", freePort(t), oldKey, lg, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := x.m.Join([]string{addr(ns[0])}); n != 0 || err == nil {
+		t.Errorf("a member with only the removed key joined %d (err %v)", n, err)
+	}
+	if err := ns[0].m.SetKeys(Secret("short"), nil); err == nil || ns[0].m.Keys() != 1 {
+		t.Errorf("a too short key was taken: err %v, %d keys", err, ns[0].m.Keys())
+	}
+	for _, s := range []string{string(newKey), string(oldKey)} {
+		if strings.Contains(lg.String(), s) {
+			t.Error("a key appears in the logs")
+		}
+	}
+}

@@ -26,6 +26,9 @@ type Config struct {
 	AdvertiseAddr netip.Addr
 	// Secret is the key material the gossip key is derived from.
 	Secret Secret
+	// Extra are further key materials whose keys are accepted for
+	// decryption but not used to send: the steps of a key rotation.
+	Extra []Secret
 	// Meta is the metadata published at start.
 	Meta Meta
 	// Timers tune failure detection; zero fields take DefaultTimers'.

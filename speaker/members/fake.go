@@ -19,6 +19,8 @@ type Fake struct {
 	onEvent func(Event)
 	// JoinErr, when set, is what Join returns.
 	JoinErr error
+	// Keys are the key materials of the last SetKeys, primary first.
+	Keys []Secret
 }
 
 var _ Cluster = (*Fake)(nil)
@@ -115,4 +117,16 @@ func (f *Fake) emit(e Event) {
 	if f.onEvent != nil {
 		f.onEvent(e)
 	}
+}
+
+// SetKeys implements Cluster: it checks the keys as the real one does and
+// records them.
+func (f *Fake) SetKeys(primary Secret, extra []Secret) error {
+	if _, err := deriveKeys(primary, extra); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Keys = append([]Secret{primary}, extra...)
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strings"
 )
 
 // keyInfo binds derived keys to this use and this version: the same Secret
@@ -77,4 +79,31 @@ func DeriveKey(secret Secret) (Key, error) {
 	copy(k[:], b)
 	clear(b)
 	return k, nil
+}
+
+// KeysFromSecret reads the key materials of the memberlist Secret's data:
+// key is the primary one, the messages are sent with it; every key named
+// key + "-" + anything (secretkey-next, secretkey-old) is accepted too,
+// in name order. That is what a rotation in three steps needs: add the
+// new material under another name, swap the two, remove the old one.
+func KeysFromSecret(data map[string][]byte, key string) (Secret, []Secret, error) {
+	primary := data[key]
+	if len(primary) < MinSecretLen {
+		return nil, nil, fmt.Errorf("key %q is missing or shorter than %d bytes", key, MinSecretLen)
+	}
+	var names []string
+	for k := range data {
+		if strings.HasPrefix(k, key+"-") {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	var extra []Secret
+	for _, n := range names {
+		if len(data[n]) < MinSecretLen {
+			return nil, nil, fmt.Errorf("key %q is shorter than %d bytes", n, MinSecretLen)
+		}
+		extra = append(extra, Secret(data[n]))
+	}
+	return Secret(primary), extra, nil
 }

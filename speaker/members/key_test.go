@@ -117,3 +117,22 @@ func TestRedaction(t *testing.T) {
 		t.Errorf("slog output does not say %s: %s", redacted, buf.String())
 	}
 }
+
+func TestKeysFromSecret(t *testing.T) {
+	long := func(c byte) []byte { return bytes.Repeat([]byte{c}, MinSecretLen) }
+	p, extra, err := KeysFromSecret(map[string][]byte{"secretkey": long('a'), "secretkey-old": long('c'), "secretkey-next": long('b'), "other": []byte("x")}, "secretkey")
+	if err != nil || string(p) != string(long('a')) || len(extra) != 2 || string(extra[0]) != string(long('b')) || string(extra[1]) != string(long('c')) {
+		t.Errorf("got %d extra, err %v", len(extra), err)
+	}
+	for name, data := range map[string]map[string][]byte{
+		"no primary":    {"secretkey-next": long('b')},
+		"short primary": {"secretkey": []byte("short")},
+		"short extra":   {"secretkey": long('a'), "secretkey-next": []byte("short")},
+	} {
+		if _, _, err := KeysFromSecret(data, "secretkey"); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if strings.Contains(err.Error(), string(long('a'))) {
+			t.Errorf("%s: the error shows key material: %v", name, err)
+		}
+	}
+}

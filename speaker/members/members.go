@@ -30,6 +30,9 @@ type Cluster interface {
 	Members() []Member
 	// UpdateMeta publishes new metadata; on error the old one stays.
 	UpdateMeta(Meta) error
+	// SetKeys makes primary the key messages are sent with and accepts
+	// extra ones too (a key rotation); on error the keys in use stay.
+	SetKeys(primary Secret, extra []Secret) error
 	// Close leaves the cluster gracefully and stops.
 	Close() error
 }
@@ -92,6 +95,8 @@ type Memberlist struct {
 	// keeps writing, so reading them is a data race.
 	table map[string]Member
 
+	keyring *memberlist.Keyring
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -113,9 +118,13 @@ func New(cfg Config) (*Memberlist, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("memberlist config: %w", err)
 	}
-	key, err := DeriveKey(cfg.Secret)
+	keys, err := deriveKeys(cfg.Secret, cfg.Extra)
 	if err != nil {
 		return nil, err
+	}
+	keyring, err := memberlist.NewKeyring(keys[1:], keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("memberlist keyring: %w", err)
 	}
 	meta, err := EncodeMeta(cfg.Meta)
 	if err != nil {
@@ -125,7 +134,7 @@ func New(cfg Config) (*Memberlist, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	m := &Memberlist{cfg: cfg, log: lg, ev: newEventQueue(cfg.OnEvent), stop: make(chan struct{}), table: map[string]Member{}}
+	m := &Memberlist{cfg: cfg, log: lg, ev: newEventQueue(cfg.OnEvent), stop: make(chan struct{}), table: map[string]Member{}, keyring: keyring}
 	m.meta.Store(&meta)
 
 	mc := memberlist.DefaultLANConfig()
@@ -146,7 +155,7 @@ func New(cfg Config) (*Memberlist, error) {
 	mc.GossipToTheDeadTime = t.GossipToTheDeadTime
 	mc.TCPTimeout = t.TCPTimeout
 	mc.DeadNodeReclaimTime = t.DeadNodeReclaimTime
-	mc.SecretKey = key[:]
+	mc.Keyring = keyring
 	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	mc.Label = label
 	mc.Delegate = delegate{m}
@@ -484,3 +493,53 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = logWriter{}
+
+// deriveKeys derives the primary key (first) and the extra ones, without
+// duplicates. The primary must be valid; so must every extra one, so a
+// rotation step with a bad key is refused whole.
+func deriveKeys(primary Secret, extra []Secret) ([][]byte, error) {
+	k, err := DeriveKey(primary)
+	if err != nil {
+		return nil, err
+	}
+	out := [][]byte{slices.Clone(k[:])}
+	for i, e := range extra {
+		k, err := DeriveKey(e)
+		if err != nil {
+			return nil, fmt.Errorf("extra key %d: %w", i+1, err)
+		}
+		if !slices.ContainsFunc(out, func(b []byte) bool { return string(b) == string(k[:]) }) {
+			out = append(out, slices.Clone(k[:]))
+		}
+	}
+	return out, nil
+}
+
+// SetKeys implements Cluster: the keyring is changed in place, new keys
+// first, then the primary, then the keys no longer wanted are removed, so
+// no message in flight finds its key missing.
+func (m *Memberlist) SetKeys(primary Secret, extra []Secret) error {
+	keys, err := deriveKeys(primary, extra)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := m.keyring.AddKey(k); err != nil {
+			return fmt.Errorf("adding a memberlist key: %w", err)
+		}
+	}
+	if err := m.keyring.UseKey(keys[0]); err != nil {
+		return fmt.Errorf("switching the memberlist primary key: %w", err)
+	}
+	for _, have := range m.keyring.GetKeys() {
+		if !slices.ContainsFunc(keys, func(k []byte) bool { return string(k) == string(have) }) {
+			if err := m.keyring.RemoveKey(have); err != nil {
+				return fmt.Errorf("removing a memberlist key: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// Keys is how many keys the keyring holds (the primary included).
+func (m *Memberlist) Keys() int { return len(m.keyring.GetKeys()) }
