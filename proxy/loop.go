@@ -41,7 +41,9 @@ func nextWait(minInterval time.Duration, last, now time.Time) time.Duration {
 
 // Run calls sync until ctx ends, first at once. sync gets periodic=true
 // when MaxInterval passed without a request, and returns whether to try
-// again (after MinInterval) because something failed.
+// again because something failed: after MinInterval, then twice as long
+// after each further failure, up to MaxInterval, as kube-proxy backs off
+// a failing iptables-restore instead of retrying it every second.
 func (l *Loop) Run(ctx context.Context, sync func(ctx context.Context, periodic bool) (retry bool)) {
 	var last time.Time
 	periodic := time.NewTimer(0)
@@ -53,6 +55,7 @@ func (l *Loop) Run(ctx context.Context, sync func(ctx context.Context, periodic 
 		}
 	}()
 	first := true
+	failures := 0
 	for {
 		isPeriodic := false
 		if first {
@@ -89,11 +92,28 @@ func (l *Loop) Run(ctx context.Context, sync func(ctx context.Context, periodic 
 			}
 		}
 		periodic.Reset(l.MaxInterval)
-		if again {
-			if retry != nil {
-				retry.Stop()
-			}
-			retry = time.AfterFunc(l.MinInterval, l.Request)
+		if !again {
+			failures = 0
+			continue
 		}
+		failures++
+		if retry != nil {
+			retry.Stop()
+		}
+		retry = time.AfterFunc(retryDelay(l.MinInterval, l.MaxInterval, failures), l.Request)
 	}
+}
+
+// retryDelay is the wait before the retry after the n-th failure in a
+// row: minInterval (a second when there is none) doubled n-1 times, at
+// most maxInterval.
+func retryDelay(minInterval, maxInterval time.Duration, n int) time.Duration {
+	d := minInterval
+	if d <= 0 {
+		d = time.Second
+	}
+	for i := 1; i < n && d < maxInterval; i++ {
+		d *= 2
+	}
+	return min(d, maxInterval)
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -101,8 +102,8 @@ func TestLoopPeriodicAndRetry(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.Run(ctx, log.sync); close(done) }()
-	// Two failures, each retried after the minimum interval, then quiet
-	// until the periodic sync.
+	// Two failures, retried after the minimum interval, then twice that,
+	// then quiet until the periodic sync.
 	waitFor(t, "a periodic sync", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
@@ -128,5 +129,19 @@ func TestLoopPeriodicAndRetry(t *testing.T) {
 	}
 	if gap := log.at[3].Sub(log.at[2]); gap < 90*time.Millisecond {
 		t.Errorf("periodic sync came %s after the last, want the maximum interval", gap)
+	}
+}
+
+func TestRetryDelayBacksOff(t *testing.T) {
+	var got []time.Duration
+	for n := 1; n <= 7; n++ {
+		got = append(got, retryDelay(time.Second, 30*time.Second, n))
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("retry delays %v, want %v", got, want)
+	}
+	if d := retryDelay(0, 30*time.Second, 1); d != time.Second {
+		t.Errorf("with no minimum interval: %v, want 1s", d)
 	}
 }

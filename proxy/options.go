@@ -57,7 +57,7 @@ func DefaultOptions() Options {
 		SyncPeriod:         30 * time.Second,
 		FullSyncPeriod:     time.Hour,
 		HealthzBindAddress: "0.0.0.0:10256",
-		MetricsBindAddress: "0.0.0.0:10249",
+		MetricsBindAddress: "127.0.0.1:10249",
 		QPS:                50,
 		Burst:              100,
 	}

@@ -21,7 +21,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.NodeName != "node1" || o.MinSyncPeriod != time.Second || o.SyncPeriod != 30*time.Second ||
-		o.HealthzBindAddress != "0.0.0.0:10256" || o.MetricsBindAddress != "0.0.0.0:10249" || o.MasqueradeBit != 14 {
+		o.HealthzBindAddress != "0.0.0.0:10256" || o.MetricsBindAddress != "127.0.0.1:10249" || o.MasqueradeBit != 14 {
 		t.Errorf("%+v", o)
 	}
 	if !slices.Equal(o.ClusterCIDRs, []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}) {

@@ -66,8 +66,10 @@ type famState struct {
 	// tells what an earlier run left).
 	chains []string
 	// udp are the UDP frontends programmed by the last successful sync,
-	// so the entries of a frontend that went away can be found.
-	udp udpFrontends
+	// so the entries of a frontend that went away can be found; after a
+	// failed cleanup, also those it still has to clean (udpRetry).
+	udp      udpFrontends
+	udpRetry bool
 	// lastFull is when the last full sync succeeded.
 	lastFull time.Time
 	// digests are the chains as the last restores wrote them; a partial

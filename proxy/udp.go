@@ -125,7 +125,7 @@ func (s *Syncer) reconcileConntrack(f *famState, snap Snapshot, node rules.NodeC
 	if cur.empty() && prev.empty() {
 		return 0
 	}
-	if !full {
+	if !full && !f.udpRetry {
 		touched := false
 		for k := range snap.Changed {
 			if cur.keys[k] || prev.keys[k] {
@@ -138,12 +138,38 @@ func (s *Syncer) reconcileConntrack(f *famState, snap Snapshot, node rules.NodeC
 		}
 	}
 	n, err := s.ct.DeleteUDP(f.Family.Family, staleUDP(cur, prev))
+	f.udpRetry = err != nil
 	if err != nil {
-		s.log.Error("deleting stale UDP conntrack entries", "family", f.Family.Family, "deleted", n, "err", err)
+		// Keep what is left to clean: the frontends that went away stay
+		// known until a cleanup succeeds, and the next sync tries again.
+		f.udp = mergeFrontends(cur, prev)
+		s.log.Error("deleting stale UDP conntrack entries; retrying at the next sync", "family", f.Family.Family, "deleted", n, "err", err)
 	}
 	if n > 0 {
 		s.log.Info("deleted stale UDP conntrack entries", "family", f.Family.Family, "count", n)
 		s.metrics.conntrackDeleted.Add(float64(n))
 	}
 	return n
+}
+
+// mergeFrontends is cur with the frontends only prev has, so that a later
+// cleanup, comparing against it, still finds the flows of those.
+func mergeFrontends(cur, prev udpFrontends) udpFrontends {
+	out := udpFrontends{byAddr: map[netip.AddrPort]udpFrontend{}, byNodePort: map[uint16]udpFrontend{},
+		nodeIPs: map[netip.Addr]bool{}, keys: map[rules.ServiceKey]bool{}}
+	for _, u := range []udpFrontends{prev, cur} { // cur's entries win
+		for k, v := range u.byAddr {
+			out.byAddr[k] = v
+		}
+		for k, v := range u.byNodePort {
+			out.byNodePort[k] = v
+		}
+		for k := range u.nodeIPs {
+			out.nodeIPs[k] = true
+		}
+		for k := range u.keys {
+			out.keys[k] = true
+		}
+	}
+	return out
 }

@@ -116,3 +116,36 @@ func TestConntrackErrorDoesNotFailSync(t *testing.T) {
 		t.Errorf("a conntrack error failed the sync: %+v", res)
 	}
 }
+
+// A failed cleanup is retried at the next sync, even one no UDP change
+// asked for, and the flows of a Service deleted meanwhile are still found.
+func TestConntrackFailedCleanupIsRetried(t *testing.T) {
+	e := newEnv(t)
+	e.tracker.UpdateService(dnsService())
+	e.tracker.UpdateSlice(slice("kube-system", "dns", "dns-1", 5353, "dns", corev1.ProtocolUDP, ep{"10.244.1.20", testNode, true}))
+	e.addWebAndDB()
+	e.sync(false)
+
+	toGone := udpFlow("10.244.1.5:40001", "10.96.0.53:53", "10.244.1.20:5353")
+	e.ct.Add(toGone)
+	e.tracker.DeleteService("kube-system", "dns")
+	e.ct.Err = errors.New("netlink: interrupted")
+	e.sync(false)
+	if slices.Contains(e.ct.Deleted, toGone) {
+		t.Fatal("the failing fake deleted the flow")
+	}
+	// The next sync is about a TCP Service only.
+	e.ct.Err = nil
+	e.tracker.UpdateSlice(slice("shop", "db", "db-1", 5432, "http", corev1.ProtocolTCP, ep{"10.244.2.31", otherNode, true}))
+	e.sync(false)
+	if !slices.Contains(e.ct.Deleted, toGone) {
+		t.Errorf("the flow of the deleted Service was not cleaned on retry: deleted %v", e.ct.Deleted)
+	}
+	// Once it succeeded, TCP-only changes leave conntrack alone again.
+	calls := e.ct.Calls
+	e.tracker.UpdateSlice(slice("shop", "db", "db-1", 5432, "http", corev1.ProtocolTCP, ep{"10.244.2.32", otherNode, true}))
+	e.sync(false)
+	if e.ct.Calls != calls {
+		t.Error("conntrack reconciled again after a successful retry")
+	}
+}

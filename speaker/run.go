@@ -80,7 +80,17 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	}
 	var spMu sync.Mutex
 	readyLocked := func() error { spMu.Lock(); defer spMu.Unlock(); return ready() }
-	stopServer, err := serveMetrics(o.MetricsAddr, m, readyLocked)
+	// Live while the loop keeps syncing; the kubelet restarts a speaker
+	// whose loop is stuck.
+	liveLocked := func() error {
+		spMu.Lock()
+		defer spMu.Unlock()
+		if sp == nil {
+			return nil
+		}
+		return sp.Live(time.Now())
+	}
+	stopServer, err := serveMetrics(o.MetricsAddr, m, readyLocked, liveLocked)
 	if err != nil {
 		return err
 	}
@@ -432,10 +442,16 @@ func waitNodeIP(ctx context.Context, kube kubernetes.Interface, node string, log
 }
 
 // serveMetrics serves /metrics, /healthz (the process runs) and /readyz.
-func serveMetrics(addr string, m *Metrics, ready func() error) (stop func(), err error) {
+func serveMetrics(addr string, m *Metrics, ready, live func() error) (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := live(); err != nil {
+			http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := ready(); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)

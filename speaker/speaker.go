@@ -104,6 +104,8 @@ type Speaker struct {
 	ann     layer2.Announcements
 
 	trigger chan struct{}
+	// lastSync is when the last sync finished (UnixNano), for Live.
+	lastSync atomic.Int64
 	// rejoined: a member joined since the last sync; the announced IPs
 	// are announced again, which heals a partition's stale ARP caches.
 	rejoined atomic.Bool
@@ -176,6 +178,21 @@ func (s *Speaker) MemberEvent(ev members.Event) {
 		s.rejoined.Store(true)
 	}
 	s.Trigger()
+}
+
+// Live fails when the loop is stuck: it syncs at least every Resync,
+// so no sync finished for three Resync periods means it no longer runs
+// (a deadlock, an API call that never returns). Before the first sync it
+// is live: start-up waits are for readiness to report.
+func (s *Speaker) Live(now time.Time) error {
+	last := s.lastSync.Load()
+	if last == 0 {
+		return nil
+	}
+	if d := now.Sub(time.Unix(0, last)); d > 3*s.d.Resync {
+		return fmt.Errorf("no sync finished for %s (they run at least every %s)", d.Round(time.Second), s.d.Resync)
+	}
+	return nil
 }
 
 // Ready tells whether the first sync is done.
@@ -351,6 +368,7 @@ func (s *Speaker) Sync() {
 	s.logChanges(st, ch)
 	s.d.Metrics.observe(st, ch, len(live), in.Isolated)
 	s.state = st
+	s.lastSync.Store(time.Now().UnixNano())
 	if !s.ready.Load() {
 		s.ready.Store(true)
 		s.d.Log.Info("first sync done", "announcing", len(st.Announced()), "ips", len(st.IPs), "members", len(live), "took", time.Since(start).Round(time.Microsecond))

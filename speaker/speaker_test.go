@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -322,4 +323,46 @@ func selfMember(c *members.Fake, name string) members.Member {
 		}
 	}
 	return members.Member{}
+}
+
+// Live fails once the loop has not finished a sync for three resync
+// periods: the kubelet's liveness probe then restarts the speaker.
+func TestLiveFailsWhenTheLoopIsStuck(t *testing.T) {
+	l := newLab(t, "node1", "node1", "node2")
+	t0 := time.Now()
+	if err := l.sp.Live(t0); err != nil {
+		t.Fatalf("before the first sync: %v", err)
+	}
+	l.sp.Sync()
+	resync := l.sp.d.Resync
+	if err := l.sp.Live(time.Now().Add(3*resync - time.Second)); err != nil {
+		t.Errorf("three periods after a sync (still within the bound): %v", err)
+	}
+	err := l.sp.Live(time.Now().Add(3*resync + 2*time.Second))
+	if err == nil || !strings.Contains(err.Error(), "no sync finished") {
+		t.Errorf("past three periods: %v, want a failure saying no sync finished", err)
+	}
+}
+
+// A lonely speaker that the heartbeat says is isolated announces nothing
+// the other nodes may announce; once not isolated, it takes its IPs.
+func TestIsolatedSpeakerHoldsBack(t *testing.T) {
+	l := newLab(t, "node1", "node1", "node2", "node3")
+	isolated := true
+	l.sp.d.Isolated = func(lonely bool) bool { return lonely && isolated }
+	l.service("web", false, "198.51.100.200", "198.51.100.201", "198.51.100.202", "198.51.100.203")
+	l.cluster.Remove("node2")
+	l.cluster.Remove("node3")
+	l.sp.Sync()
+	if got := l.sp.Announcements().On("eth0"); len(got) != 0 {
+		t.Errorf("isolated, yet announcing %v", got)
+	}
+	if !l.sp.State().Isolated {
+		t.Error("state not marked isolated")
+	}
+	isolated = false
+	l.sp.Sync()
+	if got := l.sp.Announcements().On("eth0"); len(got) != 4 {
+		t.Errorf("alone and not isolated: announcing %v, want all 4", got)
+	}
 }

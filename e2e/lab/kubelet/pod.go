@@ -361,6 +361,12 @@ func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (
 	if err != nil {
 		return "", nil, nil, err
 	}
+	// The container's capabilities, applied to the program itself (after
+	// the mounts below, which need more): a capability the manifest lacks
+	// fails here as it would on a real node.
+	if caps, all := capabilities(c.SecurityContext); !all {
+		program, args = withCapabilities(caps, program, args)
+	}
 	binds, warnings, err := w.volumes(pod).binds(ctx, c)
 	if err != nil {
 		return "", nil, nil, err
