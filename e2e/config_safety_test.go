@@ -275,6 +275,7 @@ type probe struct {
 	mu     sync.Mutex
 	sent   int
 	failed []string
+	okAt   []time.Duration // when each answered request was sent
 }
 
 func startProbe(ns, ip string) *probe {
@@ -300,6 +301,9 @@ func startProbe(ns, ip string) *probe {
 				p.mu.Lock()
 				defer p.mu.Unlock()
 				p.sent++
+				if ok {
+					p.okAt = append(p.okAt, at)
+				}
 				if !ok {
 					p.failed = append(p.failed, fmt.Sprintf("%s: %v", at.Round(time.Millisecond), err))
 				}
@@ -321,6 +325,19 @@ func (p *probe) result() (sent, failed int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.sent, len(p.failed)
+}
+
+// maxGap is the longest time between two answered requests (by send time).
+func (p *probe) maxGap() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := slices.Clone(p.okAt)
+	slices.Sort(at)
+	var gap time.Duration
+	for i := 1; i < len(at); i++ {
+		gap = max(gap, at[i]-at[i-1])
+	}
+	return gap
 }
 
 func (p *probe) failures() string {
