@@ -27,6 +27,7 @@ import (
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/controller/allocator"
+	"github.com/herald-lb/herald/internal/lbapi"
 )
 
 // item is a unit of work: the configuration, or one Service.
@@ -265,7 +266,7 @@ func sortOldestFirst(svcs []*corev1.Service) {
 func (c *Controller) assignInOrder(svcs []*corev1.Service) {
 	sortOldestFirst(svcs)
 	for _, s := range svcs {
-		if !Handles(s, c.opts.LBClass) {
+		if !lbapi.Handles(s, c.opts.LBClass) {
 			continue
 		}
 		if req, err := Request(s, c.nsLabels(s.Namespace)); err == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/internal/lbapi"
 )
 
 const l2Range = "198.51.100.200-198.51.100.209"
@@ -28,8 +29,8 @@ func TestAssignWritesStatusAnnotationAndEvent(t *testing.T) {
 	if len(ing) != 1 || ing[0].IP != "198.51.100.200" || ing[0].IPMode == nil || *ing[0].IPMode != corev1.LoadBalancerIPModeVIP {
 		t.Errorf("ingress = %+v, want 198.51.100.200 with ipMode VIP", ing)
 	}
-	if got := svc.Annotations[AnnotationAllocatedFromPool]; got != "lan" {
-		t.Errorf("annotation %s = %q, want lan", AnnotationAllocatedFromPool, got)
+	if got := svc.Annotations[lbapi.AnnotationAllocatedFromPool]; got != "lan" {
+		t.Errorf("annotation %s = %q, want lan", lbapi.AnnotationAllocatedFromPool, got)
 	}
 	e.expectEvents("shop/web Normal IPAllocated: Assigned 198.51.100.200 from pool lan")
 	// One patch of the status subresource wrote status and annotation.
@@ -68,7 +69,7 @@ func TestDualStack(t *testing.T) {
 	e.addService(lbService("a", "require", dual(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)))
 	e.addService(lbService("a", "v6", dual(corev1.IPFamilyPolicySingleStack, corev1.IPv6Protocol)))
 	e.addService(lbService("a", "require-v4only", dual(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol),
-		annotate(AnnotationAddressPool, "v4only")))
+		annotate(lbapi.AnnotationAddressPool, "v4only")))
 	e.start()
 	for name, want := range map[string]string{
 		"prefer":         "2001:db8:0:1::200,198.51.100.200",
@@ -94,7 +95,7 @@ func TestDualStack(t *testing.T) {
 func TestRequestedIPAndExhaustion(t *testing.T) {
 	e := newEnv(t)
 	e.addPool("small", []string{"198.51.100.200-198.51.100.201"})
-	e.addService(lbService("a", "first", annotate(AnnotationLoadBalancerIPs, "198.51.100.201")))
+	e.addService(lbService("a", "first", annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.201")))
 	e.addService(lbService("a", "second"))
 	e.start()
 	if e.ips("a", "first") != "198.51.100.201" || e.ips("a", "second") != "198.51.100.200" {
@@ -102,7 +103,7 @@ func TestRequestedIPAndExhaustion(t *testing.T) {
 	}
 	e.rec.take()
 
-	e.addService(lbService("b", "third", annotate(AnnotationLoadBalancerIPs, "198.51.100.201")))
+	e.addService(lbService("b", "third", annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.201")))
 	e.addService(lbService("b", "fourth"))
 	e.settle()
 	e.expectEvents(
@@ -146,7 +147,7 @@ func TestBadInputKeepsWorkingIPs(t *testing.T) {
 	e := newEnv(t)
 	e.addPool("lan", []string{l2Range})
 	e.addService(lbService("a", "working"))
-	e.addService(lbService("a", "both", annotate(AnnotationLoadBalancerIPs, "198.51.100.205"), func(s *corev1.Service) { s.Spec.LoadBalancerIP = "198.51.100.206" }))
+	e.addService(lbService("a", "both", annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.205"), func(s *corev1.Service) { s.Spec.LoadBalancerIP = "198.51.100.206" }))
 	e.start()
 	e.expectEvents(
 		"a/working Normal IPAllocated: Assigned 198.51.100.200",
@@ -156,21 +157,21 @@ func TestBadInputKeepsWorkingIPs(t *testing.T) {
 		t.Errorf("a/both got IPs")
 	}
 	// The working Service gets a broken annotation: it keeps its IP.
-	e.updateService("a", "working", annotate(AnnotationLoadBalancerIPs, "198.51.100.300"))
+	e.updateService("a", "working", annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.300"))
 	e.settle()
 	e.expectEvents(`a/working Warning AllocationFailed: annotation herald.io/loadBalancerIPs: "198.51.100.300" is not an IP address; keeping 198.51.100.200 from pool lan`)
 	if got := e.ips("a", "working"); got != "198.51.100.200" {
 		t.Errorf("working: %q", got)
 	}
 	// A request that cannot be met does not take the working IP either.
-	e.updateService("a", "working", annotate(AnnotationLoadBalancerIPs, "203.0.113.9"))
+	e.updateService("a", "working", annotate(lbapi.AnnotationLoadBalancerIPs, "203.0.113.9"))
 	e.settle()
 	e.expectEvents("a/working Warning AllocationFailed: 203.0.113.9 is not in any IPAddressPool; keeping 198.51.100.200")
 	if got := e.ips("a", "working"); got != "198.51.100.200" {
 		t.Errorf("working: %q", got)
 	}
 	// A request it can have moves it, and says from where.
-	e.updateService("a", "working", annotate(AnnotationLoadBalancerIPs, "198.51.100.207"))
+	e.updateService("a", "working", annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.207"))
 	e.settle()
 	e.expectEvents("a/working Normal IPAllocated: Assigned 198.51.100.207 from pool lan (was 198.51.100.200)")
 }
@@ -181,11 +182,11 @@ func TestSharing(t *testing.T) {
 	port := func(p int32) func(*corev1.Service) {
 		return func(s *corev1.Service) { s.Spec.Ports = []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: p}} }
 	}
-	share := annotate(AnnotationAllowSharedIP, "web")
+	share := annotate(lbapi.AnnotationAllowSharedIP, "web")
 	e.addService(lbService("a", "http", share, port(80)))
 	e.addService(lbService("b", "https", share, port(443)))
-	e.addService(lbService("c", "clash", share, port(80), annotate(AnnotationLoadBalancerIPs, "198.51.100.200")))
-	e.addService(lbService("c", "local", share, port(8080), annotate(AnnotationLoadBalancerIPs, "198.51.100.200"),
+	e.addService(lbService("c", "clash", share, port(80), annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.200")))
+	e.addService(lbService("c", "local", share, port(8080), annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.200"),
 		func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal }))
 	e.start()
 	if e.ips("a", "http") != "198.51.100.200" || e.ips("b", "https") != "198.51.100.200" {
@@ -224,7 +225,7 @@ func TestNamespaceSelectorPool(t *testing.T) {
 	if got := e.ips("alpha", "web"); got != "203.0.113.128" {
 		t.Errorf("alpha/web: %q, want the team-a pool", got)
 	}
-	if got := e.svc("alpha", "web").Annotations[AnnotationAllocatedFromPool]; got != "team-a" {
+	if got := e.svc("alpha", "web").Annotations[lbapi.AnnotationAllocatedFromPool]; got != "team-a" {
 		t.Errorf("alpha/web annotation %q", got)
 	}
 	if got := e.ips("beta", "web"); got != "198.51.100.200" {
@@ -241,7 +242,7 @@ func TestAdoptBeforeAssign(t *testing.T) {
 	withStatus := func(ip, pool string) func(*corev1.Service) {
 		return func(s *corev1.Service) {
 			s.Status.LoadBalancer.Ingress = Ingress(mustAddrs(ip))
-			annotate(AnnotationAllocatedFromPool, pool)(s)
+			annotate(lbapi.AnnotationAllocatedFromPool, pool)(s)
 		}
 	}
 	// "aaa-new" sorts first by name and has no IP yet.
@@ -303,7 +304,7 @@ func TestPoolShrinkRefusedWhileInUse(t *testing.T) {
 	}
 	e.expectEvents("IPAddressPool herald-system/lan Warning EditRefused: in force: generation 1, refused: generation 2: spec.addresses: no longer includes 198.51.100.200 (Service a/s1), in use: move those Services to other addresses (or delete them) before removing their addresses from the pool")
 	cond := validOf(t, e.pool("lan").Status.Conditions)
-	if cond.Reason != ReasonEditRefused || !strings.Contains(cond.Message, "spec.addresses") {
+	if cond.Reason != lbapi.ReasonEditRefused || !strings.Contains(cond.Message, "spec.addresses") {
 		t.Errorf("Valid condition = %+v, want EditRefused naming spec.addresses", cond)
 	}
 	if f := e.pool("lan").Status.InForce; f == nil || f.Generation != 1 {
@@ -341,7 +342,7 @@ func TestPoolShrinkRefusedWhileInUse(t *testing.T) {
 		if got := e.ips("a", n); got != "" {
 			t.Errorf("%s keeps %q with no pool", n, got)
 		}
-		if _, has := e.svc("a", n).Annotations[AnnotationAllocatedFromPool]; has {
+		if _, has := e.svc("a", n).Annotations[lbapi.AnnotationAllocatedFromPool]; has {
 			t.Errorf("%s keeps the pool annotation", n)
 		}
 	}
@@ -381,7 +382,7 @@ func TestTypeChangeAndClassChangeRelease(t *testing.T) {
 	if w := strings.Join(e.writes(), "\n"); !strings.Contains(w, "patch services a/one") || strings.Contains(w, "services/status a/one") {
 		t.Errorf("writes after the type change:\n%s", w)
 	}
-	if _, has := e.svc("a", "one").Annotations[AnnotationAllocatedFromPool]; has {
+	if _, has := e.svc("a", "one").Annotations[lbapi.AnnotationAllocatedFromPool]; has {
 		t.Error("the annotation stays after the type change")
 	}
 	e.expectEvents("a/one Normal IPReleased: Released 198.51.100.200 from pool lan: the Service is no longer of type LoadBalancer")
@@ -391,7 +392,7 @@ func TestTypeChangeAndClassChangeRelease(t *testing.T) {
 	e.updateService("a", "two", func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr("example.com/other") })
 	e.settle()
 	two := e.svc("a", "two")
-	if len(two.Status.LoadBalancer.Ingress) != 0 || two.Annotations[AnnotationAllocatedFromPool] != "" {
+	if len(two.Status.LoadBalancer.Ingress) != 0 || two.Annotations[lbapi.AnnotationAllocatedFromPool] != "" {
 		t.Errorf("a/two after class change: %+v %v", two.Status, two.Annotations)
 	}
 	e.expectEvents(`a/two Normal IPReleased: Released 198.51.100.201 from pool lan: the Service has loadBalancerClass "example.com/other"; this controller handles Services without a class`)
@@ -440,7 +441,7 @@ func TestPoolValidity(t *testing.T) {
 	e.start()
 	p := e.pool("new")
 	c := apimeta.FindStatusCondition(p.Status.Conditions, v1beta1.ConditionValid)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonInvalid || !strings.Contains(c.Message, "spec.addresses[0]: ") || !strings.Contains(c.Message, "overlaps IPAddressPool old") {
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != lbapi.ReasonInvalid || !strings.Contains(c.Message, "spec.addresses[0]: ") || !strings.Contains(c.Message, "overlaps IPAddressPool old") {
 		t.Errorf("new pool's Valid condition: %+v", c)
 	}
 	if p.Status.AvailableIPv4 != 0 {
@@ -553,13 +554,13 @@ func TestAdvertisementValidity(t *testing.T) {
 		}
 		return apimeta.FindStatusCondition(a.Status.Conditions, v1beta1.ConditionValid)
 	}
-	if c := cond("none-exist"); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonInvalid || !strings.Contains(c.Message, "spec.ipAddressPools") || c.ObservedGeneration != 3 {
+	if c := cond("none-exist"); c == nil || c.Status != metav1.ConditionFalse || c.Reason != lbapi.ReasonInvalid || !strings.Contains(c.Message, "spec.ipAddressPools") || c.ObservedGeneration != 3 {
 		t.Errorf("none-exist: %+v", c)
 	}
-	if c := cond("some-exist"); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonPartlyIgnored || !strings.Contains(c.Message, "(warning)") {
+	if c := cond("some-exist"); c == nil || c.Status != metav1.ConditionFalse || c.Reason != lbapi.ReasonPartlyIgnored || !strings.Contains(c.Message, "(warning)") {
 		t.Errorf("some-exist: %+v", c)
 	}
-	if c := cond("fine"); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonValid {
+	if c := cond("fine"); c == nil || c.Status != metav1.ConditionTrue || c.Reason != lbapi.ReasonValid {
 		t.Errorf("fine: %+v", c)
 	}
 	var got []string

@@ -9,14 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/internal/lbapi"
 )
-
-// PasswordsSecretName is the Secret where the controller keeps the BGP
-// passwords in force, one key per BGPPeer name. The speakers read this
-// Secret only, never the users' Secrets, and a peer whose passwordSecret
-// is deleted or broken keeps the password it had (its last valid version
-// stays in force).
-const PasswordsSecretName = "herald-bgp-passwords"
 
 // passwordsInForce are the passwords of the peers in force that take them
 // from a Secret.
@@ -32,7 +26,7 @@ func passwordsInForce(cfg *config.Config) map[string][]byte {
 
 // storedPasswords reads the copy, for the parser.
 func (c *Controller) storedPasswords() map[string]config.Secret {
-	s, err := c.secrets.Secrets(c.opts.Namespace).Get(PasswordsSecretName)
+	s, err := c.secrets.Secrets(c.opts.Namespace).Get(lbapi.PasswordsSecretName)
 	if err != nil {
 		return nil
 	}
@@ -52,14 +46,14 @@ func (c *Controller) writePasswords(ctx context.Context) error {
 		return nil // no configuration parsed yet
 	}
 	secrets := c.kube.CoreV1().Secrets(c.opts.Namespace)
-	have, err := c.secrets.Secrets(c.opts.Namespace).Get(PasswordsSecretName)
+	have, err := c.secrets.Secrets(c.opts.Namespace).Get(lbapi.PasswordsSecretName)
 	switch {
 	case apierrors.IsNotFound(err):
 		if len(want) == 0 {
 			return nil
 		}
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: PasswordsSecretName, Namespace: c.opts.Namespace,
+			ObjectMeta: metav1.ObjectMeta{Name: lbapi.PasswordsSecretName, Namespace: c.opts.Namespace,
 				Labels: map[string]string{"app.kubernetes.io/name": "herald"}},
 			Type: corev1.SecretTypeOpaque,
 			Data: want,

@@ -19,17 +19,12 @@ import (
 	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/controller/allocator"
+	"github.com/herald-lb/herald/internal/lbapi"
 )
 
-// Reasons of the Valid condition and of events on configuration objects.
+// Reasons of events on configuration objects (those of the Valid
+// condition are in lbapi).
 const (
-	ReasonValid         = "Valid"
-	ReasonInvalid       = "Invalid"
-	ReasonPartlyIgnored = "PartlyIgnored"
-	// ReasonEditRefused: the current spec (or the Secret it names) is
-	// invalid, and the last valid version stays in force.
-	ReasonEditRefused = "EditRefused"
-
 	EventInvalidConfiguration = "InvalidConfiguration"
 	EventConfigurationWarning = "ConfigurationWarning"
 	EventEditRefused          = "EditRefused"
@@ -55,26 +50,7 @@ func (c *Controller) resources() (config.Resources, config.Problems) {
 // inUse lists the addresses in the status of the Services herald handles.
 func (c *Controller) inUse() []config.InUse {
 	svcs, _ := c.services.List(labels.Everything())
-	return InUse(svcs, c.opts.LBClass)
-}
-
-// InUse lists the addresses in the status of the Services of the class,
-// for the parser; the controller and the speakers read them alike.
-func InUse(svcs []*corev1.Service, lbClass string) []config.InUse {
-	var out []config.InUse
-	for _, s := range svcs {
-		if !Handles(s, lbClass) {
-			continue
-		}
-		ips, err := StatusIPs(s)
-		if err != nil {
-			continue
-		}
-		for _, ip := range ips {
-			out = append(out, config.InUse{Addr: ip, Service: s.Namespace + "/" + s.Name})
-		}
-	}
-	return out
+	return lbapi.InUse(svcs, c.opts.LBClass)
 }
 
 // reportProblems keeps the problems and the objects' states for the status
@@ -178,18 +154,18 @@ func (c *Controller) configObject(kind, name string) *unstructured.Unstructured 
 // validCondition is the Valid condition for an object with these
 // problems, in this state.
 func validCondition(ps config.Problems, st config.ObjectState, generation int64) metav1.Condition {
-	cond := metav1.Condition{Type: v1beta1.ConditionValid, Status: metav1.ConditionTrue, Reason: ReasonValid,
+	cond := metav1.Condition{Type: v1beta1.ConditionValid, Status: metav1.ConditionTrue, Reason: lbapi.ReasonValid,
 		Message: "herald uses this object", ObservedGeneration: generation}
 	if len(ps) == 0 && !st.Stale {
 		return cond
 	}
-	cond.Status, cond.Reason = metav1.ConditionFalse, ReasonPartlyIgnored
+	cond.Status, cond.Reason = metav1.ConditionFalse, lbapi.ReasonPartlyIgnored
 	if ps.Errors() > 0 {
-		cond.Reason = ReasonInvalid
+		cond.Reason = lbapi.ReasonInvalid
 	}
 	texts := make([]string, 0, len(ps)+1)
 	if st.Stale {
-		cond.Reason = ReasonEditRefused
+		cond.Reason = lbapi.ReasonEditRefused
 		texts = append(texts, st.Describe())
 	}
 	for _, p := range ps {
@@ -236,7 +212,7 @@ func (c *Controller) writeStatuses(ctx context.Context) (failed int) {
 	problems, objects := c.problems, c.objects
 	c.mu.Unlock()
 	if err := c.writePasswords(ctx); err != nil && ctx.Err() == nil {
-		c.log.Warn("writing the BGP password copy failed", "secret", c.opts.Namespace+"/"+PasswordsSecretName, "err", err)
+		c.log.Warn("writing the BGP password copy failed", "secret", c.opts.Namespace+"/"+lbapi.PasswordsSecretName, "err", err)
 		failed++
 	}
 	now := metav1.Now()

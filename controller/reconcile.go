@@ -16,6 +16,7 @@ import (
 
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/controller/allocator"
+	"github.com/herald-lb/herald/internal/lbapi"
 )
 
 // Event reasons on Services.
@@ -58,7 +59,7 @@ func (c *Controller) syncService(ctx context.Context, ns, name string) error {
 	if err != nil {
 		return err
 	}
-	if !Handles(svc, c.opts.LBClass) {
+	if !lbapi.Handles(svc, c.opts.LBClass) {
 		return c.releaseService(ctx, svc)
 	}
 
@@ -83,7 +84,7 @@ func (c *Controller) syncService(ctx context.Context, ns, name string) error {
 		return err
 	}
 	// Events follow what the Service shows: new IPs in its status.
-	old, _ := StatusIPs(svc)
+	old, _ := lbapi.StatusIPs(svc)
 	switch {
 	case len(asg.IPs) > 0 && !slices.Equal(old, asg.IPs):
 		msg := "Assigned " + describeIPs(asg)
@@ -141,13 +142,13 @@ func (c *Controller) releaseService(ctx context.Context, svc *corev1.Service) er
 	key := keyOf(svc)
 	c.forget(key)
 	held, had := c.alloc.Lookup(key)
-	_, annotated := svc.Annotations[AnnotationAllocatedFromPool]
+	_, annotated := svc.Annotations[lbapi.AnnotationAllocatedFromPool]
 	if !had && !annotated {
 		return nil
 	}
 	ingress := svc.Status.LoadBalancer.Ingress
 	if had {
-		if ips, _ := StatusIPs(svc); len(ips) > 0 && !slices.ContainsFunc(ips, func(ip netip.Addr) bool { return !slices.Contains(held.IPs, ip) }) {
+		if ips, _ := lbapi.StatusIPs(svc); len(ips) > 0 && !slices.ContainsFunc(ips, func(ip netip.Addr) bool { return !slices.Contains(held.IPs, ip) }) {
 			ingress = nil
 		}
 	}
@@ -178,7 +179,7 @@ func (c *Controller) releaseService(ctx context.Context, svc *corev1.Service) er
 // writeService makes status and annotation show the assignment.
 func (c *Controller) writeService(ctx context.Context, svc *corev1.Service, asg allocator.Assignment) error {
 	want := Ingress(asg.IPs)
-	if sameIngress(svc.Status.LoadBalancer.Ingress, want) && svc.Annotations[AnnotationAllocatedFromPool] == asg.Pool {
+	if sameIngress(svc.Status.LoadBalancer.Ingress, want) && svc.Annotations[lbapi.AnnotationAllocatedFromPool] == asg.Pool {
 		return nil
 	}
 	return c.patchService(ctx, svc, want, asg.Pool)
@@ -191,7 +192,7 @@ func (c *Controller) writeService(ctx context.Context, svc *corev1.Service, asg 
 // another controller owns is never rewritten from a stale cache.
 func (c *Controller) patchService(ctx context.Context, svc *corev1.Service, ingress []corev1.LoadBalancerIngress, pool string) error {
 	sameStatus := sameIngress(svc.Status.LoadBalancer.Ingress, ingress)
-	if sameStatus && svc.Annotations[AnnotationAllocatedFromPool] == pool {
+	if sameStatus && svc.Annotations[lbapi.AnnotationAllocatedFromPool] == pool {
 		return nil
 	}
 	svcs := c.kube.CoreV1().Services(svc.Namespace)
@@ -203,7 +204,7 @@ func (c *Controller) patchService(ctx context.Context, svc *corev1.Service, ingr
 	if err != nil {
 		return ignoreGone(err)
 	}
-	if v, has := got.Annotations[AnnotationAllocatedFromPool]; v != pool || (pool == "" && has) {
+	if v, has := got.Annotations[lbapi.AnnotationAllocatedFromPool]; v != pool || (pool == "" && has) {
 		_, err = svcs.Patch(ctx, svc.Name, types.MergePatchType, annotationPatch(svc, pool), metav1.PatchOptions{})
 		return ignoreGone(err)
 	}
@@ -267,11 +268,11 @@ func (c *Controller) applyConfig() {
 func (c *Controller) adopt() (adopted, conflicts int) {
 	svcs, _ := c.services.List(labels.Everything())
 	svcs = slices.DeleteFunc(slices.Clone(svcs), func(s *corev1.Service) bool {
-		return !Handles(s, c.opts.LBClass) || len(s.Status.LoadBalancer.Ingress) == 0
+		return !lbapi.Handles(s, c.opts.LBClass) || len(s.Status.LoadBalancer.Ingress) == 0
 	})
 	sortOldestFirst(svcs)
 	for _, svc := range svcs {
-		ips, err := StatusIPs(svc)
+		ips, err := lbapi.StatusIPs(svc)
 		if err == nil && len(ips) == 0 {
 			continue
 		}

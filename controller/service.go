@@ -11,28 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/herald-lb/herald/controller/allocator"
+	"github.com/herald-lb/herald/internal/lbapi"
 )
-
-// The Service annotations herald reads, and the one it writes.
-const (
-	AnnotationLoadBalancerIPs = "herald.io/loadBalancerIPs"
-	AnnotationAddressPool     = "herald.io/address-pool"
-	AnnotationAllowSharedIP   = "herald.io/allow-shared-ip"
-	// AnnotationAllocatedFromPool names the pool of the Service's IPs.
-	AnnotationAllocatedFromPool = "herald.io/ip-allocated-from-pool"
-)
-
-// Handles reports whether a controller for lbClass ("" for Services
-// without a class) assigns the Service's IPs.
-func Handles(svc *corev1.Service, lbClass string) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		return false
-	}
-	if svc.Spec.LoadBalancerClass == nil {
-		return lbClass == ""
-	}
-	return *svc.Spec.LoadBalancerClass == lbClass
-}
 
 // RequestError is a Service whose request cannot be read. Field is where
 // the user has to look: an annotation or a spec field.
@@ -55,7 +35,7 @@ func Request(svc *corev1.Service, nsLabels map[string]string) (allocator.Service
 		Labels:          svc.Labels,
 		LocalTraffic:    svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 		Backend:         backend(svc),
-		SharingKey:      strings.TrimSpace(svc.Annotations[AnnotationAllowSharedIP]),
+		SharingKey:      strings.TrimSpace(svc.Annotations[lbapi.AnnotationAllowSharedIP]),
 	}
 	for _, p := range svc.Spec.Ports {
 		proto := string(p.Protocol)
@@ -88,20 +68,20 @@ func Request(svc *corev1.Service, nsLabels map[string]string) (allocator.Service
 		}
 	}
 
-	if v, ok := svc.Annotations[AnnotationAddressPool]; ok {
+	if v, ok := svc.Annotations[lbapi.AnnotationAddressPool]; ok {
 		if out.Pool = strings.TrimSpace(v); out.Pool == "" {
-			errs = append(errs, &RequestError{annotationField(AnnotationAddressPool), "is empty: name an IPAddressPool or remove the annotation"})
+			errs = append(errs, &RequestError{annotationField(lbapi.AnnotationAddressPool), "is empty: name an IPAddressPool or remove the annotation"})
 		}
 	}
-	ann, hasAnn := svc.Annotations[AnnotationLoadBalancerIPs]
+	ann, hasAnn := svc.Annotations[lbapi.AnnotationLoadBalancerIPs]
 	switch {
 	case hasAnn && svc.Spec.LoadBalancerIP != "":
-		errs = append(errs, &RequestError{annotationField(AnnotationLoadBalancerIPs),
+		errs = append(errs, &RequestError{annotationField(lbapi.AnnotationLoadBalancerIPs),
 			fmt.Sprintf("is set together with spec.loadBalancerIP (%q): use only the annotation (spec.loadBalancerIP is deprecated)", svc.Spec.LoadBalancerIP)})
 	case hasAnn:
 		ips, err := parseIPList(ann)
 		if err != nil {
-			errs = append(errs, &RequestError{annotationField(AnnotationLoadBalancerIPs), err.Error()})
+			errs = append(errs, &RequestError{annotationField(lbapi.AnnotationLoadBalancerIPs), err.Error()})
 		}
 		out.RequestedIPs = ips
 	case svc.Spec.LoadBalancerIP != "":
@@ -170,23 +150,6 @@ func backend(svc *corev1.Service) string {
 	return svc.Namespace + ":" + labels.SelectorFromSet(svc.Spec.Selector).String()
 }
 
-// StatusIPs returns the IPs of the Service's status.loadBalancer.ingress
-// (entries with only a hostname are skipped).
-func StatusIPs(svc *corev1.Service) ([]netip.Addr, error) {
-	var out []netip.Addr
-	for i, in := range svc.Status.LoadBalancer.Ingress {
-		if in.IP == "" {
-			continue
-		}
-		ip, err := netip.ParseAddr(in.IP)
-		if err != nil {
-			return nil, fmt.Errorf("status.loadBalancer.ingress[%d].ip: %q is not an IP address", i, in.IP)
-		}
-		out = append(out, ip)
-	}
-	return out, nil
-}
-
 // Ingress is the status.loadBalancer.ingress for ips: the IPs are
 // virtual IPs the nodes answer for (ipMode VIP), so kube-proxy style
 // proxies short-circuit traffic to them inside the cluster.
@@ -228,7 +191,7 @@ func servicePatch(svc *corev1.Service, ingress []corev1.LoadBalancerIngress, poo
 	p := map[string]any{
 		"metadata": map[string]any{
 			"uid":         svc.UID,
-			"annotations": map[string]any{AnnotationAllocatedFromPool: poolValue},
+			"annotations": map[string]any{lbapi.AnnotationAllocatedFromPool: poolValue},
 		},
 		"status": map[string]any{"loadBalancer": map[string]any{"ingress": ing}},
 	}
@@ -247,7 +210,7 @@ func annotationPatch(svc *corev1.Service, pool string) []byte {
 	}
 	b, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":         svc.UID,
-		"annotations": map[string]any{AnnotationAllocatedFromPool: poolValue},
+		"annotations": map[string]any{lbapi.AnnotationAllocatedFromPool: poolValue},
 	}})
 	if err != nil {
 		panic(err)

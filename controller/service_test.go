@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/herald-lb/herald/controller/allocator"
+	"github.com/herald-lb/herald/internal/lbapi"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -59,7 +60,7 @@ func TestHandles(t *testing.T) {
 		{"other class, with flag", lbService("a", "s", other), "herald.io/lb", false},
 		{"not a LoadBalancer", lbService("a", "s", nodePort), "", false},
 	} {
-		if got := Handles(tc.svc, tc.class); got != tc.want {
+		if got := lbapi.Handles(tc.svc, tc.class); got != tc.want {
 			t.Errorf("%s: Handles = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -67,9 +68,9 @@ func TestHandles(t *testing.T) {
 
 func TestRequestMapping(t *testing.T) {
 	svc := lbService("shop", "web",
-		annotate(AnnotationLoadBalancerIPs, " 198.51.100.210 , 2001:db8:0:1::210"),
-		annotate(AnnotationAddressPool, " lan "),
-		annotate(AnnotationAllowSharedIP, " key "),
+		annotate(lbapi.AnnotationLoadBalancerIPs, " 198.51.100.210 , 2001:db8:0:1::210"),
+		annotate(lbapi.AnnotationAddressPool, " lan "),
+		annotate(lbapi.AnnotationAllowSharedIP, " key "),
 		func(s *corev1.Service) {
 			s.Labels = map[string]string{"tier": "front"}
 			s.Spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicyRequireDualStack)
@@ -137,21 +138,21 @@ func TestRequestBadInput(t *testing.T) {
 		keepsPool bool
 	}{
 		{"annotation and spec.loadBalancerIP", func(s *corev1.Service) {
-			annotate(AnnotationLoadBalancerIPs, "198.51.100.210")(s)
+			annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.210")(s)
 			s.Spec.LoadBalancerIP = "198.51.100.211"
 		}, "annotation herald.io/loadBalancerIPs", "spec.loadBalancerIP", false},
-		{"not an IP", annotate(AnnotationLoadBalancerIPs, "198.51.100"), "annotation herald.io/loadBalancerIPs", `"198.51.100" is not an IP address`, false},
-		{"two IPv4", annotate(AnnotationLoadBalancerIPs, "198.51.100.1,198.51.100.2"), "annotation herald.io/loadBalancerIPs", "two IPv4 addresses", false},
-		{"three entries", annotate(AnnotationLoadBalancerIPs, "198.51.100.1,2001:db8::1,198.51.100.2"), "annotation herald.io/loadBalancerIPs", "3 entries", false},
-		{"empty", annotate(AnnotationLoadBalancerIPs, " "), "annotation herald.io/loadBalancerIPs", "is empty", false},
-		{"trailing comma", annotate(AnnotationLoadBalancerIPs, "198.51.100.1,"), "annotation herald.io/loadBalancerIPs", "empty entry", false},
-		{"zone", annotate(AnnotationLoadBalancerIPs, "fe80::1%eth0"), "annotation herald.io/loadBalancerIPs", "not an IP address", false},
-		{"IPv4-mapped", annotate(AnnotationLoadBalancerIPs, "::ffff:198.51.100.1"), "annotation herald.io/loadBalancerIPs", "write it as 198.51.100.1", false},
+		{"not an IP", annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100"), "annotation herald.io/loadBalancerIPs", `"198.51.100" is not an IP address`, false},
+		{"two IPv4", annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.1,198.51.100.2"), "annotation herald.io/loadBalancerIPs", "two IPv4 addresses", false},
+		{"three entries", annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.1,2001:db8::1,198.51.100.2"), "annotation herald.io/loadBalancerIPs", "3 entries", false},
+		{"empty", annotate(lbapi.AnnotationLoadBalancerIPs, " "), "annotation herald.io/loadBalancerIPs", "is empty", false},
+		{"trailing comma", annotate(lbapi.AnnotationLoadBalancerIPs, "198.51.100.1,"), "annotation herald.io/loadBalancerIPs", "empty entry", false},
+		{"zone", annotate(lbapi.AnnotationLoadBalancerIPs, "fe80::1%eth0"), "annotation herald.io/loadBalancerIPs", "not an IP address", false},
+		{"IPv4-mapped", annotate(lbapi.AnnotationLoadBalancerIPs, "::ffff:198.51.100.1"), "annotation herald.io/loadBalancerIPs", "write it as 198.51.100.1", false},
 		{"bad spec.loadBalancerIP", func(s *corev1.Service) { s.Spec.LoadBalancerIP = "nope" }, "spec.loadBalancerIP", `"nope" is not an IP address`, false},
-		{"empty pool", annotate(AnnotationAddressPool, ""), "annotation herald.io/address-pool", "is empty", false},
+		{"empty pool", annotate(lbapi.AnnotationAddressPool, ""), "annotation herald.io/address-pool", "is empty", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			svc := lbService("shop", "web", tc.mod, annotate(AnnotationAllowSharedIP, "k"))
+			svc := lbService("shop", "web", tc.mod, annotate(lbapi.AnnotationAllowSharedIP, "k"))
 			got, err := Request(svc, nil)
 			var re *RequestError
 			if !errors.As(err, &re) {
@@ -171,12 +172,12 @@ func TestRequestBadInput(t *testing.T) {
 func TestStatusIPsAndIngress(t *testing.T) {
 	svc := lbService("a", "b")
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "lb.example"}, {IP: "198.51.100.200"}, {IP: "2001:db8:0:1::200"}}
-	ips, err := StatusIPs(svc)
+	ips, err := lbapi.StatusIPs(svc)
 	if err != nil || len(ips) != 2 || ips[0].String() != "198.51.100.200" || ips[1].String() != "2001:db8:0:1::200" {
 		t.Errorf("StatusIPs = %v, %v", ips, err)
 	}
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "bogus"}}
-	if _, err := StatusIPs(svc); err == nil || !strings.Contains(err.Error(), "status.loadBalancer.ingress[0].ip") {
+	if _, err := lbapi.StatusIPs(svc); err == nil || !strings.Contains(err.Error(), "status.loadBalancer.ingress[0].ip") {
 		t.Errorf("bad status IP: %v", err)
 	}
 	ing := Ingress(ips)

@@ -44,10 +44,40 @@ const informerSelector = "!" + LabelServiceProxyName + ",!" + LabelHeadless
 // object cannot be read still gets its Services.
 const nodeWait = 30 * time.Second
 
+// Proxy is the service proxy of one node. Whoever runs it (herald proxy,
+// or the speaker's process) can ask it whether it is healthy.
+type Proxy struct {
+	o      Options
+	health atomic.Pointer[healthcheck.ProxyHealth]
+}
+
+// New returns a proxy with the options; Run runs it.
+func New(o Options) *Proxy { return &Proxy{o: o} }
+
+// Healthy is the proxy's /healthz as an error: nil once this node's rules
+// are written and syncs keep up.
+func (p *Proxy) Healthy() error {
+	h := p.health.Load()
+	if h == nil {
+		return errors.New("proxy: starting")
+	}
+	if err := h.Ready(); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return nil
+}
+
 // Run runs `herald proxy` until ctx ends (or, with --cleanup, removes
 // herald's rules and returns). The rules stay in place when it stops, so
 // a restart does not interrupt traffic.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
+	return New(o).Run(ctx, log)
+}
+
+// Run runs the proxy until ctx ends; it may be run again after it
+// returned.
+func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
+	o := p.o
 	if o.Cleanup {
 		return runCleanup(ctx, log)
 	}
@@ -81,6 +111,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		s := current.Load()
 		return tracker.Node().Eligible && s != nil && s.Synced()
 	}
+	p.health.Store(health) // complete: Healthy may read it from now on
 	hc := healthcheck.NewServiceServer(nil, health.Healthy)
 	defer hc.Close()
 

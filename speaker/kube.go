@@ -19,7 +19,7 @@ import (
 
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/informer"
-	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/internal/lbapi"
 	"github.com/herald-lb/herald/speaker/announce"
 )
 
@@ -98,10 +98,10 @@ func (k *kubeSource) Snapshot() Snapshot {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
 	for _, svc := range svcs {
-		if !controller.Handles(svc, k.lbClass) || len(svc.Status.LoadBalancer.Ingress) == 0 {
+		if !lbapi.Handles(svc, k.lbClass) || len(svc.Status.LoadBalancer.Ingress) == 0 {
 			continue
 		}
-		ips, err := controller.StatusIPs(svc)
+		ips, err := lbapi.StatusIPs(svc)
 		key := svc.Namespace + "/" + svc.Name
 		if err != nil {
 			// A hand-edited status: this Service is left out, the rest
@@ -115,7 +115,7 @@ func (k *kubeSource) Snapshot() Snapshot {
 		k.badStatus.Delete(key)
 		as := announce.Service{
 			Namespace: svc.Namespace, Name: svc.Name, Labels: svc.Labels, IPs: ips,
-			Pool:  svc.Annotations[controller.AnnotationAllocatedFromPool],
+			Pool:  svc.Annotations[lbapi.AnnotationAllocatedFromPool],
 			Local: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 		}
 		// Layer 2 reads them under Local only; BGP also under Cluster
@@ -209,7 +209,7 @@ func (k *kubeSource) config() *config.Config {
 		// only, so a Secret deleted or broken under a working peer
 		// changes nothing here; the parser never logs a value.
 		res.PasswordsFromCopy = true
-		if sec, err := k.secrets.Secrets(k.ns).Get(controller.PasswordsSecretName); err == nil {
+		if sec, err := k.secrets.Secrets(k.ns).Get(lbapi.PasswordsSecretName); err == nil {
 			res.Passwords = map[string]config.Secret{}
 			for name, v := range sec.Data {
 				res.Passwords[name] = config.Secret(v)
@@ -237,7 +237,7 @@ func (k *kubeSource) config() *config.Config {
 // inUse lists the addresses Services hold, as the controller reads them.
 func (k *kubeSource) inUse() []config.InUse {
 	svcs, _ := k.services.List(labels.Everything())
-	return controller.InUse(svcs, k.lbClass)
+	return lbapi.InUse(svcs, k.lbClass)
 }
 
 // Service implements Source.

@@ -25,14 +25,14 @@ import (
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
-	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/internal/lbapi"
 	"github.com/herald-lb/herald/speaker/announce"
 )
 
 func lbService(ns, name string, local bool, ips ...string) *corev1.Service {
 	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name),
-			Annotations: map[string]string{controller.AnnotationAllocatedFromPool: "lan"}},
+			Annotations: map[string]string{lbapi.AnnotationAllocatedFromPool: "lan"}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
 	}
 	if local {
@@ -169,7 +169,7 @@ func TestKubeSourceSnapshot(t *testing.T) {
 func TestKubeSourceBGPConfig(t *testing.T) {
 	kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "herald-system", Name: "md5"},
 		Data: map[string][]byte{"password": []byte("not-read")}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "herald-system", Name: controller.PasswordsSecretName},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "herald-system", Name: lbapi.PasswordsSecretName},
 			Data: map[string][]byte{"router": []byte("s3cret")}})
 	peer := func(name, secret string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{

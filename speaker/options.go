@@ -15,8 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/herald-lb/herald/controller"
-	"github.com/herald-lb/herald/proxy"
+	"github.com/herald-lb/herald/internal/lbapi"
 	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
 )
@@ -57,9 +56,12 @@ type Options struct {
 	// heartbeat Lease; a speaker alone in memberlist is isolated while
 	// another renewed within 3 periods (see speaker/heartbeat).
 	HeartbeatPeriod time.Duration
-	// Proxy runs the service proxy in this process, with ProxyOptions.
-	Proxy        bool
-	ProxyOptions proxy.Options
+	// Proxy: the service proxy runs in this process too (the command line
+	// starts it next to the speaker; the speaker only reports it).
+	Proxy bool
+	// Ready, when set, is another check /readyz makes: the in-process
+	// proxy's health, set by the command line that runs both.
+	Ready func() error `json:"-"`
 }
 
 // DefaultOptions are the flag defaults.
@@ -72,7 +74,7 @@ func DefaultOptions() Options {
 		NodeName:        strings.ToLower(strings.TrimSpace(os.Getenv("NODE_NAME"))),
 		Namespace:       ns,
 		Port:            members.DefaultPort,
-		SecretName:      controller.MemberlistSecretName,
+		SecretName:      lbapi.MemberlistSecretName,
 		Timers:          members.DefaultTimers(),
 		MetricsAddr:     ":7473",
 		QPS:             50,
@@ -81,13 +83,18 @@ func DefaultOptions() Options {
 		BGP:             true,
 		BGPShutdownWait: time.Second,
 		HeartbeatPeriod: time.Second,
-		ProxyOptions:    proxy.DefaultOptions(),
 	}
 }
 
 // ParseFlags reads the command line of `herald speaker`. Errors name the
 // flag; -h prints the usage to out and returns flag.ErrHelp.
 func ParseFlags(args []string, out io.Writer) (Options, error) {
+	return ParseFlagsWith(args, out, nil)
+}
+
+// ParseFlagsWith is ParseFlags with more flags: extra binds them (the
+// in-process proxy's) and returns what checks them once parsed.
+func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (finish func() error)) (Options, error) {
 	o := DefaultOptions()
 	fs := flag.NewFlagSet("speaker", flag.ContinueOnError)
 	fs.SetOutput(out)
@@ -100,7 +107,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.StringVar(&advertise, "memberlist-advertise-address", advertise, "address the other speakers reach this one at (default: $NODE_IP, else the Node's InternalIP)")
 	fs.StringVar(&bind, "memberlist-bind-address", "", "address memberlist listens on (default: the advertise address)")
 	fs.IntVar(&o.Port, "memberlist-port", o.Port, "memberlist UDP and TCP port; every speaker must use the same")
-	fs.StringVar(&o.SecretName, "memberlist-secret", o.SecretName, "Secret in --namespace whose key "+controller.MemberlistSecretKey+" the memberlist encryption key is derived from")
+	fs.StringVar(&o.SecretName, "memberlist-secret", o.SecretName, "Secret in --namespace whose key "+lbapi.MemberlistSecretKey+" the memberlist encryption key is derived from")
 	fs.DurationVar(&o.Timers.ProbeInterval, "memberlist-probe-interval", o.Timers.ProbeInterval, "time between failure-detection probes; a dead speaker is noticed after about 4.5 of these")
 	fs.DurationVar(&o.Timers.ProbeTimeout, "memberlist-probe-timeout", o.Timers.ProbeTimeout, "wait for a probe's answer before asking others to probe")
 	fs.IntVar(&o.Timers.SuspicionMult, "memberlist-suspicion-mult", o.Timers.SuspicionMult, "suspicion time in probe intervals (scaled by log10 of the cluster size) before a suspect is declared dead")
@@ -114,7 +121,10 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.DurationVar(&o.HeartbeatPeriod, "heartbeat-period", o.HeartbeatPeriod, "how often the speakers' heartbeat Lease "+heartbeat.LeaseName+" is renewed; a speaker that reaches no other speaker holds back its claims while another renewed it within 3 periods, and for 3 periods after it found itself alone")
 	fs.DurationVar(&o.BGPShutdownWait, "bgp-shutdown-wait", o.BGPShutdownWait, "on a graceful stop, how long to wait for the withdrawals to be sent before closing the BGP sessions")
 	fs.BoolVar(&o.Proxy, "proxy", o.Proxy, "run herald's service proxy in this process too (false when another proxy serves the node)")
-	finishProxy := proxy.BindFlags(fs, &o.ProxyOptions)
+	finishExtra := func() error { return nil }
+	if extra != nil {
+		finishExtra = extra(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: herald speaker [flags]\n\nAnswers ARP and NDP for the LoadBalancer IPs this node wins, advertises them over\nBGP to the BGPPeers selecting it, and runs the service\nproxy (the proxy's flags are accepted too; see herald proxy -h).")
 		fs.PrintDefaults()
@@ -147,14 +157,12 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 		}
 		o.BindAddr = a.Unmap()
 	}
-	if err := finishProxy(); err != nil {
+	if err := finishExtra(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return o, errors.Join(errs...)
 	}
-	p := &o.ProxyOptions
-	p.Kubeconfig, p.NodeName, p.QPS, p.Burst = o.Kubeconfig, o.NodeName, o.QPS, o.Burst
 	return o, o.Validate()
 }
 
@@ -210,14 +218,6 @@ func (o Options) Validate() error {
 	}
 	if o.Burst < 1 {
 		bad("kube-api-burst", "must be at least 1, got %d", o.Burst)
-	}
-	if o.Proxy {
-		if err := o.ProxyOptions.Validate(); err != nil {
-			errs = append(errs, err)
-		}
-		if o.MetricsAddr == o.ProxyOptions.MetricsBindAddress || o.MetricsAddr == o.ProxyOptions.HealthzBindAddress {
-			bad("metrics-addr", "%s is also the proxy's --metrics-bind-address or --healthz-bind-address", o.MetricsAddr)
-		}
 	}
 	return errors.Join(errs...)
 }

@@ -26,10 +26,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/herald-lb/herald/config/informer"
-	"github.com/herald-lb/herald/controller"
 	"github.com/herald-lb/herald/internal/kubeclient"
+	"github.com/herald-lb/herald/internal/lbapi"
 	"github.com/herald-lb/herald/internal/version"
-	"github.com/herald-lb/herald/proxy"
 	"github.com/herald-lb/herald/speaker/announce"
 	"github.com/herald-lb/herald/speaker/bgp"
 	"github.com/herald-lb/herald/speaker/bgp/gobgp"
@@ -62,10 +61,6 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if o.Proxy {
-		wg.Add(1)
-		go func() { defer wg.Done(); runProxy(ctx, o.ProxyOptions, log.With("component", "proxy")) }()
-	}
 
 	m := NewMetrics()
 	var sp *Speaker
@@ -73,8 +68,8 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		if sp == nil || !sp.Ready() {
 			return errors.New("starting: waiting for the caches, the memberlist Secret or the first election")
 		}
-		if o.Proxy {
-			return proxyHealthy(o.ProxyOptions.HealthzBindAddress)
+		if o.Ready != nil {
+			return o.Ready()
 		}
 		return nil
 	}
@@ -147,7 +142,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		// the passwords in force, never the users' Secrets.
 		secretFactory = informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace),
 			informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-				lo.FieldSelector = "metadata.name=" + controller.PasswordsSecretName
+				lo.FieldSelector = "metadata.name=" + lbapi.PasswordsSecretName
 			}))
 		secInf := secretFactory.Core().V1().Secrets()
 		src.secrets = secInf.Lister()
@@ -309,51 +304,6 @@ func rejoinOnNodeChanges(ctx context.Context, src *kubeSource, c members.Cluster
 	}
 }
 
-// runProxy runs the service proxy in this process, starting it again
-// after a failure (another proxy holding its ports, an API outage at
-// start) without disturbing the announcements.
-func runProxy(ctx context.Context, o proxy.Options, log *slog.Logger) {
-	backoff := 5 * time.Second
-	for {
-		err := proxy.Run(ctx, o, log)
-		if ctx.Err() != nil {
-			return
-		}
-		log.Error("the in-process proxy stopped; restarting it", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Minute)
-	}
-}
-
-// proxyHealthy asks the in-process proxy's /healthz, as a load balancer
-// would: ready once the node's rules are written.
-func proxyHealthy(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if ip, err := netip.ParseAddr(host); host == "" || (err == nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-		if err == nil && ip.Is6() {
-			host = "::1"
-		}
-	}
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + net.JoinHostPort(host, port) + "/healthz")
-	if err != nil {
-		return fmt.Errorf("proxy: %w", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("proxy: /healthz answered %s (rules not written yet?)", resp.Status)
-	}
-	return nil
-}
-
 // waitSecret reads the memberlist key materials, waiting for the
 // controller to create the Secret. The values are never logged.
 func waitSecret(ctx context.Context, kube kubernetes.Interface, ns, name string, log *slog.Logger) (members.Secret, []members.Secret, error) {
@@ -362,7 +312,7 @@ func waitSecret(ctx context.Context, kube kubernetes.Interface, ns, name string,
 		s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		var why string
 		if err == nil {
-			primary, extra, kerr := members.KeysFromSecret(s.Data, controller.MemberlistSecretKey)
+			primary, extra, kerr := members.KeysFromSecret(s.Data, lbapi.MemberlistSecretKey)
 			if kerr == nil {
 				return primary, extra, nil
 			}
@@ -395,7 +345,7 @@ func watchKeys(ctx context.Context, kube kubernetes.Interface, ns, name string, 
 		if !ok {
 			return
 		}
-		primary, extra, err := members.KeysFromSecret(s.Data, controller.MemberlistSecretKey)
+		primary, extra, err := members.KeysFromSecret(s.Data, lbapi.MemberlistSecretKey)
 		if err != nil {
 			log.Error("memberlist Secret not usable; keeping the keys in use", "secret", ns+"/"+name, "err", err)
 			return

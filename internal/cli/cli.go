@@ -17,7 +17,6 @@ import (
 	"github.com/herald-lb/herald/controller"
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/proxy"
-	"github.com/herald-lb/herald/speaker"
 	"github.com/herald-lb/herald/speaker/status"
 )
 
@@ -34,7 +33,7 @@ var commands = map[string]command{
 	"proxy": {"iptables service proxy replacing kube-proxy",
 		daemon("proxy", proxy.ParseFlags, infoLevel[proxy.Options], proxy.Run)},
 	"speaker": {"announce LoadBalancer IPs over layer 2 and BGP, and run the proxy",
-		daemon("speaker", speaker.ParseFlags, func(o speaker.Options) slog.Level { return o.LogLevel }, speaker.Run)},
+		daemon("speaker", parseSpeaker, func(c speakerCmd) slog.Level { return c.speaker.LogLevel }, runSpeaker)},
 	"status": {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
 }
 

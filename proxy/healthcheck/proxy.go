@@ -1,6 +1,7 @@
 package healthcheck
 
 import (
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -51,6 +52,18 @@ func (h *ProxyHealth) Healthy() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.healthyLocked(h.Now())
+}
+
+// Ready is /healthz as an error: nil when no change waited too long and
+// the node is eligible (its rules written, not being deleted or drained).
+func (h *ProxyHealth) Ready() error {
+	if !h.Healthy() {
+		return errors.New("a change has waited longer than " + h.Timeout.String() + " for a sync")
+	}
+	if h.NodeEligible != nil && !h.NodeEligible() {
+		return errors.New("this node's rules are not written yet, or the node is being deleted or drained")
+	}
+	return nil
 }
 
 func (h *ProxyHealth) healthyLocked(now time.Time) bool {

@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/herald-lb/herald/config/v1beta1"
-	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/internal/lbapi"
 )
 
 // Options configure `herald status`.
@@ -163,11 +163,11 @@ type ConfigObject struct {
 func RenderConfig(out io.Writer, objs []ConfigObject) error {
 	var lines []string
 	for _, o := range objs {
-		if o.Valid == nil || o.Valid.Status == metav1.ConditionTrue || o.Valid.Reason == controller.ReasonPartlyIgnored {
+		if o.Valid == nil || o.Valid.Status == metav1.ConditionTrue || o.Valid.Reason == lbapi.ReasonPartlyIgnored {
 			continue
 		}
 		state := fmt.Sprintf("refused: generation %d, no version in force", o.Generation)
-		if o.InForce != nil && o.Valid.Reason == controller.ReasonEditRefused {
+		if o.InForce != nil && o.Valid.Reason == lbapi.ReasonEditRefused {
 			state = fmt.Sprintf("in force: generation %d, refused: generation %d", o.InForce.Generation, o.Generation)
 			if o.InForce.Generation == o.Generation {
 				state = fmt.Sprintf("in force: generation %d with the password last read, refused: the Secret it names", o.Generation)
@@ -223,7 +223,7 @@ func Render(out io.Writer, svcs []corev1.Service, anns []v1beta1.ServiceAnnounce
 			continue
 		}
 		n++
-		pool := s.Annotations[controller.AnnotationAllocatedFromPool]
+		pool := s.Annotations[lbapi.AnnotationAllocatedFromPool]
 		if pool == "" {
 			pool = "-"
 		}

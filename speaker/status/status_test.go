@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/herald-lb/herald/config/v1beta1"
-	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/internal/lbapi"
 )
 
 func lb(ns, name, pool string, local bool, ips ...string) corev1.Service {
@@ -118,11 +118,11 @@ func TestRenderConfig(t *testing.T) {
 	objs := []ConfigObject{
 		{Kind: "IPAddressPool", Name: "good", Generation: 4, InForce: &v1beta1.InForce{Generation: 4}, Valid: cond(metav1.ConditionTrue, "Valid", "herald uses this object")},
 		{Kind: "IPAddressPool", Name: "lan", Generation: 3, InForce: &v1beta1.InForce{Generation: 2},
-			Valid: cond(metav1.ConditionFalse, controller.ReasonEditRefused, "in force: generation 2, refused: generation 3; spec.addresses[0]: reversed")},
+			Valid: cond(metav1.ConditionFalse, lbapi.ReasonEditRefused, "in force: generation 2, refused: generation 3; spec.addresses[0]: reversed")},
 		{Kind: "BGPPeer", Name: "router", Generation: 1, InForce: &v1beta1.InForce{Generation: 1},
-			Valid: cond(metav1.ConditionFalse, controller.ReasonEditRefused, "spec.passwordSecret.name: Secret md5 does not exist in this namespace")},
-		{Kind: "L2Advertisement", Name: "new", Generation: 1, Valid: cond(metav1.ConditionFalse, controller.ReasonInvalid, "spec.interfaces[0]: too long")},
-		{Kind: "BGPAdvertisement", Name: "warned", Generation: 1, Valid: cond(metav1.ConditionFalse, controller.ReasonPartlyIgnored, "spec.localPref: no effect (warning)")},
+			Valid: cond(metav1.ConditionFalse, lbapi.ReasonEditRefused, "spec.passwordSecret.name: Secret md5 does not exist in this namespace")},
+		{Kind: "L2Advertisement", Name: "new", Generation: 1, Valid: cond(metav1.ConditionFalse, lbapi.ReasonInvalid, "spec.interfaces[0]: too long")},
+		{Kind: "BGPAdvertisement", Name: "warned", Generation: 1, Valid: cond(metav1.ConditionFalse, lbapi.ReasonPartlyIgnored, "spec.localPref: no effect (warning)")},
 	}
 	var b strings.Builder
 	if err := RenderConfig(&b, objs); err != nil {

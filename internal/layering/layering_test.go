@@ -1,0 +1,55 @@
+package layering
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/herald-lb/herald"
+
+var components = []string{"controller", "speaker", "proxy"}
+
+// componentOf names the component a package belongs to, or "".
+func componentOf(pkg string) string {
+	rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+	for _, c := range components {
+		if rel == c || strings.HasPrefix(rel, c+"/") {
+			return c
+		}
+	}
+	return ""
+}
+
+func TestComponentsDoNotImportEachOther(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps=false", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg, deps := f[0], f[1:]
+		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+		if rel == "cmd/herald" || rel == "internal/cli" {
+			continue // the composition root
+		}
+		own := componentOf(pkg)
+		for _, d := range deps {
+			if !strings.HasPrefix(d, module) {
+				continue
+			}
+			if c := componentOf(d); c != "" && c != own {
+				where := "package"
+				if own != "" {
+					where = "component " + own + ": package"
+				}
+				t.Errorf("%s %s imports %s (component %s): components meet only in internal/cli", where, pkg, d, c)
+			}
+		}
+		checked++
+	}
+	if checked < 20 {
+		t.Fatalf("only %d packages listed; is this the herald module?", checked)
+	}
+}
