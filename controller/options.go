@@ -7,13 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/herald-lb/herald/internal/listen"
 )
 
 // Options configure `herald controller`.
@@ -132,7 +131,7 @@ func (o Options) Validate() error {
 			bad("lb-class", "%q is not a valid loadBalancerClass: %s", o.LBClass, m)
 		}
 	}
-	if err := checkListenAddr(o.MetricsAddr); err != nil {
+	if err := listen.Check(o.MetricsAddr); err != nil {
 		bad("metrics-addr", "%v", err)
 	}
 	if o.Workers < 1 || o.Workers > 64 {
@@ -168,19 +167,4 @@ func (o Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func checkListenAddr(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%q is not host:port: %v", addr, err)
-	}
-	if host != "" && net.ParseIP(strings.Trim(host, "[]")) == nil && len(validation.IsDNS1123Subdomain(host)) > 0 {
-		return fmt.Errorf("%q: host %q is neither an IP address nor a host name", addr, host)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("%q: port %q is not a number between 0 and 65535", addr, port)
-	}
-	return nil
 }

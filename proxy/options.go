@@ -5,14 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/herald-lb/herald/internal/listen"
 )
 
 // EnvClusterCIDR is the environment variable --cluster-cidr defaults to,
@@ -171,10 +171,10 @@ func (o Options) Validate() error {
 	} else if o.SyncPeriod > 0 && o.MinSyncPeriod > o.SyncPeriod {
 		bad("min-sync-period", "%s is longer than --sync-period (%s)", o.MinSyncPeriod, o.SyncPeriod)
 	}
-	if err := checkListenAddr(o.HealthzBindAddress); err != nil {
+	if err := listen.Check(o.HealthzBindAddress); err != nil {
 		bad("healthz-bind-address", "%v", err)
 	}
-	if err := checkListenAddr(o.MetricsBindAddress); err != nil {
+	if err := listen.Check(o.MetricsBindAddress); err != nil {
 		bad("metrics-bind-address", "%v", err)
 	}
 	if o.QPS <= 0 {
@@ -184,21 +184,4 @@ func (o Options) Validate() error {
 		bad("kube-api-burst", "must be at least 1, got %d", o.Burst)
 	}
 	return errors.Join(errs...)
-}
-
-func checkListenAddr(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%q is not host:port: %v", addr, err)
-	}
-	if host != "" {
-		if _, err := netip.ParseAddr(host); err != nil {
-			return fmt.Errorf("%q: host %q is not an IP address", addr, host)
-		}
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("%q: port %q is not a number between 0 and 65535", addr, port)
-	}
-	return nil
 }

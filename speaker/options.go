@@ -6,16 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/herald-lb/herald/internal/lbapi"
+	"github.com/herald-lb/herald/internal/listen"
 	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
 )
@@ -210,7 +209,7 @@ func (o Options) Validate() error {
 	if o.BGPShutdownWait < 0 || o.BGPShutdownWait > time.Minute {
 		bad("bgp-shutdown-wait", "must be between 0s and 1m, got %s", o.BGPShutdownWait)
 	}
-	if err := checkListenAddr(o.MetricsAddr); err != nil {
+	if err := listen.Check(o.MetricsAddr); err != nil {
 		bad("metrics-addr", "%v", err)
 	}
 	if o.QPS <= 0 {
@@ -220,21 +219,4 @@ func (o Options) Validate() error {
 		bad("kube-api-burst", "must be at least 1, got %d", o.Burst)
 	}
 	return errors.Join(errs...)
-}
-
-func checkListenAddr(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%q is not host:port: %v", addr, err)
-	}
-	if host != "" {
-		if _, err := netip.ParseAddr(host); err != nil {
-			return fmt.Errorf("%q: host %q is not an IP address", addr, host)
-		}
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("%q: port %q is not a number between 0 and 65535", addr, port)
-	}
-	return nil
 }
