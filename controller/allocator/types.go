@@ -8,6 +8,8 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
+
+	"github.com/herald-lb/herald/internal/ipfamily"
 )
 
 // Key names a Service: namespace and name.
@@ -25,32 +27,17 @@ func (k Key) Compare(o Key) int {
 	return cmp.Compare(k.Name, o.Name)
 }
 
-// Family is an IP family.
-type Family uint8
+// Family is an IP family (internal/ipfamily).
+type Family = ipfamily.Family
 
 // The IP families, in the spelling of spec.ipFamilies.
 const (
-	IPv4 Family = 4
-	IPv6 Family = 6
+	IPv4 = ipfamily.IPv4
+	IPv6 = ipfamily.IPv6
 )
 
-func (f Family) String() string {
-	switch f {
-	case IPv4:
-		return "IPv4"
-	case IPv6:
-		return "IPv6"
-	}
-	return fmt.Sprintf("Family(%d)", uint8(f))
-}
-
 // FamilyOf returns the family of an address.
-func FamilyOf(a netip.Addr) Family {
-	if a.Is4() {
-		return IPv4
-	}
-	return IPv6
-}
+func FamilyOf(a netip.Addr) Family { return ipfamily.Of(a) }
 
 // FamilyPolicy is spec.ipFamilyPolicy. The zero value is SingleStack, the
 // Kubernetes default.

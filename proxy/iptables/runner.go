@@ -13,15 +13,17 @@ import (
 	"strings"
 
 	goipt "github.com/coreos/go-iptables/iptables"
+
+	"github.com/herald-lb/herald/internal/ipfamily"
 )
 
-// Family selects iptables or ip6tables.
-type Family int
+// Family selects iptables or ip6tables (internal/ipfamily).
+type Family = ipfamily.Family
 
 // Families.
 const (
-	IPv4 Family = 4
-	IPv6 Family = 6
+	IPv4 = ipfamily.IPv4
+	IPv6 = ipfamily.IPv6
 )
 
 // Runner is what the proxy needs from iptables.

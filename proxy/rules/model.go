@@ -1,34 +1,22 @@
 package rules
 
 import (
-	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/herald-lb/herald/internal/ipfamily"
 )
 
 // Family selects which address family a render covers; iptables and
-// ip6tables are programmed separately, exactly like kube-proxy's two proxiers.
-type Family int
+// ip6tables are programmed separately, exactly like kube-proxy's two
+// proxiers (internal/ipfamily).
+type Family = ipfamily.Family
 
+// The families.
 const (
-	IPv4 Family = 4
-	IPv6 Family = 6
+	IPv4 = ipfamily.IPv4
+	IPv6 = ipfamily.IPv6
 )
-
-func (f Family) String() string {
-	switch f {
-	case IPv4:
-		return "IPv4"
-	case IPv6:
-		return "IPv6"
-	}
-	return fmt.Sprintf("Family(%d)", int(f))
-}
-
-// has reports whether a (already unmapped) address belongs to the family.
-func (f Family) has(a netip.Addr) bool {
-	return a.IsValid() && ((f == IPv4 && a.Is4()) || (f == IPv6 && a.Is6()))
-}
 
 // Protocol is the transport protocol of a service port.
 type Protocol string

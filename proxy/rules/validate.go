@@ -109,7 +109,7 @@ func normalize(f Family, in *Service) (out svcPort, ok bool, probs []Problem) {
 			drop(fmt.Sprintf("clusterIPs[%d]", i), "invalid address")
 			continue
 		}
-		if !f.has(a) {
+		if !f.Has(a) {
 			continue
 		}
 		if cip.IsValid() {
@@ -145,7 +145,7 @@ func normalize(f Family, in *Service) (out svcPort, ok bool, probs []Problem) {
 		switch {
 		case !a.IsValid():
 			drop(fmt.Sprintf("externalIPs[%d]", i), "invalid address")
-		case !f.has(a) || seen[a]:
+		case !f.Has(a) || seen[a]:
 		case a.IsLoopback() || a.IsUnspecified() || a.IsMulticast():
 			drop(fmt.Sprintf("externalIPs[%d]", i), "%s cannot be a service address", a)
 		default:
@@ -161,7 +161,7 @@ func normalize(f Family, in *Service) (out svcPort, ok bool, probs []Problem) {
 			drop(fmt.Sprintf("loadBalancer.ingress[%d].ip", i), "invalid address")
 		case ing.Mode != IPModeVIP && ing.Mode != IPModeProxy:
 			drop(fmt.Sprintf("loadBalancer.ingress[%d].ipMode", i), "unknown mode %d", ing.Mode)
-		case ing.Mode == IPModeProxy || !f.has(a) || seen[a]:
+		case ing.Mode == IPModeProxy || !f.Has(a) || seen[a]:
 		case a.IsLoopback() || a.IsUnspecified() || a.IsMulticast():
 			drop(fmt.Sprintf("loadBalancer.ingress[%d].ip", i), "%s cannot be a service address", a)
 		default:
@@ -177,7 +177,7 @@ func normalize(f Family, in *Service) (out svcPort, ok bool, probs []Problem) {
 			drop(fmt.Sprintf("loadBalancerSourceRanges[%d]", i), "invalid prefix; the service stays restricted to the valid ranges")
 			continue
 		}
-		if f.has(p.Addr()) {
+		if f.Has(p.Addr()) {
 			out.allowed = append(out.allowed, p)
 		}
 	}
@@ -231,7 +231,7 @@ func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 			probs = append(probs, Problem{Field: fmt.Sprintf("ips[%d]", i), Message: "invalid address"})
 			continue
 		}
-		if f.has(a) {
+		if f.Has(a) {
 			np.ips = append(np.ips, a)
 		}
 	}
@@ -241,7 +241,7 @@ func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 			probs = append(probs, Problem{Field: fmt.Sprintf("clusterCIDRs[%d]", i), Message: "invalid prefix"})
 			continue
 		}
-		if !f.has(p.Addr()) {
+		if !f.Has(p.Addr()) {
 			continue
 		}
 		if np.podCIDR.IsValid() {
@@ -285,7 +285,7 @@ func normalizeEndpoints(f Family, s *svcPort, node string, in []Endpoint) ([]epI
 			probs = append(probs, Problem{Service: s.id, Field: fmt.Sprintf("endpoints[%d]", i), Message: fmt.Sprintf("unusable address %v; endpoint ignored", e.IP)})
 			continue
 		}
-		if !f.has(a) {
+		if !f.Has(a) {
 			continue
 		}
 		if e.Port < 1 || e.Port > 65535 {

@@ -7,26 +7,18 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+
+	"github.com/herald-lb/herald/internal/ipfamily"
 )
 
-// Family is an address family.
-type Family uint8
+// Family is an address family (internal/ipfamily).
+type Family = ipfamily.Family
 
-// The families: IPv4 is answered with ARP, IPv6 with NDP.
+// The families.
 const (
-	IPv4 Family = 4
-	IPv6 Family = 6
+	IPv4 = ipfamily.IPv4
+	IPv6 = ipfamily.IPv6
 )
-
-func (f Family) String() string {
-	switch f {
-	case IPv4:
-		return "IPv4"
-	case IPv6:
-		return "IPv6"
-	}
-	return fmt.Sprintf("Family(%d)", uint8(f))
-}
 
 // Wire constants (RFC 826, RFC 8200, RFC 4861).
 const (
