@@ -5,25 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/herald-lb/herald/config/v1beta1"
-	"github.com/herald-lb/herald/internal/kubeclient"
+	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/internal/version"
 )
 
@@ -35,24 +30,14 @@ var ErrLostLease = errors.New("lost the leader Lease")
 // Run runs `herald controller` until ctx ends: the metrics and health
 // server at once, the controller itself while this replica leads.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
-	rc, err := kubeclient.RESTConfig(o.Kubeconfig)
+	cl, err := daemon.Connect(o.Kubeconfig, "controller", o.QPS, o.Burst)
 	if err != nil {
 		return err
 	}
-	rc.QPS, rc.Burst = float32(o.QPS), o.Burst
-	rc.UserAgent = "herald-controller/" + version.Version
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
+	kube, dyn := cl.Kube, cl.Dynamic
 	// Events go through a client of their own, so a burst of events never
 	// delays the writes that assign IPs.
-	erc := rest.CopyConfig(rc)
-	ekube, err := kubernetes.NewForConfig(erc)
+	ekube, err := kubernetes.NewForConfig(rest.CopyConfig(cl.Config))
 	if err != nil {
 		return err
 	}
@@ -63,10 +48,8 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	defer broadcaster.Shutdown()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: ekube.CoreV1().Events("")})
-	rec := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "herald-controller"})
+	rec, stopEvents := daemon.Recorder(ctx, ekube, scheme, "controller", "")
+	defer stopEvents()
 
 	m := NewMetrics()
 	c := New(o, kube, dyn, rec, m, log)
@@ -114,19 +97,13 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		// A standby is ready once it has seen who leads.
 		return le.GetLeader() != ""
 	}
-	ln, err := net.Listen("tcp", o.MetricsAddr)
+	stopServer, err := daemon.Serve(log, map[string]http.Handler{o.MetricsAddr: handler(m, ready, watchdog.Check)})
 	if err != nil {
 		return fmt.Errorf("--metrics-addr: %w", err)
 	}
-	srv := &http.Server{Handler: handler(m, ready, watchdog.Check), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	defer stopServer()
 	log.Info("herald controller starting", "version", version.String(), "namespace", o.Namespace, "lbClass", o.LBClass,
-		"metrics", ln.Addr().String(), "leaderElect", o.LeaderElect, "identity", o.Identity)
+		"metrics", o.MetricsAddr, "leaderElect", o.LeaderElect, "identity", o.Identity)
 
 	if le == nil {
 		m.leader.Set(1)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -20,13 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 
-	"github.com/herald-lb/herald/internal/kubeclient"
+	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/proxy/conntrack"
 	"github.com/herald-lb/herald/proxy/healthcheck"
@@ -81,20 +77,13 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	if o.Cleanup {
 		return runCleanup(ctx, log)
 	}
-	rc, err := kubeclient.RESTConfig(o.Kubeconfig)
+	cl, err := daemon.Connect(o.Kubeconfig, "proxy", o.QPS, o.Burst)
 	if err != nil {
 		return err
 	}
-	rc.QPS, rc.Burst = float32(o.QPS), o.Burst
-	rc.UserAgent = "herald-proxy/" + version.Version
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	defer broadcaster.Shutdown()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	rec := broadcaster.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "herald-proxy", Host: o.NodeName})
+	kube := cl.Kube
+	rec, stopEvents := daemon.Recorder(ctx, kube, clientscheme.Scheme, "proxy", o.NodeName)
+	defer stopEvents()
 
 	m := NewMetrics()
 	health := healthcheck.NewProxyHealth(2 * o.SyncPeriod)
@@ -354,32 +343,11 @@ func tombstone[T any](obj any) (T, bool) {
 
 // serve starts one HTTP server per address.
 func serve(log *slog.Logger, handlers map[string]http.Handler) (stop func(), err error) {
-	var servers []*http.Server
-	stop = func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		for _, s := range servers {
-			_ = s.Shutdown(sctx)
-		}
+	stop, err = daemon.Serve(log, handlers)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		// Two proxies on one node would fight over the rules; the port is
+		// what keeps the second one out.
+		return nil, fmt.Errorf("%w: another service proxy (herald proxy, herald speaker with its in-process proxy, kube-proxy) runs on this node; run one per node", err)
 	}
-	for addr, h := range handlers {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			stop()
-			if errors.Is(err, syscall.EADDRINUSE) {
-				// Two proxies on one node would fight over the rules;
-				// the port is what keeps the second one out.
-				return nil, fmt.Errorf("listen on %s: %w: another service proxy (herald proxy, herald speaker with its in-process proxy, kube-proxy) runs on this node; run one per node", addr, err)
-			}
-			return nil, fmt.Errorf("listen on %s: %w", addr, err)
-		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		servers = append(servers, srv)
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http server stopped", "addr", addr, "err", err)
-			}
-		}()
-	}
-	return stop, nil
+	return stop, err
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -16,17 +15,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/herald-lb/herald/config/informer"
-	"github.com/herald-lb/herald/internal/kubeclient"
+	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/internal/lbapi"
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/speaker/announce"
@@ -42,20 +38,11 @@ import (
 // other speakers take this node's IPs over at once, and only then stops
 // answering.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
-	rc, err := kubeclient.RESTConfig(o.Kubeconfig)
+	cl, err := daemon.Connect(o.Kubeconfig, "speaker", o.QPS, o.Burst)
 	if err != nil {
 		return err
 	}
-	rc.QPS, rc.Burst = float32(o.QPS), o.Burst
-	rc.UserAgent = "herald-speaker/" + version.Version
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
+	kube, dyn := cl.Kube, cl.Dynamic
 	log.Info("herald speaker starting", "version", version.String(), "node", o.NodeName, "namespace", o.Namespace,
 		"lbClass", o.LBClass, "memberlistPort", o.Port, "proxy", o.Proxy, "metrics", o.MetricsAddr)
 
@@ -85,7 +72,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		}
 		return sp.Live(time.Now())
 	}
-	stopServer, err := serveMetrics(o.MetricsAddr, m, readyLocked, liveLocked)
+	stopServer, err := serveMetrics(log, o.MetricsAddr, m, readyLocked, liveLocked)
 	if err != nil {
 		return err
 	}
@@ -152,10 +139,8 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	}
 	writer := NewAnnouncementWriter(o.NodeName, o.Namespace, dyn, saInf.Informer(), src.ownerUID, log.With("component", "status"))
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	defer broadcaster.Shutdown()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	rec := broadcaster.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "herald-speaker", Host: o.NodeName})
+	rec, stopEvents := daemon.Recorder(ctx, kube, clientscheme.Scheme, "speaker", o.NodeName)
+	defer stopEvents()
 
 	links := NetlinkLinks{}
 	beat := heartbeat.NewTracker(o.NodeName, 3*o.HeartbeatPeriod, nil)
@@ -392,7 +377,7 @@ func waitNodeIP(ctx context.Context, kube kubernetes.Interface, node string, log
 }
 
 // serveMetrics serves /metrics, /healthz (the process runs) and /readyz.
-func serveMetrics(addr string, m *Metrics, ready, live func() error) (stop func(), err error) {
+func serveMetrics(log *slog.Logger, addr string, m *Metrics, ready, live func() error) (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -409,15 +394,9 @@ func serveMetrics(addr string, m *Metrics, ready, live func() error) (stop func(
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	ln, err := net.Listen("tcp", addr)
+	stop, err = daemon.Serve(log, map[string]http.Handler{addr: mux})
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}, nil
+	return stop, nil
 }

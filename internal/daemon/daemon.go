@@ -1,0 +1,107 @@
+// Package daemon is what herald's long-running components share to start:
+// the API clients (kubeconfig or in-cluster, QPS, burst, user agent), the
+// event recorder, and the HTTP servers for metrics and probes.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/herald-lb/herald/internal/version"
+)
+
+// RESTConfig loads kubeconfig, or the in-cluster configuration when it is
+// empty; errors name the --kubeconfig flag.
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+	}
+	return rc, nil
+}
+
+// Clients are a component's connections to the API server.
+type Clients struct {
+	Config  *rest.Config
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+}
+
+// Connect builds the clients of component ("controller", "speaker",
+// "proxy"): its user agent is herald-<component>/<version>, with the
+// given request rate and burst.
+func Connect(kubeconfig, component string, qps float64, burst int) (*Clients, error) {
+	rc, err := RESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	rc.QPS, rc.Burst = float32(qps), burst
+	rc.UserAgent = "herald-" + component + "/" + version.Version
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return &Clients{Config: rc, Kube: kube, Dynamic: dyn}, nil
+}
+
+// Recorder records events of component (host: the node, or "") through
+// kube until ctx ends or stop is called.
+func Recorder(ctx context.Context, kube kubernetes.Interface, scheme *runtime.Scheme, component, host string) (rec record.EventRecorder, stop func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	return b.NewRecorder(scheme, corev1.EventSource{Component: "herald-" + component, Host: host}), b.Shutdown
+}
+
+// Serve listens on each address and serves its handler until stop. The
+// error of a port already taken is returned as is (callers say who may
+// hold it); one that stops serving later is logged.
+func Serve(log *slog.Logger, handlers map[string]http.Handler) (stop func(), err error) {
+	var servers []*http.Server
+	stop = func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for _, s := range servers {
+			_ = s.Shutdown(sctx)
+		}
+	}
+	for addr, h := range handlers {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, srv)
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server stopped", "addr", addr, "err", err)
+			}
+		}()
+	}
+	return stop, nil
+}
