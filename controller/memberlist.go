@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/internal/lbapi"
 )
 
@@ -59,21 +60,15 @@ func EnsureMemberlistSecret(ctx context.Context, kube kubernetes.Interface, ns s
 // succeeds or ctx ends: speakers wait for the Secret, so a transient API
 // error must not leave them waiting forever.
 func ensureMemberlistSecretLoop(ctx context.Context, kube kubernetes.Interface, ns string, log *slog.Logger) {
-	backoff := time.Second
-	for {
+	_ = daemon.Retry(ctx, time.Second, 30*time.Second, func(next time.Duration) bool {
 		created, err := EnsureMemberlistSecret(ctx, kube, ns)
-		if err == nil {
-			if created {
-				log.Info("created the speakers' memberlist Secret", "secret", ns+"/"+lbapi.MemberlistSecretName)
-			}
-			return
+		if err != nil {
+			log.Warn("cannot ensure the speakers' memberlist Secret; retrying", "err", err, "in", next)
+			return false
 		}
-		log.Warn("cannot ensure the speakers' memberlist Secret; retrying", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
+		if created {
+			log.Info("created the speakers' memberlist Secret", "secret", ns+"/"+lbapi.MemberlistSecretName)
 		}
-		backoff = min(2*backoff, 30*time.Second)
-	}
+		return true
+	})
 }

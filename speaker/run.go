@@ -291,30 +291,25 @@ func rejoinOnNodeChanges(ctx context.Context, src *kubeSource, c members.Cluster
 
 // waitSecret reads the memberlist key materials, waiting for the
 // controller to create the Secret. The values are never logged.
-func waitSecret(ctx context.Context, kube kubernetes.Interface, ns, name string, log *slog.Logger) (members.Secret, []members.Secret, error) {
-	backoff := time.Second
-	for {
-		s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+func waitSecret(ctx context.Context, kube kubernetes.Interface, ns, name string, log *slog.Logger) (primary members.Secret, extra []members.Secret, err error) {
+	err = daemon.Retry(ctx, time.Second, 30*time.Second, func(next time.Duration) bool {
+		s, gerr := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		var why string
-		if err == nil {
-			primary, extra, kerr := members.KeysFromSecret(s.Data, lbapi.MemberlistSecretKey)
-			if kerr == nil {
-				return primary, extra, nil
+		if gerr == nil {
+			var kerr error
+			if primary, extra, kerr = members.KeysFromSecret(s.Data, lbapi.MemberlistSecretKey); kerr == nil {
+				return true
 			}
 			why = kerr.Error()
-		} else if apierrors.IsNotFound(err) {
+		} else if apierrors.IsNotFound(gerr) {
 			why = "not found (herald controller creates it)"
 		} else {
-			why = err.Error()
+			why = gerr.Error()
 		}
-		log.Warn("waiting for the memberlist Secret", "secret", ns+"/"+name, "problem", why, "retryIn", backoff)
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 30*time.Second)
-	}
+		log.Warn("waiting for the memberlist Secret", "secret", ns+"/"+name, "problem", why, "retryIn", next)
+		return false
+	})
+	return primary, extra, err
 }
 
 // watchKeys follows the memberlist Secret and changes the keyring in place
@@ -353,27 +348,22 @@ func watchKeys(ctx context.Context, kube kubernetes.Interface, ns, name string, 
 }
 
 // waitNodeIP reads this node's InternalIP (IPv4 first) from its Node.
-func waitNodeIP(ctx context.Context, kube kubernetes.Interface, node string, log *slog.Logger) (netip.Addr, error) {
-	backoff := time.Second
-	for {
-		n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err == nil {
-			if ip := nodeIP(n, false); ip.IsValid() {
-				return ip, nil
+func waitNodeIP(ctx context.Context, kube kubernetes.Interface, node string, log *slog.Logger) (ip netip.Addr, err error) {
+	err = daemon.Retry(ctx, time.Second, 10*time.Second, func(next time.Duration) bool {
+		n, gerr := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if gerr == nil {
+			if ip = nodeIP(n, false); ip.IsValid() {
+				return true
 			}
-			if ip := nodeIP(n, true); ip.IsValid() {
-				return ip, nil
+			if ip = nodeIP(n, true); ip.IsValid() {
+				return true
 			}
-			err = errors.New("the Node has no InternalIP or ExternalIP")
+			gerr = errors.New("the Node has no InternalIP or ExternalIP")
 		}
-		log.Warn("waiting for this node's IP (set NODE_IP or --memberlist-advertise-address to skip)", "node", node, "err", err, "retryIn", backoff)
-		select {
-		case <-ctx.Done():
-			return netip.Addr{}, ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 10*time.Second)
-	}
+		log.Warn("waiting for this node's IP (set NODE_IP or --memberlist-advertise-address to skip)", "node", node, "err", gerr, "retryIn", next)
+		return false
+	})
+	return ip, err
 }
 
 // serveMetrics serves /metrics, /healthz (the process runs) and /readyz.

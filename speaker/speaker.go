@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/speaker/announce"
 	"github.com/herald-lb/herald/speaker/bgp"
 	"github.com/herald-lb/herald/speaker/layer2"
@@ -241,20 +242,15 @@ func (s *Speaker) StopResponders() {
 }
 
 func (s *Speaker) watchLinks(ctx context.Context) {
-	backoff := time.Second
-	for ctx.Err() == nil {
+	_ = daemon.Retry(ctx, time.Second, 30*time.Second, func(next time.Duration) bool {
 		err := s.d.Links.Watch(ctx, s.Trigger)
 		if ctx.Err() != nil {
-			return
+			return true
 		}
-		s.d.Log.Warn("watching links failed; resubscribing", "err", err, "in", backoff)
+		s.d.Log.Warn("watching links failed; resubscribing", "err", err, "in", next)
 		s.Trigger()
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 30*time.Second)
-	}
+		return false
+	})
 }
 
 // publishMeta sends the latest metadata to the cluster. It runs apart

@@ -29,11 +29,11 @@ var commands = map[string]command{
 	"validate": {"check herald YAML offline before kubectl apply", runValidate},
 	"version":  {"print the version", func([]string) int { fmt.Println(version.String()); return 0 }},
 	"controller": {"assign LoadBalancer IPs to Services from IPAddressPools",
-		daemon("controller", controller.ParseFlags, infoLevel[controller.Options], controller.Run)},
+		longRunning("controller", controller.ParseFlags, infoLevel[controller.Options], controller.Run)},
 	"proxy": {"iptables service proxy replacing kube-proxy",
-		daemon("proxy", proxy.ParseFlags, infoLevel[proxy.Options], proxy.Run)},
+		longRunning("proxy", proxy.ParseFlags, infoLevel[proxy.Options], proxy.Run)},
 	"speaker": {"announce LoadBalancer IPs over layer 2 and BGP, and run the proxy",
-		daemon("speaker", parseSpeaker, func(c speakerCmd) slog.Level { return c.speaker.LogLevel }, runSpeaker)},
+		longRunning("speaker", parseSpeaker, func(c speakerCmd) slog.Level { return c.speaker.LogLevel }, runSpeaker)},
 	"status": {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
 }
 
@@ -97,9 +97,9 @@ func runValidate(args []string) int {
 	return 0
 }
 
-// daemon parses a component's flags and runs it until SIGINT or SIGTERM:
+// longRunning parses a component's flags and runs it until SIGINT or SIGTERM:
 // exit 0 on -h, 2 on bad flags, 1 when it stops with an error.
-func daemon[O any](name string, parse func([]string, io.Writer) (O, error), level func(O) slog.Level,
+func longRunning[O any](name string, parse func([]string, io.Writer) (O, error), level func(O) slog.Level,
 	run func(context.Context, O, *slog.Logger) error) func([]string) int {
 	return func(args []string) int {
 		opts, err := parse(args, os.Stderr)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/proxy"
 	"github.com/herald-lb/herald/speaker"
 )
@@ -66,18 +67,12 @@ func runSpeaker(ctx context.Context, c speakerCmd, log *slog.Logger) error {
 // proxy holding its ports, an API outage at start) with a growing pause,
 // without disturbing the announcements.
 func keepRunning(ctx context.Context, p *proxy.Proxy, log *slog.Logger) {
-	backoff := 5 * time.Second
-	for {
+	_ = daemon.Retry(ctx, 5*time.Second, time.Minute, func(next time.Duration) bool {
 		err := p.Run(ctx, log)
 		if ctx.Err() != nil {
-			return
+			return true
 		}
-		log.Error("the in-process proxy stopped; restarting it", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Minute)
-	}
+		log.Error("the in-process proxy stopped; restarting it", "err", err, "in", next)
+		return false
+	})
 }

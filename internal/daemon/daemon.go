@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -104,4 +106,23 @@ func Serve(log *slog.Logger, handlers map[string]http.Handler) (stop func(), err
 		}()
 	}
 	return stop, nil
+}
+
+// Retry calls try until it reports done or ctx ends, pausing first after
+// the first failure, then twice as long after each further one, at most
+// max (apimachinery's wait.Backoff). try is told the pause that follows a
+// failure, to log it; Retry returns ctx's error when ctx ends first.
+func Retry(ctx context.Context, first, max time.Duration, try func(next time.Duration) (done bool)) error {
+	b := wait.Backoff{Duration: first, Factor: 2, Steps: math.MaxInt32, Cap: max}
+	for {
+		next := b.Step()
+		if try(next) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(next):
+		}
+	}
 }

@@ -1,14 +1,17 @@
 package daemon
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConnectNamesTheComponent(t *testing.T) {
@@ -56,4 +59,21 @@ func TestServe(t *testing.T) {
 		t.Error("a second server on a taken port started")
 	}
 	stop()
+}
+
+func TestRetryBacksOff(t *testing.T) {
+	var waits []time.Duration
+	err := Retry(context.Background(), time.Millisecond, 4*time.Millisecond, func(next time.Duration) bool {
+		waits = append(waits, next)
+		return len(waits) == 5
+	})
+	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 4 * time.Millisecond, 4 * time.Millisecond}
+	if err != nil || !slices.Equal(waits, want) {
+		t.Errorf("waits %v (err %v), want %v", waits, err, want)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Retry(ctx, time.Hour, time.Hour, func(time.Duration) bool { return false }); err == nil {
+		t.Error("Retry outlived its context")
+	}
 }
