@@ -195,14 +195,14 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 		log.Warn("no Node object with this name: programming Services without the node's addresses", "node", o.NodeName, "waited", nodeWait)
 	}
 
-	var fams []Family
+	var fams []Backend
 	for _, f := range Families(node, o.ClusterCIDRs) {
 		r, err := iptables.New(iptables.Family(f))
 		if err != nil {
 			log.Error("address family left out", "family", f, "err", err)
 			continue
 		}
-		fams = append(fams, Family{Family: f, Runner: r})
+		fams = append(fams, Backend{Family: f, Runner: r})
 	}
 	if len(fams) == 0 {
 		return errors.New("neither iptables nor ip6tables can be used")

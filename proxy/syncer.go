@@ -43,8 +43,8 @@ type Config struct {
 // DefaultFullSyncPeriod is kube-proxy's interval between full syncs.
 const DefaultFullSyncPeriod = time.Hour
 
-// Family is one address family the proxy programs, with its iptables.
-type Family struct {
+// Backend is one address family the proxy programs, with its iptables.
+type Backend struct {
 	Family rules.Family
 	Runner iptables.Runner
 }
@@ -57,7 +57,7 @@ type HealthServer interface {
 
 // famState is what the syncer remembers about one family between syncs.
 type famState struct {
-	Family
+	Backend
 	// needFull is set at start, after a failed restore and when the node
 	// changed: the kernel may not hold what the last render assumed.
 	needFull bool
@@ -101,7 +101,7 @@ type Syncer struct {
 
 // NewSyncer makes a syncer. hc, health and ct may be nil (nothing to
 // feed); metrics nil means a private registry.
-func NewSyncer(cfg Config, t *Tracker, fams []Family, hc HealthServer, health *healthcheck.ProxyHealth, ct conntrack.Interface, m *Metrics, log *slog.Logger) *Syncer {
+func NewSyncer(cfg Config, t *Tracker, fams []Backend, hc HealthServer, health *healthcheck.ProxyHealth, ct conntrack.Interface, m *Metrics, log *slog.Logger) *Syncer {
 	if m == nil {
 		m = NewMetrics()
 	}
@@ -110,7 +110,7 @@ func NewSyncer(cfg Config, t *Tracker, fams []Family, hc HealthServer, health *h
 	}
 	s := &Syncer{cfg: cfg, tracker: t, hc: hc, health: health, ct: ct, metrics: m, log: log, now: time.Now, reported: map[string]bool{}}
 	for _, f := range fams {
-		s.fams = append(s.fams, &famState{Family: f, needFull: true})
+		s.fams = append(s.fams, &famState{Backend: f, needFull: true})
 	}
 	return s
 }
@@ -176,9 +176,9 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 		}
 		f.needFull, anyFull = full, anyFull || full
 		if full {
-			s.log.Debug("full sync", "family", f.Family.Family, "reason", reason)
+			s.log.Debug("full sync", "family", f.Family, "reason", reason)
 		}
-		res.Families = append(res.Families, FamilyResult{Family: f.Family.Family, Full: full, Reason: reason})
+		res.Families = append(res.Families, FamilyResult{Family: f.Family, Full: full, Reason: reason})
 	}
 	if !anyFull && len(snap.Changed) == 0 {
 		res.Idle = true
@@ -205,7 +205,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 			// The restore was atomic, so the kernel holds the previous
 			// rules; a full sync rewrites everything next time.
 			f.needFull = true
-			s.log.Error("sync failed; a full sync follows", "family", f.Family.Family, "full", fr.Full, "err", fr.Err)
+			s.log.Error("sync failed; a full sync follows", "family", f.Family, "full", fr.Full, "err", fr.Err)
 			continue
 		}
 		f.needFull = false
@@ -287,7 +287,7 @@ func (s *Syncer) syncFamily(ctx context.Context, f *famState, fr *FamilyResult, 
 		opts.Changed = snap.Changed
 	}
 	t := s.now()
-	rs := rules.RenderWith(f.Family.Family, snap.Services, snap.Endpoints, node, opts)
+	rs := rules.RenderWith(f.Family, snap.Services, snap.Endpoints, node, opts)
 	fr.problems = rs.Problems
 	data := rs.Bytes()
 	fr.Stats = rs.Stats

@@ -468,7 +468,7 @@ func TestSyncDualStack(t *testing.T) {
 	v4, v6 := iptables.NewFake(), iptables.NewFake()
 	tr := NewTracker(testNode, nil)
 	s := NewSyncer(Config{NodeName: testNode, MasqueradeBit: 14}, tr,
-		[]Family{{Family: rules.IPv4, Runner: v4}, {Family: rules.IPv6, Runner: v6}}, nil, nil, nil, nil, nil)
+		[]Backend{{Family: rules.IPv4, Runner: v4}, {Family: rules.IPv6, Runner: v6}}, nil, nil, nil, nil, nil)
 	svc := clusterIPService("shop", "web", "10.96.0.10")
 	svc.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::10"}
 	tr.UpdateService(svc)
@@ -515,7 +515,7 @@ func TestSyncReportsFamilyProblemsOnce(t *testing.T) {
 	v4, v6 := iptables.NewFake(), iptables.NewFake()
 	tr := NewTracker(testNode, nil)
 	s := NewSyncer(Config{NodeName: testNode, MasqueradeBit: 14}, tr,
-		[]Family{{Family: rules.IPv4, Runner: v4}, {Family: rules.IPv6, Runner: v6}}, nil, nil, nil, nil, nil)
+		[]Backend{{Family: rules.IPv4, Runner: v4}, {Family: rules.IPv6, Runner: v6}}, nil, nil, nil, nil, nil)
 	var got []string
 	s.Report = func(p rules.Problem) { got = append(got, p.Error()) }
 	// Two IPv6 cluster IPs: a problem of the IPv6 render only.

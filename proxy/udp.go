@@ -119,7 +119,7 @@ func (s *Syncer) reconcileConntrack(f *famState, snap Snapshot, node rules.NodeC
 	if s.ct == nil {
 		return 0
 	}
-	cur := buildUDPFrontends(f.Family.Family, snap.Services, snap.Endpoints, node.IPs)
+	cur := buildUDPFrontends(f.Family, snap.Services, snap.Endpoints, node.IPs)
 	prev := f.udp
 	f.udp = cur
 	if cur.empty() && prev.empty() {
@@ -137,16 +137,16 @@ func (s *Syncer) reconcileConntrack(f *famState, snap Snapshot, node rules.NodeC
 			return 0
 		}
 	}
-	n, err := s.ct.DeleteUDP(f.Family.Family, staleUDP(cur, prev))
+	n, err := s.ct.DeleteUDP(f.Family, staleUDP(cur, prev))
 	f.udpRetry = err != nil
 	if err != nil {
 		// Keep what is left to clean: the frontends that went away stay
 		// known until a cleanup succeeds, and the next sync tries again.
 		f.udp = mergeFrontends(cur, prev)
-		s.log.Error("deleting stale UDP conntrack entries; retrying at the next sync", "family", f.Family.Family, "deleted", n, "err", err)
+		s.log.Error("deleting stale UDP conntrack entries; retrying at the next sync", "family", f.Family, "deleted", n, "err", err)
 	}
 	if n > 0 {
-		s.log.Info("deleted stale UDP conntrack entries", "family", f.Family.Family, "count", n)
+		s.log.Info("deleted stale UDP conntrack entries", "family", f.Family, "count", n)
 		s.metrics.conntrackDeleted.Add(float64(n))
 	}
 	return n
