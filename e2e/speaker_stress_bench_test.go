@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,18 +22,36 @@ import (
 
 // TestBenchL2UnderCPUStress measures whether memberlist's fast failure
 // detection (100 ms probes, 50 ms timeout: a hard failover under 1 s)
-// cries wolf when the machine is busy. For each load, a client probes an
-// L2 VIP every 20 ms while:
-//   - "cpu": busy loops saturate every CPU of the machine (2 per core)
-//     for the duration;
-//   - "throttled": every speaker process is put in a cgroup-v1 cpu group
-//     limited to 10% of one CPU (cfs_quota 10 ms per 100 ms) for the
-//     duration, so its probes and answers wait for the quota.
+// cries wolf when the speakers are short of CPU. No node fails, so any
+// member declared dead and any election change is spurious. For each
+// load, a client opens a connection to an L2 VIP every 20 ms while:
 //
-// It prints, per load: election changes seen by the speakers (any is
-// spurious: no node failed), the lowest member count sampled every
-// 250 ms, failed requests and the longest gap between two answered
-// requests. Nothing is asserted: run with make bench.
+//   - "none": nothing else runs (the lab's own background: what the
+//     other loads compare with);
+//   - "cpu": 2 busy loops per CPU at nice 0 saturate the machine. They
+//     sit in the same cpu cgroup as the speakers (the lab kubelet makes
+//     none), so they compete with the speakers thread for thread;
+//   - "throttled": every speaker is put in a cgroup-v1 cpu group of its
+//     own limited to 10 ms per 100 ms (a container with limits.cpu
+//     100m), as the kubelet would; whether that bites depends on what
+//     the speaker spends, so the group's throttle counts are printed;
+//   - "throttled+busy": the same groups with a busy loop in each, so each
+//     group spends its 10 ms at the start of every period and the speaker
+//     then waits up to 90 ms for the CPU: a speaker container at its
+//     limit all the time (its in-process proxy's iptables-restore runs
+//     in the same group). This is harsher than any speaker's own work.
+//
+// Printed per load: how busy the CPUs were, the speakers' CPU use,
+// the cgroups' throttling, election changes (the most any speaker
+// counted), members declared dead and suspicions raised and refuted
+// (memberlist's log lines in the speakers' logs), the lowest member
+// count sampled every 250 ms, the MACs the client's neighbor entry for
+// the VIP went through (sampled every 100 ms), failed requests and the
+// longest gap between two answered requests. Nothing is asserted: run
+// it with make bench. HERALD_BENCH_STRESS sets the time per load
+// (default 2m), HERALD_BENCH_STRESS_LOADS a comma-separated subset, and
+// HERALD_BENCH_SPEAKER_ARGS flags added to the speakers' for the run
+// (say --memberlist-suspicion-mult=3), to compare timer settings.
 func TestBenchL2UnderCPUStress(t *testing.T) {
 	harness.Bench(t)
 	dur := 2 * time.Minute
@@ -41,10 +62,24 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 		}
 		dur = d
 	}
+	all := []string{"none", "cpu", "throttled", "throttled+busy"}
+	loads := all
+	if v := os.Getenv("HERALD_BENCH_STRESS_LOADS"); v != "" {
+		loads = strings.Split(v, ",")
+		for _, l := range loads {
+			if !slices.Contains(all, l) {
+				t.Fatalf("HERALD_BENCH_STRESS_LOADS=%q: %q is not one of %v", v, l, all)
+			}
+		}
+	}
 	h := harness.Start(t)
 	s := l2{h}
 	const name = "stress"
 	s.readySpeakers(2 * time.Minute)
+	extra := strings.Fields(os.Getenv("HERALD_BENCH_SPEAKER_ARGS"))
+	if len(extra) > 0 {
+		s.speakerArgs(extra)
+	}
 	var nodes []string
 	for _, n := range h.Layout.Nodes {
 		nodes = append(nodes, n.Name)
@@ -63,6 +98,7 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 		ok, err := benchGet(h.Layout.Client, ip, time.Second)
 		return ok, fmt.Sprint(err)
 	})
+	nodeOf := s.macOwners()
 
 	changes := func() map[string]float64 {
 		out := map[string]float64{}
@@ -76,173 +112,298 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 		return out
 	}
 	type result struct {
-		load            string
-		changes         float64
-		minMembers      int
-		sent, failed    int
-		maxGap          time.Duration
-		announcerBefore string
-		post            []string
+		load                  string
+		busy                  float64 // share of the machine's CPU time not idle
+		speakerCPU            float64 // CPU seconds per second, all speakers
+		throttle              string
+		changes               float64
+		dead, suspect, refute int
+		minMembers            int
+		macs                  []string
+		sent, failed          int
+		maxGap                time.Duration
 	}
 	var results []result
-	for _, load := range []string{"cpu", "throttled"} {
+	for _, load := range loads {
 		s.speakersInCluster(3 * time.Minute)
 		before := changes()
-		stop, err := startLoad(load, s)
+		pids := map[string]int{}
+		for n, p := range s.speakers() {
+			pids[n] = s.speakerPID(p)
+		}
+		started, err := startLoad(load, pids)
 		if err != nil {
 			t.Logf("%s: not run: %v", load, err)
 			continue
 		}
-		// Sample the membership while the load runs.
+		// Also on a failure: no busy loop or cgroup outlives the test.
+		stop := sync.OnceValue(started)
+		t.Cleanup(func() { stop() })
+		from := time.Now()
+		cpu0, sp0 := machineCPU(), speakersCPU(pids)
+
+		// Sample the membership and the client's neighbor entry while
+		// the load runs.
 		minMembers := len(nodes)
+		var macs []string
 		var mu sync.Mutex
 		done := make(chan struct{})
 		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(250 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-done:
-					return
-				case <-tick.C:
-				}
-				for _, n := range nodes {
-					if v, err := s.speakerMetric(n, "herald_speaker_members"); err == nil {
-						mu.Lock()
-						minMembers = min(minMembers, int(v))
-						mu.Unlock()
+		sample := func(every time.Duration, f func()) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tick := time.NewTicker(every)
+				defer tick.Stop()
+				for {
+					select {
+					case <-done:
+						return
+					case <-tick.C:
 					}
+					f()
+				}
+			}()
+		}
+		sample(250*time.Millisecond, func() {
+			for _, n := range nodes {
+				if v, err := s.speakerMetric(n, "herald_speaker_members"); err == nil {
+					mu.Lock()
+					minMembers = min(minMembers, int(v))
+					mu.Unlock()
 				}
 			}
-		}()
+		})
+		sample(100*time.Millisecond, func() {
+			mac, _ := s.neighMAC(ip)
+			if mac == "" {
+				return // no entry or not resolved yet
+			}
+			who := nodeOf[strings.ToLower(mac)]
+			if who == "" {
+				who = mac
+			}
+			mu.Lock()
+			if len(macs) == 0 || macs[len(macs)-1] != who {
+				macs = append(macs, who)
+			}
+			mu.Unlock()
+		})
 		p := startProbe(h.Layout.Client, ip)
 		time.Sleep(dur)
 		p.stop()
-		stop()
 		close(done)
 		wg.Wait()
+		cpu1, sp1 := machineCPU(), speakersCPU(pids)
+		elapsed := time.Since(from)
+		throttle := stop()
+		to := time.Now()
+
 		after := changes()
 		var delta float64
 		for _, n := range nodes {
 			delta = max(delta, after[n]-before[n])
 		}
-		sent, failed := p.result()
-		res := result{load: load, changes: delta, minMembers: minMembers, sent: sent, failed: failed,
-			maxGap: p.maxGap(), announcerBefore: winner}
-		res.post, _ = s.announcersOf("default", name, ip)
+		res := result{load: load, changes: delta, minMembers: minMembers, macs: macs, throttle: throttle,
+			busy: cpu1.busySince(cpu0), speakerCPU: (sp1 - sp0) / elapsed.Seconds(), maxGap: p.maxGap()}
+		res.sent, res.failed = p.result()
+		var events strings.Builder
+		for _, n := range nodes {
+			win := logSince(newBGPLab(h).speakerLogs(n), from, to)
+			for _, l := range strings.Split(win, "\n") {
+				counted := true
+				// memberlist's own lines lose their "memberlist: " prefix.
+				switch {
+				case strings.Contains(l, "event=leave"):
+					res.dead++ // a member dead (or left) as this speaker saw it
+				case strings.Contains(l, `msg="Suspect `):
+					res.suspect++
+				case strings.Contains(l, `msg="Refuting a`):
+					res.refute++
+				default:
+					counted = strings.Contains(l, `msg="Marking `)
+				}
+				if counted {
+					fmt.Fprintf(&events, "  %s:%s\n", n, l)
+				}
+			}
+		}
 		results = append(results, res)
-		t.Logf("%s load for %s: election changes %v, lowest member count %d of %d, %d requests, %d failed, longest gap %s; announcer %s before, %v after",
-			load, dur, delta, minMembers, len(nodes), sent, failed, res.maxGap.Round(time.Millisecond), winner, res.post)
-		if failed > 0 {
+		post, _ := s.announcersOf("default", name, ip)
+		t.Logf("%s load for %s: CPUs %.0f%% busy, speakers %.1f%% of a CPU; %s; election changes %v; members dead %d, suspicions %d, refuted %d; lowest member count %d of %d; client's MACs for %s %v; %d requests, %d failed, longest gap %s; announcer %s before, %v after",
+			load, dur, 100*res.busy, 100*res.speakerCPU, throttle, delta, res.dead, res.suspect, res.refute, minMembers, len(nodes),
+			ip, macs, res.sent, res.failed, res.maxGap.Round(time.Millisecond), winner, post)
+		if events.Len() > 0 {
+			t.Logf("%s: memberlist failure detection in the speakers' logs:\n%s", load, events.String())
+		}
+		if res.failed > 0 {
 			t.Logf("%s: failures: %s", load, p.failures())
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "L2 VIP %s under load, %d nodes, %s per load, a request every 20 ms (1 s timeout):\n", ip, len(nodes), dur)
-	fmt.Fprintf(&b, "  %-10s %16s %12s %9s %7s %12s\n", "load", "election changes", "min members", "requests", "failed", "longest gap")
+	fmt.Fprintf(&b, "BENCH L2 VIP %s under CPU stress, %d nodes, %d CPUs, %s per load, a new connection every 20 ms (1 s timeout):\n", ip, len(nodes), runtime.NumCPU(), dur)
+	fmt.Fprintf(&b, "  %-15s %5s %8s %8s %5s %7s %8s %8s %6s %9s %7s %8s  %s\n", "load", "busy", "speakers", "election", "dead", "suspect", "refuted", "min", "client", "requests", "failed", "longest", "throttling")
+	fmt.Fprintf(&b, "  %-15s %5s %8s %8s %5s %7s %8s %8s %6s %9s %7s %8s\n", "", "CPUs", "CPU", "changes", "", "", "", "members", "MACs", "", "", "gap")
 	for _, r := range results {
-		fmt.Fprintf(&b, "  %-10s %16v %12d %9d %7d %12s\n", r.load, r.changes, r.minMembers, r.sent, r.failed, r.maxGap.Round(time.Millisecond))
+		fmt.Fprintf(&b, "  %-15s %4.0f%% %7.1f%% %8v %5d %7d %8d %8d %6d %9d %7d %8s  %s\n", r.load, 100*r.busy, 100*r.speakerCPU, r.changes,
+			r.dead, r.suspect, r.refute, r.minMembers, len(r.macs), r.sent, r.failed, r.maxGap.Round(time.Millisecond), r.throttle)
 	}
-	fmt.Fprintf(&b, "  targets: 0 election changes (no node failed), 0 failed requests\n")
-	fmt.Fprintf(&b, "reproduce: cd e2e && HERALD_BENCH=1 HERALD_BENCH_STRESS=%s go test -count=1 -timeout 60m -run 'TestBenchL2UnderCPUStress$' -v .\n", dur)
+	fmt.Fprintf(&b, "  targets: 0 election changes, 0 members dead, 1 client MAC (no node failed), 0 failed requests\n")
+	fmt.Fprintf(&b, "  speakers CPU: all speakers together, %% of one CPU; client MACs: distinct runs in the client's neighbor entry\n")
+	if len(extra) > 0 {
+		fmt.Fprintf(&b, "  speakers run with the extra flags %s\n", strings.Join(extra, " "))
+	}
+	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 HERALD_BENCH_STRESS=%s HERALD_BENCH_STRESS_LOADS=%s HERALD_BENCH_SPEAKER_ARGS='%s' go test -count=1 -timeout 60m -run 'TestBenchL2UnderCPUStress$' -v .\n",
+		dur, strings.Join(loads, ","), strings.Join(extra, " "))
 	t.Log("\n" + b.String())
 }
 
-// startLoad starts one kind of load and returns what stops it.
-func startLoad(load string, s l2) (func(), error) {
+// startLoad starts one kind of load on the speakers (pids by node) and
+// returns what stops it, which reports the throttling it saw.
+func startLoad(load string, pids map[string]int) (stop func() string, err error) {
 	switch load {
+	case "none":
+		return func() string { return "-" }, nil
 	case "cpu":
-		return burnCPUs(2 * runtime.NumCPU())
-	case "throttled":
-		var pids []int
-		for _, p := range s.speakers() {
-			pid, err := speakerContainerPID(p)
+		kill, err := busyLoops(2*runtime.NumCPU(), "")
+		if err != nil {
+			return nil, err
+		}
+		return func() string { kill(); return "-" }, nil
+	case "throttled", "throttled+busy":
+		var groups []*cpuGroup
+		var kills []func()
+		stop := func() string {
+			for _, k := range kills {
+				k()
+			}
+			var stats []string
+			for _, g := range groups {
+				stats = append(stats, g.stat())
+				if err := g.remove(); err != nil {
+					stats = append(stats, err.Error())
+				}
+			}
+			return strings.Join(stats, "; ")
+		}
+		for _, node := range slices.Sorted(maps.Keys(pids)) {
+			// 10 ms per 100 ms: what limits.cpu 100m sets.
+			g, err := newCPUGroup(fmt.Sprintf("herald-bench-%d-%s", os.Getpid(), node), 10_000, 100_000, pids[node])
 			if err != nil {
+				stop()
 				return nil, err
 			}
-			pids = append(pids, pid)
+			g.node = node
+			groups = append(groups, g)
+			if load == "throttled+busy" {
+				kill, err := busyLoops(1, g.dir)
+				if err != nil {
+					stop()
+					return nil, err
+				}
+				kills = append(kills, kill)
+			}
 		}
-		return throttle(pids, 10_000, 100_000)
+		return stop, nil
 	}
 	return nil, fmt.Errorf("unknown load %q", load)
 }
 
-// burnCPUs starts n busy shell loops, bounded by timeout(1) in case the
-// test dies, and returns what kills them (by PID).
-func burnCPUs(n int) (func(), error) {
+// busyLoops starts n busy shell loops, each in the cpu cgroup dir if
+// not "" (the shell moves itself before it loops), bounded by
+// timeout(1) in case the test dies, and returns what kills them (their
+// process groups, by PID).
+func busyLoops(n int, cgroup string) (func(), error) {
 	var cmds []*exec.Cmd
-	stop := func() {
+	kill := func() {
 		for _, c := range cmds {
 			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 			_ = c.Wait()
 		}
 	}
+	script := `exec timeout 15m sh -c 'while :; do :; done'`
+	if cgroup != "" {
+		script = `echo $$ > "$1/cgroup.procs" || exit 1; ` + script
+	}
 	for range n {
-		c := exec.Command("timeout", "15m", "sh", "-c", "while :; do :; done")
+		c := exec.Command("sh", "-c", script, "sh", cgroup)
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := c.Start(); err != nil {
-			stop()
+			kill()
 			return nil, err
 		}
 		cmds = append(cmds, c)
 	}
-	return stop, nil
+	return kill, nil
 }
 
-// throttle moves the processes (every thread) into a new cgroup-v1 cpu
-// group with quota/period and returns what moves them back and removes
-// the group.
-func throttle(pids []int, quota, period int) (func(), error) {
-	root := "/sys/fs/cgroup/cpu"
+// cpuGroup is a cgroup-v1 cpu group with a CFS quota holding a process.
+type cpuGroup struct {
+	node   string
+	dir    string
+	pid    int
+	origin string // the process's cpu cgroup before
+}
+
+// newCPUGroup makes the group and moves the process (all its threads:
+// cgroup.procs) into it; its children follow.
+func newCPUGroup(name string, quota, period, pid int) (*cpuGroup, error) {
+	const root = "/sys/fs/cgroup/cpu"
 	if _, err := os.Stat(filepath.Join(root, "cpu.cfs_quota_us")); err != nil {
 		return nil, fmt.Errorf("no cgroup-v1 cpu controller at %s: %v", root, err)
 	}
-	dir := filepath.Join(root, fmt.Sprintf("herald-bench-%d", os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	from, err := cpuCgroup(pid)
+	if err != nil {
 		return nil, err
 	}
-	write := func(file string, v int) error {
-		return os.WriteFile(filepath.Join(dir, file), []byte(strconv.Itoa(v)), 0o644)
-	}
-	if err := write("cpu.cfs_period_us", period); err != nil {
+	g := &cpuGroup{dir: filepath.Join(root, name), pid: pid, origin: filepath.Join(root, from)}
+	if err := os.Mkdir(g.dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := write("cpu.cfs_quota_us", quota); err != nil {
-		return nil, err
-	}
-	origin := map[int]string{}
-	moved := []int{}
-	undo := func() {
-		for _, tid := range moved {
-			back := origin[tid]
-			_ = os.WriteFile(filepath.Join(back, "tasks"), []byte(strconv.Itoa(tid)), 0o644)
-		}
-		_ = os.Remove(dir)
-	}
-	for _, pid := range pids {
-		from, err := cpuCgroup(pid)
-		if err != nil {
-			undo()
-			return nil, err
-		}
-		tids, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		for _, e := range tids {
-			tid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			if err := write("tasks", tid); err != nil {
-				continue // a thread that just ended
-			}
-			origin[tid] = filepath.Join(root, from)
-			moved = append(moved, tid)
+	for _, w := range []struct {
+		file string
+		v    int
+	}{{"cpu.cfs_period_us", period}, {"cpu.cfs_quota_us", quota}, {"cgroup.procs", pid}} {
+		if err := os.WriteFile(filepath.Join(g.dir, w.file), []byte(strconv.Itoa(w.v)), 0o644); err != nil {
+			_ = g.remove()
+			return nil, fmt.Errorf("%s/%s: %w", g.dir, w.file, err)
 		}
 	}
-	slices.Sort(moved)
-	return undo, nil
+	return g, nil
+}
+
+// stat is the group's throttling so far, from cpu.stat.
+func (g *cpuGroup) stat() string {
+	data, err := os.ReadFile(filepath.Join(g.dir, "cpu.stat"))
+	if err != nil {
+		return g.node + ": " + err.Error()
+	}
+	v := map[string]int64{}
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, n, ok := strings.Cut(l, " "); ok {
+			v[k], _ = strconv.ParseInt(n, 10, 64)
+		}
+	}
+	return fmt.Sprintf("%s throttled in %d of %d periods for %s", g.node, v["nr_throttled"], v["nr_periods"],
+		time.Duration(v["throttled_time"]).Round(time.Millisecond))
+}
+
+// remove moves every process still in the group (the speaker and any
+// child) back to the process's old group and removes the group, trying
+// again for a second while a process forks or a killed one is reaped.
+func (g *cpuGroup) remove() error {
+	var err error
+	for range 20 {
+		data, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
+		for _, p := range strings.Fields(string(data)) {
+			_ = os.WriteFile(filepath.Join(g.origin, "cgroup.procs"), []byte(p), 0o644)
+		}
+		if err = os.Remove(g.dir); err == nil || os.IsNotExist(err) {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("cgroup %s left behind: %w", g.dir, err)
 }
 
 // cpuCgroup is the cgroup-v1 cpu path of a process.
@@ -258,4 +419,89 @@ func cpuCgroup(pid int) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("pid %d has no cgroup-v1 cpu controller", pid)
+}
+
+// cpuTimes is the machine's CPU time from /proc/stat, in ticks.
+type cpuTimes struct{ total, idle int64 }
+
+func machineCPU() cpuTimes {
+	data, _ := os.ReadFile("/proc/stat")
+	line, _, _ := strings.Cut(string(data), "\n")
+	var c cpuTimes
+	for i, f := range strings.Fields(line)[1:] {
+		n, _ := strconv.ParseInt(f, 10, 64)
+		c.total += n
+		if i == 3 || i == 4 { // idle, iowait
+			c.idle += n
+		}
+	}
+	return c
+}
+
+// busySince is the share of CPU time that was not idle since c0.
+func (c cpuTimes) busySince(c0 cpuTimes) float64 {
+	if c.total == c0.total {
+		return 0
+	}
+	return 1 - float64(c.idle-c0.idle)/float64(c.total-c0.total)
+}
+
+// speakersCPU is the CPU seconds the processes and their reaped
+// children (iptables-restore) used so far.
+func speakersCPU(pids map[string]int) float64 {
+	var ticks int64
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// utime stime cutime cstime: fields 14-17, 12-15 after the
+		// state field that follows the command's closing parenthesis.
+		f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+		for _, s := range f[11:15] {
+			n, _ := strconv.ParseInt(s, 10, 64)
+			ticks += n
+		}
+	}
+	return float64(ticks) / 100 // USER_HZ
+}
+
+// speakerArgs adds flags to the speaker container of the lab's
+// DaemonSet, waits until every speaker runs with them and is in the
+// memberlist cluster, and puts the old flags back when the test ends.
+func (s l2) speakerArgs(extra []string) {
+	s.T.T.Helper()
+	get := func() []string {
+		out, err := s.K.Output(s.Ctx, "-n", heraldNS, "get", "daemonset", speakerDS, "-o",
+			`jsonpath={.spec.template.spec.containers[?(@.name=="speaker")].args}`)
+		var args []string
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &args)
+		}
+		if err != nil {
+			s.T.T.Fatalf("the speaker's args: %v (%q)", err, out)
+		}
+		return args
+	}
+	set := func(args []string) error {
+		b, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "speaker", "args": args}}}}}})
+		if _, err := s.K.Run(s.Ctx, "-n", heraldNS, "patch", "daemonset", speakerDS, "--type=strategic", "-p", string(b)); err != nil {
+			return err
+		}
+		_, err := s.K.Run(s.Ctx, "-n", heraldNS, "rollout", "status", "--timeout=3m", "daemonset/"+speakerDS)
+		return err
+	}
+	orig := get()
+	s.T.T.Cleanup(func() {
+		if err := set(orig); err != nil {
+			s.T.T.Errorf("putting the speakers' flags back: %v", err)
+			return
+		}
+		s.speakersInCluster(3 * time.Minute)
+	})
+	if err := set(append(slices.Clone(orig), extra...)); err != nil {
+		s.T.T.Fatal(err)
+	}
+	s.speakersInCluster(3 * time.Minute)
 }
