@@ -31,15 +31,23 @@ import (
 //   - "cpu": 2 busy loops per CPU at nice 0 saturate the machine. They
 //     sit in the same cpu cgroup as the speakers (the lab kubelet makes
 //     none), so they compete with the speakers thread for thread;
-//   - "throttled": every speaker is put in a cgroup-v1 cpu group of its
-//     own limited to 10 ms per 100 ms (a container with limits.cpu
-//     100m), as the kubelet would; whether that bites depends on what
-//     the speaker spends, so the group's throttle counts are printed;
-//   - "throttled+busy": the same groups with a busy loop in each, so each
-//     group spends its 10 ms at the start of every period and the speaker
-//     then waits up to 90 ms for the CPU: a speaker container at its
-//     limit all the time (its in-process proxy's iptables-restore runs
-//     in the same group). This is harsher than any speaker's own work.
+//   - "cpu+request-50m": the same busy loops in a cpu group of their own
+//     with 2048 shares (a pod requesting 2 CPUs), and every speaker in
+//     a group of its own with 51 shares, as the kubelet places a
+//     container with requests.cpu 50m (the manifests' request) and no
+//     limit: the speaker's guaranteed share of a saturated machine;
+//   - "limit-100m": every speaker is put in a cgroup-v1 cpu group of its
+//     own limited to 10 ms per 100 ms, what the kubelet makes of
+//     limits.cpu 100m; whether that bites depends on what the speaker
+//     spends, so each group's throttled periods are printed;
+//   - "limit-20m": the same at 2 ms per 100 ms (limits.cpu 20m), about
+//     what an idle speaker with its in-process proxy spends in the lab,
+//     so its own bursts (syncs, GC, iptables-restore) are throttled;
+//   - "limit-100m+busy": the limit-100m groups with a busy loop in each,
+//     so each group spends its 10 ms at the start of every period and
+//     the speaker then waits up to 90 ms for the CPU: a speaker
+//     container at its limit all the time. Harsher than any speaker's
+//     own work; it shows where fast failure detection ends.
 //
 // Printed per load: how busy the CPUs were, the speakers' CPU use,
 // the cgroups' throttling, election changes (the most any speaker
@@ -62,7 +70,7 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 		}
 		dur = d
 	}
-	all := []string{"none", "cpu", "throttled", "throttled+busy"}
+	all := []string{"none", "cpu", "cpu+request-50m", "limit-100m", "limit-20m", "limit-100m+busy"}
 	loads := all
 	if v := os.Getenv("HERALD_BENCH_STRESS_LOADS"); v != "" {
 		loads = strings.Split(v, ",")
@@ -261,52 +269,87 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 // startLoad starts one kind of load on the speakers (pids by node) and
 // returns what stops it, which reports the throttling it saw.
 func startLoad(load string, pids map[string]int) (stop func() string, err error) {
-	switch load {
-	case "none":
-		return func() string { return "-" }, nil
-	case "cpu":
-		kill, err := busyLoops(2*runtime.NumCPU(), "")
-		if err != nil {
-			return nil, err
+	var groups []*cpuGroup
+	var kills []func()
+	stop = func() string {
+		for _, k := range kills {
+			k()
 		}
-		return func() string { kill(); return "-" }, nil
-	case "throttled", "throttled+busy":
-		var groups []*cpuGroup
-		var kills []func()
-		stop := func() string {
-			for _, k := range kills {
-				k()
+		var stats []string
+		for _, g := range groups {
+			if st := g.stat(); st != "" {
+				stats = append(stats, st)
 			}
-			var stats []string
-			for _, g := range groups {
-				stats = append(stats, g.stat())
-				if err := g.remove(); err != nil {
-					stats = append(stats, err.Error())
-				}
+			if err := g.remove(); err != nil {
+				stats = append(stats, err.Error())
 			}
-			return strings.Join(stats, "; ")
 		}
-		for _, node := range slices.Sorted(maps.Keys(pids)) {
-			// 10 ms per 100 ms: what limits.cpu 100m sets.
-			g, err := newCPUGroup(fmt.Sprintf("herald-bench-%d-%s", os.Getpid(), node), 10_000, 100_000, pids[node])
-			if err != nil {
-				stop()
-				return nil, err
-			}
+		if len(stats) == 0 {
+			return "-"
+		}
+		return strings.Join(stats, "; ")
+	}
+	fail := func(err error) (func() string, error) {
+		stop()
+		return nil, err
+	}
+	group := func(node string, settings []cgSetting, pid int) (*cpuGroup, error) {
+		g, err := newCPUGroup(fmt.Sprintf("herald-bench-%d-%s", os.Getpid(), node), settings, pid)
+		if err == nil {
 			g.node = node
 			groups = append(groups, g)
-			if load == "throttled+busy" {
-				kill, err := busyLoops(1, g.dir)
-				if err != nil {
-					stop()
-					return nil, err
-				}
-				kills = append(kills, kill)
+		}
+		return g, err
+	}
+	busy := func(n int, dir string) error {
+		kill, err := busyLoops(n, dir)
+		if err == nil {
+			kills = append(kills, kill)
+		}
+		return err
+	}
+	switch load {
+	case "none":
+	case "cpu":
+		if err := busy(2*runtime.NumCPU(), ""); err != nil {
+			return fail(err)
+		}
+	case "cpu+request-50m":
+		// What the kubelet makes of the speaker's requests.cpu 50m (51
+		// shares, no quota) beside a pod requesting 2 CPUs that spins.
+		for _, node := range slices.Sorted(maps.Keys(pids)) {
+			if _, err := group(node, []cgSetting{{"cpu.shares", 51}}, pids[node]); err != nil {
+				return fail(err)
 			}
 		}
-		return stop, nil
+		hog, err := group("hog", []cgSetting{{"cpu.shares", 2048}}, 0)
+		if err != nil {
+			return fail(err)
+		}
+		hog.quiet = true
+		if err := busy(2*runtime.NumCPU(), hog.dir); err != nil {
+			return fail(err)
+		}
+	case "limit-100m", "limit-20m", "limit-100m+busy":
+		quota := 10_000 // µs per 100 ms period
+		if load == "limit-20m" {
+			quota = 2_000
+		}
+		for _, node := range slices.Sorted(maps.Keys(pids)) {
+			g, err := group(node, []cgSetting{{"cpu.cfs_period_us", 100_000}, {"cpu.cfs_quota_us", quota}}, pids[node])
+			if err != nil {
+				return fail(err)
+			}
+			if load == "limit-100m+busy" {
+				if err := busy(1, g.dir); err != nil {
+					return fail(err)
+				}
+			}
+		}
+	default:
+		return nil, fmt.Errorf("unknown load %q", load)
 	}
-	return nil, fmt.Errorf("unknown load %q", load)
+	return stop, nil
 }
 
 // busyLoops starts n busy shell loops, each in the cpu cgroup dir if
@@ -337,33 +380,40 @@ func busyLoops(n int, cgroup string) (func(), error) {
 	return kill, nil
 }
 
-// cpuGroup is a cgroup-v1 cpu group with a CFS quota holding a process.
+// cpuGroup is a cgroup-v1 cpu group holding a process.
 type cpuGroup struct {
 	node   string
 	dir    string
-	pid    int
-	origin string // the process's cpu cgroup before
+	origin string // where what is left in the group goes back to
+	quiet  bool   // no throttling to report
 }
 
-// newCPUGroup makes the group and moves the process (all its threads:
-// cgroup.procs) into it; its children follow.
-func newCPUGroup(name string, quota, period, pid int) (*cpuGroup, error) {
+type cgSetting struct {
+	file string
+	v    int
+}
+
+// newCPUGroup makes the group with the settings and moves the process
+// (all its threads: cgroup.procs), if pid is not 0, into it; its
+// children follow.
+func newCPUGroup(name string, settings []cgSetting, pid int) (*cpuGroup, error) {
 	const root = "/sys/fs/cgroup/cpu"
 	if _, err := os.Stat(filepath.Join(root, "cpu.cfs_quota_us")); err != nil {
 		return nil, fmt.Errorf("no cgroup-v1 cpu controller at %s: %v", root, err)
 	}
-	from, err := cpuCgroup(pid)
-	if err != nil {
-		return nil, err
+	from := "/"
+	if pid != 0 {
+		var err error
+		if from, err = cpuCgroup(pid); err != nil {
+			return nil, err
+		}
+		settings = append(slices.Clone(settings), cgSetting{"cgroup.procs", pid})
 	}
-	g := &cpuGroup{dir: filepath.Join(root, name), pid: pid, origin: filepath.Join(root, from)}
+	g := &cpuGroup{dir: filepath.Join(root, name), origin: filepath.Join(root, from)}
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
 		return nil, err
 	}
-	for _, w := range []struct {
-		file string
-		v    int
-	}{{"cpu.cfs_period_us", period}, {"cpu.cfs_quota_us", quota}, {"cgroup.procs", pid}} {
+	for _, w := range settings {
 		if err := os.WriteFile(filepath.Join(g.dir, w.file), []byte(strconv.Itoa(w.v)), 0o644); err != nil {
 			_ = g.remove()
 			return nil, fmt.Errorf("%s/%s: %w", g.dir, w.file, err)
@@ -374,6 +424,9 @@ func newCPUGroup(name string, quota, period, pid int) (*cpuGroup, error) {
 
 // stat is the group's throttling so far, from cpu.stat.
 func (g *cpuGroup) stat() string {
+	if g.quiet {
+		return ""
+	}
 	data, err := os.ReadFile(filepath.Join(g.dir, "cpu.stat"))
 	if err != nil {
 		return g.node + ": " + err.Error()
@@ -383,6 +436,9 @@ func (g *cpuGroup) stat() string {
 		if k, n, ok := strings.Cut(l, " "); ok {
 			v[k], _ = strconv.ParseInt(n, 10, 64)
 		}
+	}
+	if v["nr_periods"] == 0 {
+		return "" // no quota
 	}
 	return fmt.Sprintf("%s throttled in %d of %d periods for %s", g.node, v["nr_throttled"], v["nr_periods"],
 		time.Duration(v["throttled_time"]).Round(time.Millisecond))
