@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/internal/lbapi"
 )
@@ -126,13 +128,13 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	var objs []ConfigObject
-	for _, k := range configResources {
-		l, err := dyn.Resource(v1beta1.GroupVersion.WithResource(k.resource)).Namespace(o.HeraldNamespace).List(ctx, metav1.ListOptions{})
+	for _, k := range informer.Kinds {
+		l, err := dyn.Resource(informer.GVR(k.Resource)).Namespace(o.HeraldNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return fmt.Errorf("listing %s in %s: %w", k.resource, o.HeraldNamespace, err)
+			return fmt.Errorf("listing %s in %s: %w", k.Resource, o.HeraldNamespace, err)
 		}
 		for _, u := range l.Items {
-			c := ConfigObject{Kind: k.kind, Name: u.GetName(), Generation: u.GetGeneration()}
+			c := ConfigObject{Kind: k.Kind, Name: u.GetName(), Generation: u.GetGeneration()}
 			var st v1beta1.ConfigStatus // the pools' status has the same two fields
 			if raw, ok := u.Object["status"].(map[string]any); ok {
 				_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st)
@@ -142,11 +144,6 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 	}
 	return RenderConfig(out, objs)
-}
-
-var configResources = []struct{ kind, resource string }{
-	{"IPAddressPool", "ipaddresspools"}, {"L2Advertisement", "l2advertisements"}, {"BGPAdvertisement", "bgpadvertisements"},
-	{"BGPPeer", "bgppeers"}, {"Community", "communities"}, {"BFDProfile", "bfdprofiles"},
 }
 
 // ConfigObject is what `herald status` shows of a configuration object.
@@ -166,14 +163,12 @@ func RenderConfig(out io.Writer, objs []ConfigObject) error {
 		if o.Valid == nil || o.Valid.Status == metav1.ConditionTrue || o.Valid.Reason == lbapi.ReasonPartlyIgnored {
 			continue
 		}
-		state := fmt.Sprintf("refused: generation %d, no version in force", o.Generation)
+		// The controller's verdict, worded as the parser words it.
+		st := config.ObjectState{Generation: o.Generation}
 		if o.InForce != nil && o.Valid.Reason == lbapi.ReasonEditRefused {
-			state = fmt.Sprintf("in force: generation %d, refused: generation %d", o.InForce.Generation, o.Generation)
-			if o.InForce.Generation == o.Generation {
-				state = fmt.Sprintf("in force: generation %d with the password last read, refused: the Secret it names", o.Generation)
-			}
+			st.InForce, st.Stale = o.InForce.Generation, true
 		}
-		lines = append(lines, fmt.Sprintf("%s %s: %s\n    %s", o.Kind, o.Name, state, o.Valid.Message))
+		lines = append(lines, fmt.Sprintf("%s %s: %s\n    %s", o.Kind, o.Name, st.Describe(), o.Valid.Message))
 	}
 	if len(lines) == 0 {
 		return nil
