@@ -127,10 +127,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if o.BGP {
 		// The speaker reads one Secret for BGP: the controller's copy of
 		// the passwords in force, never the users' Secrets.
-		secretFactory = informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace),
-			informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-				lo.FieldSelector = "metadata.name=" + lbapi.PasswordsSecretName
-			}))
+		secretFactory = daemon.OneObject(kube, o.Namespace, lbapi.PasswordsSecretName)
 		secInf := secretFactory.Core().V1().Secrets()
 		src.secrets = secInf.Lister()
 		configInfs = append(configInfs, secInf.Informer())
@@ -316,8 +313,7 @@ func waitSecret(ctx context.Context, kube kubernetes.Interface, ns, name string,
 // when its keys change (a rotation step); a Secret with a bad key keeps
 // the keys in use, with an error naming the Secret and the key.
 func watchKeys(ctx context.Context, kube kubernetes.Interface, ns, name string, c members.Cluster, m *Metrics, log *slog.Logger) {
-	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name }))
+	f := daemon.OneObject(kube, ns, name)
 	inf := f.Core().V1().Secrets().Informer()
 	var last string
 	apply := func(obj any) {

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -125,4 +127,13 @@ func Retry(ctx context.Context, first, max time.Duration, try func(next time.Dur
 		case <-time.After(next):
 		}
 	}
+}
+
+// OneObject is an informer factory for the object called name in ns only:
+// its list and watch carry a metadata.name field selector, which is what
+// lets RBAC resourceNames grant them (herald's speakers may read two
+// Secrets and one Lease by name, nothing else of those kinds).
+func OneObject(kube kubernetes.Interface, ns, name string) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name }))
 }

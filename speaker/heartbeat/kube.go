@@ -8,9 +8,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/herald-lb/herald/internal/daemon"
 )
 
 // View is this speaker's memberlist view: whether it is the lowest-named
@@ -22,8 +23,7 @@ type View func() (first, lonely bool)
 // and calls changed whenever Isolated flips, so the speaker elects again.
 // It returns when ctx ends.
 func Run(ctx context.Context, kube kubernetes.Interface, ns string, tr *Tracker, view View, period time.Duration, changed func(), log *slog.Logger) {
-	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + LeaseName }))
+	f := daemon.OneObject(kube, ns, LeaseName)
 	inf := f.Coordination().V1().Leases()
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		// The first sighting carries the writer's clock; later ones
