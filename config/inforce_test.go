@@ -87,40 +87,16 @@ func inUse() []config.InUse {
 // the passwords in force are copied.
 func accept(t *testing.T, res *config.Resources, cfg *config.Config) {
 	t.Helper()
-	record := func(kind string, m *metav1.ObjectMeta, spec any, f **v1beta1.InForce) {
-		st, ok := cfg.State(kind, m.Name)
-		if !ok || st.Stale || st.InForce != m.Generation {
-			return
+	for _, o := range objectsOf(res) {
+		st, ok := cfg.State(o.kind, o.meta.Name)
+		if !ok || st.Stale || st.InForce != o.meta.Generation {
+			continue
 		}
-		raw, err := json.Marshal(spec)
+		raw, err := json.Marshal(o.spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		*f = &v1beta1.InForce{Generation: m.Generation, Spec: runtime.RawExtension{Raw: raw}}
-	}
-	for i := range res.Pools {
-		o := &res.Pools[i]
-		record(config.KindIPAddressPool, &o.ObjectMeta, o.Spec, &o.Status.InForce)
-	}
-	for i := range res.L2Advertisements {
-		o := &res.L2Advertisements[i]
-		record(config.KindL2Advertisement, &o.ObjectMeta, o.Spec, &o.Status.InForce)
-	}
-	for i := range res.BGPAdvertisements {
-		o := &res.BGPAdvertisements[i]
-		record(config.KindBGPAdvertisement, &o.ObjectMeta, o.Spec, &o.Status.InForce)
-	}
-	for i := range res.Peers {
-		o := &res.Peers[i]
-		record(config.KindBGPPeer, &o.ObjectMeta, o.Spec, &o.Status.InForce)
-	}
-	for i := range res.Communities {
-		o := &res.Communities[i]
-		record(config.KindCommunity, &o.ObjectMeta, o.Spec, &o.Status.InForce)
-	}
-	for i := range res.BFDProfiles {
-		o := &res.BFDProfiles[i]
-		record(config.KindBFDProfile, &o.ObjectMeta, o.Spec, &o.Status.InForce)
+		*o.inForce = &v1beta1.InForce{Generation: o.meta.Generation, Spec: runtime.RawExtension{Raw: raw}}
 	}
 	res.Passwords = map[string]config.Secret{}
 	for name, p := range cfg.Peers {
@@ -341,40 +317,55 @@ func TestRefusedEditsChangeNothing(t *testing.T) {
 }
 
 func bumpGeneration(res *config.Resources, kind, name string) {
-	bump := func(m *metav1.ObjectMeta) {
-		if m.Name == name {
-			m.Generation++
-		}
-	}
 	if kind == config.KindBGPPeer && len(res.Peers) > 0 && reflect.DeepEqual(res.Peers[0].Spec, world().Peers[0].Spec) {
 		return // only the Secret changed: the peer's generation stays
 	}
-	switch kind {
-	case config.KindIPAddressPool:
-		for i := range res.Pools {
-			bump(&res.Pools[i].ObjectMeta)
-		}
-	case config.KindL2Advertisement:
-		for i := range res.L2Advertisements {
-			bump(&res.L2Advertisements[i].ObjectMeta)
-		}
-	case config.KindBGPAdvertisement:
-		for i := range res.BGPAdvertisements {
-			bump(&res.BGPAdvertisements[i].ObjectMeta)
-		}
-	case config.KindBGPPeer:
-		for i := range res.Peers {
-			bump(&res.Peers[i].ObjectMeta)
-		}
-	case config.KindCommunity:
-		for i := range res.Communities {
-			bump(&res.Communities[i].ObjectMeta)
-		}
-	case config.KindBFDProfile:
-		for i := range res.BFDProfiles {
-			bump(&res.BFDProfiles[i].ObjectMeta)
+	for _, o := range objectsOf(res) {
+		if o.kind == kind && o.meta.Name == name {
+			o.meta.Generation++
 		}
 	}
+}
+
+// object is one configuration object of Resources, by reference.
+type object struct {
+	kind    string
+	meta    *metav1.ObjectMeta
+	spec    any
+	inForce **v1beta1.InForce
+}
+
+// objectsOf lists every configuration object of res.
+func objectsOf(res *config.Resources) []object {
+	var out []object
+	add := func(kind string, m *metav1.ObjectMeta, spec any, f **v1beta1.InForce) {
+		out = append(out, object{kind, m, spec, f})
+	}
+	for i := range res.Pools {
+		o := &res.Pools[i]
+		add(config.KindIPAddressPool, &o.ObjectMeta, o.Spec, &o.Status.InForce)
+	}
+	for i := range res.L2Advertisements {
+		o := &res.L2Advertisements[i]
+		add(config.KindL2Advertisement, &o.ObjectMeta, o.Spec, &o.Status.InForce)
+	}
+	for i := range res.BGPAdvertisements {
+		o := &res.BGPAdvertisements[i]
+		add(config.KindBGPAdvertisement, &o.ObjectMeta, o.Spec, &o.Status.InForce)
+	}
+	for i := range res.Peers {
+		o := &res.Peers[i]
+		add(config.KindBGPPeer, &o.ObjectMeta, o.Spec, &o.Status.InForce)
+	}
+	for i := range res.Communities {
+		o := &res.Communities[i]
+		add(config.KindCommunity, &o.ObjectMeta, o.Spec, &o.Status.InForce)
+	}
+	for i := range res.BFDProfiles {
+		o := &res.BFDProfiles[i]
+		add(config.KindBFDProfile, &o.ObjectMeta, o.Spec, &o.Status.InForce)
+	}
+	return out
 }
 
 func hasError(ps config.Problems, field string) bool {
