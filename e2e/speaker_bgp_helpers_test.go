@@ -118,15 +118,6 @@ func hostRoute(ip string) (prefix, family string) {
 	return ip + "/32", "ipv4"
 }
 
-// nodeNames are the lab's nodes.
-func (b bgpLab) nodeNames() []string {
-	var out []string
-	for _, n := range b.Layout.Nodes {
-		out = append(out, n.Name)
-	}
-	return out
-}
-
 // --- FRR ---------------------------------------------------------------
 
 func (b bgpLab) frr() *router.FRR {

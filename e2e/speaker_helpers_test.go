@@ -362,3 +362,26 @@ func (s l2) on(t *testing.T) (l2, *harness.T) {
 	c.T = t
 	return l2{&c}, &c
 }
+
+// nodeNames are the lab's nodes, in order.
+func (s l2) nodeNames() []string {
+	var out []string
+	for _, n := range s.Layout.Nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// cleanupL2Services removes, after the test, the Services name-0 ...
+// name-(count-1), the Deployment and the pool and L2Advertisement that
+// l2Objects made for name.
+func (s l2) cleanupL2Services(name string, count int) {
+	h := s.T
+	h.T.Cleanup(func() {
+		for i := range count {
+			_, _ = h.K.Run(h.Ctx, "delete", "service", fmt.Sprintf("%s-%d", name, i), "--ignore-not-found")
+		}
+		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
+		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "l2advertisement,ipaddresspool", name, "--ignore-not-found")
+	})
+}

@@ -25,20 +25,11 @@ func TestSpeakerIsolated(t *testing.T) {
 	const name, count = "iso", 5
 	s.readySpeakers(2 * time.Minute)
 	owner := s.macOwners()
-	var nodes []string
-	for _, n := range h.Layout.Nodes {
-		nodes = append(nodes, n.Name)
-	}
+	nodes := s.nodeNames()
 	if len(nodes) < 3 {
 		t.Fatalf("the lab has %d nodes; the test needs 3", len(nodes))
 	}
-	t.Cleanup(func() {
-		for i := range count {
-			_, _ = h.K.Run(h.Ctx, "delete", "service", fmt.Sprintf("%s-%d", name, i), "--ignore-not-found")
-		}
-		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
-		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "l2advertisement,ipaddresspool", name, "--ignore-not-found")
-	})
+	s.cleanupL2Services(name, count)
 	h.Apply(l2Objects(name, "198.51.100.215-198.51.100.219", "2001:db8:0:1::215-2001:db8:0:1::219", "node1"))
 	var yaml strings.Builder
 	for i := range count {

@@ -26,17 +26,8 @@ func TestMemberlistKeyRotation(t *testing.T) {
 	s := b.l2
 	const name, count = "rot", 3
 	s.readySpeakers(2 * time.Minute)
-	var nodes []string
-	for _, n := range h.Layout.Nodes {
-		nodes = append(nodes, n.Name)
-	}
-	t.Cleanup(func() {
-		for i := range count {
-			_, _ = h.K.Run(h.Ctx, "delete", "service", fmt.Sprintf("%s-%d", name, i), "--ignore-not-found")
-		}
-		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
-		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "l2advertisement,ipaddresspool", name, "--ignore-not-found")
-	})
+	nodes := s.nodeNames()
+	s.cleanupL2Services(name, count)
 	h.Apply(l2Objects(name, "198.51.100.215-198.51.100.217", "2001:db8:0:1::215-2001:db8:0:1::217", "node1"))
 	var ips []string
 	for i := range count {

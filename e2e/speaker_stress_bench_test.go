@@ -88,10 +88,7 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 	if len(extra) > 0 {
 		s.speakerArgs(extra)
 	}
-	var nodes []string
-	for _, n := range h.Layout.Nodes {
-		nodes = append(nodes, n.Name)
-	}
+	nodes := s.nodeNames()
 	t.Cleanup(func() {
 		_, _ = h.K.Run(h.Ctx, "delete", "service", name, "--ignore-not-found")
 		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
