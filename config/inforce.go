@@ -31,8 +31,6 @@ type ObjectState struct {
 	Stale bool
 }
 
-// Refused reports whether the current spec is not the one in use.
-func (s ObjectState) Refused() bool { return s.InForce != s.Generation || s.Stale }
 
 // Describe is "in force: generation N, refused: generation M", or the
 // part of it that applies.
@@ -55,6 +53,19 @@ func ObjectKey(kind, name string) string { return kind + "/" + name }
 func (c *Config) State(kind, name string) (ObjectState, bool) {
 	s, ok := c.Objects[ObjectKey(kind, name)]
 	return s, ok
+}
+
+// WaitsOnAddresses reports whether a pool edit is refused and kept as it
+// was: such a refusal may end when Services free addresses (the edit
+// dropped addresses in use), so the caller parses again when the
+// addresses Services hold change. No other decision depends on them.
+func (c *Config) WaitsOnAddresses() bool {
+	for _, s := range c.Objects {
+		if s.Stale && s.Kind == KindIPAddressPool {
+			return true
+		}
+	}
+	return false
 }
 
 // Stale lists the objects whose current spec was refused while an older

@@ -428,6 +428,9 @@ func TestInForceLifecycle(t *testing.T) {
 	if st, _ := cfg.State(config.KindIPAddressPool, "b"); !st.Stale || st.InForce != 1 {
 		t.Fatalf("b after a bad edit: %+v", st)
 	}
+	if !cfg.WaitsOnAddresses() {
+		t.Error("a stale pool: the decision may change with the addresses in use, yet WaitsOnAddresses is false")
+	}
 	accept(t, &res, cfg) // the controller records nothing for a stale object
 	if p.Status.InForce.Generation != 1 {
 		t.Fatalf("inForce moved to %d on a refused edit", p.Status.InForce.Generation)
@@ -436,6 +439,9 @@ func TestInForceLifecycle(t *testing.T) {
 	cfg, probs = config.Parse(res)
 	if st, _ := cfg.State(config.KindIPAddressPool, "b"); st.Stale || st.InForce != 3 || len(probs) > 0 {
 		t.Fatalf("b after the fix: %+v %v", st, probs)
+	}
+	if cfg.WaitsOnAddresses() {
+		t.Error("nothing refused, yet WaitsOnAddresses")
 	}
 	if !cfg.Pools["b"].Contains(netip.MustParseAddr("198.51.100.31")) {
 		t.Errorf("the fixed version is not the one in force: %+v", cfg.Pools["b"])

@@ -79,6 +79,9 @@ type Controller struct {
 	// copy the speakers read.
 	objects   map[string]config.ObjectState
 	passwords map[string][]byte
+	// waitsOnAddresses: a refused pool edit may be accepted once Services
+	// free addresses (config.Config.WaitsOnAddresses).
+	waitsOnAddresses atomic.Bool
 
 	statusDirty atomic.Bool
 	ready       atomic.Bool
@@ -211,13 +214,7 @@ func (c *Controller) enqueueService(obj any) {
 // changed while an edit is refused: a pool edit refused because it drops
 // addresses in use is accepted once no Service holds them.
 func (c *Controller) inUseChanged() {
-	c.mu.Lock()
-	refused := false
-	for _, st := range c.objects {
-		refused = refused || st.Refused()
-	}
-	c.mu.Unlock()
-	if refused {
+	if c.waitsOnAddresses.Load() {
 		c.queue.Add(configItem)
 	}
 }

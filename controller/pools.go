@@ -71,6 +71,7 @@ func (c *Controller) reportProblems(problems config.Problems, cfg *config.Config
 	}
 	c.mu.Lock()
 	c.problems, c.objects = problems, cfg.Objects
+	c.waitsOnAddresses.Store(cfg.WaitsOnAddresses())
 	c.passwords = passwordsInForce(cfg)
 	type report struct {
 		key string

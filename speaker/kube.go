@@ -223,13 +223,10 @@ func (k *kubeSource) config() *config.Config {
 		k.log.Debug("configuration problems (reported by the controller)", "count", len(problems))
 	}
 	k.cfg = cfg
-	// While an edit is refused, whether it stays refused can depend on
-	// the addresses Services hold: parse again at the next snapshot.
-	for _, st := range cfg.Objects {
-		if st.Refused() {
-			k.cfgDirty.Store(true)
-			break
-		}
+	// While a pool edit is refused, whether it stays refused can depend
+	// on the addresses Services hold: parse again at the next snapshot.
+	if cfg.WaitsOnAddresses() {
+		k.cfgDirty.Store(true)
 	}
 	return cfg
 }
