@@ -31,7 +31,6 @@ type ObjectState struct {
 	Stale bool
 }
 
-
 // Describe is "in force: generation N, refused: generation M", or the
 // part of it that applies.
 func (s ObjectState) Describe() string {
