@@ -234,7 +234,12 @@ func down(ctx context.Context, args []string) error {
 	start := time.Now()
 	if _, err := cluster.ReadState(*state); errors.Is(err, os.ErrNotExist) {
 		fmt.Printf("no lab in %s\n", *state)
-		return nil
+		// A lab some killed run left up elsewhere goes too, if dead.
+		gone, err := cluster.ReclaimDead(ctx, os.Stderr)
+		if gone {
+			fmt.Printf("dead lab taken down in %s\n", time.Since(start).Round(time.Millisecond))
+		}
+		return err
 	}
 	if err := cluster.Down(ctx, *state, cluster.DownOptions{KeepLogs: *keepLogs, Log: os.Stderr}); err != nil {
 		return err

@@ -217,6 +217,9 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	l.logf("programs ready in %s", l.Timings.Programs)
 
 	if !opts.WaitForOthers {
+		if _, err := ReclaimDead(ctx, opts.Log); err != nil {
+			return nil, err
+		}
 		if up, err := topology.LabUp(ctx); err != nil || up {
 			if err == nil {
 				err = fmt.Errorf("another lab is up on this machine (the host has %s): bring it down first (herald-lab down)", topology.HostLANv4)
@@ -224,7 +227,7 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 			return nil, err
 		}
 	}
-	if l.unlock, err = topology.Lock(ctx); err != nil {
+	if l.unlock, err = topology.Lock(ctx, reclaimer(opts.Log)); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -246,8 +249,12 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	if err := os.MkdirAll(l.StateDir, 0o755); err != nil {
 		return nil, err
 	}
-	// From here on, the state file says what to undo.
+	// From here on, the state file says what to undo, and the owner
+	// record says where it is.
 	if err := l.save(); err != nil {
+		return nil, err
+	}
+	if err := writeOwner(l.Prefix, l.StateDir); err != nil {
 		return nil, err
 	}
 	defer func() {

@@ -75,6 +75,7 @@ func Down(ctx context.Context, dir string, opts DownOptions) error {
 		// Keep the state file: the next down retries what is left.
 		return errors.Join(errs...)
 	}
+	dropOwner(dir)
 	if opts.KeepLogs {
 		fmt.Fprintf(log, "lab: logs kept in %s\n", dir)
 		return os.Remove(statePath(dir))

@@ -150,7 +150,7 @@ func TestFRRAndBIRDPeer(t *testing.T) {
 	// lab's, and the lab lock is what keeps lab users apart.
 	lockCtx, lockCancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer lockCancel()
-	release, err := topology.Lock(lockCtx)
+	release, err := topology.Lock(lockCtx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

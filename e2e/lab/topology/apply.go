@@ -62,6 +62,8 @@ type Existing struct {
 	// Addrs are the root namespace's interface addresses with their
 	// prefix lengths, from `ip -o addr show`.
 	Addrs []netip.Prefix
+	// AddrsByLink are the same addresses by interface name.
+	AddrsByLink map[string][]netip.Prefix
 }
 
 // labRanges are the subnets the lab routes inside its namespaces.
@@ -172,22 +174,33 @@ func Observe(ctx context.Context) (Existing, error) {
 	if err != nil {
 		return e, fmt.Errorf("ip addr: %v", err)
 	}
-	e.Addrs = parseAddrs(string(out))
+	e.AddrsByLink = parseAddrs(string(out))
+	for _, addrs := range e.AddrsByLink {
+		e.Addrs = append(e.Addrs, addrs...)
+	}
 	return e, nil
 }
 
 // parseAddrs reads `ip -o addr show` lines such as
-// "2: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0".
-func parseAddrs(out string) []netip.Prefix {
-	var addrs []netip.Prefix
+// "2: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0" into
+// the global addresses of each interface.
+func parseAddrs(out string) map[string][]netip.Prefix {
+	addrs := map[string][]netip.Prefix{}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		for i := 0; i+1 < len(f); i++ {
+		if len(f) < 4 {
+			continue
+		}
+		dev := strings.TrimSuffix(f[1], ":")
+		if i := strings.IndexByte(dev, '@'); i >= 0 {
+			dev = dev[:i]
+		}
+		for i := 2; i+1 < len(f); i++ {
 			if f[i] != "inet" && f[i] != "inet6" {
 				continue
 			}
 			if p, err := netip.ParsePrefix(f[i+1]); err == nil && !p.Addr().IsLoopback() && !p.Addr().IsLinkLocalUnicast() {
-				addrs = append(addrs, p)
+				addrs[dev] = append(addrs[dev], p)
 			}
 			break
 		}

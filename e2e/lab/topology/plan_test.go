@@ -226,8 +226,13 @@ func TestUpRefusesOverlappingHostNetwork(t *testing.T) {
 	out := "1: lo    inet 127.0.0.1/8 scope host lo\n" +
 		"2: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0\n" +
 		"2: eth0    inet6 fd00::2/64 scope global\n" +
-		"2: eth0    inet6 fe80::fc:ff:fe00:1/64 scope link\n"
-	addrs := parseAddrs(out)
+		"2: eth0    inet6 fe80::fc:ff:fe00:1/64 scope link\n" +
+		"5: hlab-lan    inet 198.51.100.254/24 scope global hlab-lan\n"
+	byLink := parseAddrs(out)
+	if len(byLink) != 2 || len(byLink["hlab-lan"]) != 1 || byLink["hlab-lan"][0].Addr() != HostLANv4 {
+		t.Fatalf("parsed %v, want eth0's two global addresses and the lab bridge's", byLink)
+	}
+	addrs := byLink["eth0"]
 	if len(addrs) != 2 {
 		t.Fatalf("parsed %v, want the two global addresses", addrs)
 	}

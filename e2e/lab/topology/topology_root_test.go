@@ -25,7 +25,7 @@ func TestTopologyForReal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const prefix = "hltst"
-	release, err := Lock(ctx)
+	release, err := Lock(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
