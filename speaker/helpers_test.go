@@ -336,7 +336,7 @@ func (l *lab) takeEvents() []string {
 func (s *Speaker) publishOnce() {
 	select {
 	case m := <-s.metaCh:
-		_ = s.cluster.UpdateMeta(m)
+		s.publish(m)
 	default:
 	}
 }

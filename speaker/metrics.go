@@ -18,6 +18,7 @@ type Metrics struct {
 	electionChanges prometheus.Counter
 	syncs           prometheus.Counter
 	isolated        prometheus.Gauge
+	recovering      prometheus.Gauge
 	keys            prometheus.Gauge
 }
 
@@ -50,17 +51,21 @@ func NewMetrics() *Metrics {
 			Name: "herald_speaker_isolated",
 			Help: "1 while this speaker reaches no other speaker although the API shows others alive; it then announces only addresses no other node may announce.",
 		}),
+		recovering: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_speaker_recovering",
+			Help: "1 while this speaker recovers from being counted out (declared dead by memberlist, or isolated): it wins an address only where no healthy node can.",
+		}),
 		keys: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_speaker_memberlist_keys",
 			Help: "Keys in the memberlist keyring (the primary one included): 2 while a key rotation is under way.",
 		}),
 	}
-	m.Registry.MustRegister(m.announced, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.keys,
+	m.Registry.MustRegister(m.announced, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.recovering, m.keys,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-func (m *Metrics) observe(st announce.State, ch announce.Changes, members int, isolated bool) {
+func (m *Metrics) observe(st announce.State, ch announce.Changes, members int, isolated, recovering bool) {
 	v4, v6 := 0, 0
 	for ip := range st.Announced() {
 		if ip.Is4() {
@@ -82,6 +87,10 @@ func (m *Metrics) observe(st announce.State, ch announce.Changes, members int, i
 	m.isolated.Set(0)
 	if isolated {
 		m.isolated.Set(1)
+	}
+	m.recovering.Set(0)
+	if recovering {
+		m.recovering.Set(1)
 	}
 	m.electionChanges.Add(float64(len(ch.Moved)))
 	m.syncs.Inc()

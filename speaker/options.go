@@ -55,6 +55,11 @@ type Options struct {
 	// heartbeat Lease; a speaker alone in memberlist is isolated while
 	// another renewed within 3 periods (see speaker/heartbeat).
 	HeartbeatPeriod time.Duration
+	// RecoveryHold is how long a speaker the cluster counted out
+	// (declared dead, or isolated) stays recovering after the last such
+	// time, winning addresses only where no healthy node can; 0 turns it
+	// off (see speaker/recovery).
+	RecoveryHold time.Duration
 	// Proxy: the service proxy runs in this process too (the command line
 	// starts it next to the speaker; the speaker only reports it).
 	Proxy bool
@@ -82,6 +87,7 @@ func DefaultOptions() Options {
 		BGP:             true,
 		BGPShutdownWait: time.Second,
 		HeartbeatPeriod: time.Second,
+		RecoveryHold:    30 * time.Second,
 	}
 }
 
@@ -118,6 +124,7 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
 	fs.BoolVar(&o.BGP, "bgp", o.BGP, "peer with the BGPPeers selecting this node and advertise the LoadBalancer IPs of BGPAdvertisements (embedded GoBGP)")
 	fs.DurationVar(&o.HeartbeatPeriod, "heartbeat-period", o.HeartbeatPeriod, "how often the speakers' heartbeat Lease "+heartbeat.LeaseName+" is renewed; a speaker that reaches no other speaker holds back its claims while another renewed it within 3 periods, and for 3 periods after it found itself alone")
+	fs.DurationVar(&o.RecoveryHold, "recovery-hold", o.RecoveryHold, "after memberlist declared this speaker dead (it was paused or cut off, and came back) or it was isolated, how long it leaves its addresses with the other nodes and wins only those no other node can announce; each new such event starts the hold over, so a flapping speaker does not move addresses back and forth (0: claim them back at once)")
 	fs.DurationVar(&o.BGPShutdownWait, "bgp-shutdown-wait", o.BGPShutdownWait, "on a graceful stop, how long to wait for the withdrawals to be sent before closing the BGP sessions")
 	fs.BoolVar(&o.Proxy, "proxy", o.Proxy, "run herald's service proxy in this process too (false when another proxy serves the node)")
 	finishExtra := func() error { return nil }
@@ -205,6 +212,9 @@ func (o Options) Validate() error {
 	}
 	if o.HeartbeatPeriod < 100*time.Millisecond || o.HeartbeatPeriod > time.Minute {
 		bad("heartbeat-period", "must be between 100ms and 1m, got %s", o.HeartbeatPeriod)
+	}
+	if o.RecoveryHold < 0 || o.RecoveryHold > time.Hour {
+		bad("recovery-hold", "must be between 0s and 1h, got %s", o.RecoveryHold)
 	}
 	if o.BGPShutdownWait < 0 || o.BGPShutdownWait > time.Minute {
 		bad("bgp-shutdown-wait", "must be between 0s and 1m, got %s", o.BGPShutdownWait)

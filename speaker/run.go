@@ -30,6 +30,7 @@ import (
 	"github.com/herald-lb/herald/speaker/bgp/gobgp"
 	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
+	"github.com/herald-lb/herald/speaker/recovery"
 )
 
 // Run runs `herald speaker` until ctx ends: the in-process proxy (unless
@@ -146,6 +147,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		Node: o.NodeName, Options: announce.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
 		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
 		Status: writer, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
+		Recovery: recovery.NewTracker(o.RecoveryHold, nil),
 	})
 	spMu.Unlock()
 
@@ -191,7 +193,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	cluster, err := members.New(members.Config{
 		NodeName: o.NodeName, BindAddr: bind, BindPort: o.Port, AdvertiseAddr: advertise,
 		Secret: secret, Extra: extraKeys, Meta: meta, Timers: o.Timers,
-		OnEvent: sp.MemberEvent, Log: log.With("component", "memberlist"),
+		OnEvent: sp.MemberEvent, OnDeclaredDead: sp.DeclaredDead, Log: log.With("component", "memberlist"),
 	})
 	if err != nil {
 		return err

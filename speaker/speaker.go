@@ -22,6 +22,7 @@ import (
 	"github.com/herald-lb/herald/speaker/bgp"
 	"github.com/herald-lb/herald/speaker/layer2"
 	"github.com/herald-lb/herald/speaker/members"
+	"github.com/herald-lb/herald/speaker/recovery"
 )
 
 // Snapshot is the Kubernetes side of one sync.
@@ -89,6 +90,9 @@ type Deps struct {
 	// memberlist (lonely), must hold back because the other speakers are
 	// alive without it (heartbeat.Tracker.Isolated); nil: never.
 	Isolated func(lonely bool) bool
+	// Recovery remembers when the cluster last counted this speaker out
+	// (declared dead, or isolated); nil: never recovering.
+	Recovery *recovery.Tracker
 }
 
 type responderEntry struct {
@@ -118,6 +122,13 @@ type Speaker struct {
 	retired map[string]layer2.Stats
 
 	metaCh chan members.Meta
+	// publishedRecovering is the Recovering flag of the metadata last
+	// handed to memberlist. This node counts itself recovering while
+	// either it or the published flag is set, so on leaving recovery it
+	// claims addresses back only once the others can know.
+	publishedRecovering atomic.Bool
+	// recoveryTimer runs a sync when recovery ends.
+	recoveryTimer *time.Timer
 
 	// Owned by the loop.
 	state   announce.State
@@ -262,10 +273,19 @@ func (s *Speaker) publishMeta(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case m := <-s.metaCh:
-			if err := s.cluster.UpdateMeta(m); err != nil {
-				s.d.Log.Warn("publishing interfaces to the cluster", "err", err)
-			}
+			s.publish(m)
 		}
+	}
+}
+
+func (s *Speaker) publish(m members.Meta) {
+	// memberlist applies the metadata to this member before it waits
+	// for the broadcast, so even a timeout publishes it.
+	if err := s.cluster.UpdateMeta(m); err != nil {
+		s.d.Log.Warn("publishing metadata to the cluster", "err", err)
+	}
+	if s.publishedRecovering.Swap(m.Recovering) && !m.Recovering {
+		s.Trigger() // this node may claim addresses again
 	}
 }
 
@@ -302,14 +322,27 @@ func (s *Speaker) Sync() {
 			s.d.Log.Warn("too many interfaces for the memberlist metadata; these are not announced on", "interfaces", dropped)
 		})
 	}
-	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) {
-		s.d.Log.Info("interfaces", "announceable", meta.Interfaces, "down", meta.DownInterfaces, "skipped", s.ifs.Skipped)
-		s.meta, s.metaSet = meta, true
-		s.setMeta(meta)
-	}
 	s.syncResponders()
 
 	live := s.cluster.Members()
+	lonely := true
+	for _, m := range live {
+		lonely = lonely && m.Name == s.d.Node
+	}
+	isolated := s.d.Isolated != nil && s.d.Isolated(lonely)
+	if isolated || s.state.Isolated {
+		// Until the sync that ends an isolation: the hold starts then.
+		s.d.Recovery.CountedOut()
+	}
+	meta.Recovering = s.recovering()
+	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) {
+		s.d.Log.Info("interfaces", "announceable", meta.Interfaces, "down", meta.DownInterfaces, "skipped", s.ifs.Skipped)
+	}
+	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) || meta.Recovering != s.meta.Recovering {
+		s.meta, s.metaSet = meta, true
+		s.setMeta(meta)
+	}
+	ownRecovering := meta.Recovering || s.publishedRecovering.Load()
 	in := announce.Input{
 		Config:   snap.Config,
 		Services: snap.Services,
@@ -320,21 +353,17 @@ func (s *Speaker) Sync() {
 	liveNames := map[string]bool{}
 	for _, m := range live {
 		liveNames[m.Name] = true
-		am := announce.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces}
+		am := announce.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces, Recovering: m.Meta.Recovering}
 		if m.Name == s.d.Node {
 			// This node's own view is fresher than what gossip carries.
-			am.Interfaces, am.DownInterfaces = meta.Interfaces, meta.DownInterfaces
+			am.Interfaces, am.DownInterfaces, am.Recovering = meta.Interfaces, meta.DownInterfaces, ownRecovering
 		}
 		in.Members = append(in.Members, am)
 	}
 	if !liveNames[s.d.Node] {
-		in.Members = append(in.Members, announce.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces})
+		in.Members = append(in.Members, announce.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces, Recovering: ownRecovering})
 	}
-	lonely := true
-	for name := range liveNames {
-		lonely = lonely && name == s.d.Node
-	}
-	in.Isolated = s.d.Isolated != nil && s.d.Isolated(lonely)
+	in.Isolated = isolated
 	if in.Isolated != s.state.Isolated {
 		if in.Isolated {
 			s.d.Log.Warn("isolated: no other speaker is reachable over memberlist, but the API shows others alive; announcing only addresses no other node may announce (check that the memberlist port, TCP and UDP, is open between the nodes and that every speaker has the key)")
@@ -362,13 +391,41 @@ func (s *Speaker) Sync() {
 	s.events(ch)
 	s.sweep(liveNames)
 	s.logChanges(st, ch)
-	s.d.Metrics.observe(st, ch, len(live), in.Isolated)
+	s.d.Metrics.observe(st, ch, len(live), in.Isolated, ownRecovering)
 	s.state = st
 	s.lastSync.Store(time.Now().UnixNano())
 	if !s.ready.Load() {
 		s.ready.Store(true)
 		s.d.Log.Info("first sync done", "announcing", len(st.Announced()), "ips", len(st.IPs), "members", len(live), "took", time.Since(start).Round(time.Microsecond))
 	}
+}
+
+// DeclaredDead is the memberlist callback for a refuted death: the
+// others moved this node's addresses away, so it recovers before it
+// claims them back.
+func (s *Speaker) DeclaredDead() {
+	s.d.Recovery.CountedOut()
+	s.Trigger()
+}
+
+// recovering reads the recovery tracker, logs a change, and arms a sync
+// for when recovery ends. Owned by the loop.
+func (s *Speaker) recovering() bool {
+	r, left := s.d.Recovery.Recovering()
+	switch {
+	case r && !s.meta.Recovering:
+		s.d.Log.Warn("recovering: the cluster counted this speaker out (memberlist declared it dead, or it was isolated); other nodes keep its addresses until it stays in for the hold", "for", left.Round(time.Millisecond))
+	case !r && s.meta.Recovering:
+		s.d.Log.Info("recovered: this speaker claims addresses again")
+	}
+	if r {
+		if s.recoveryTimer == nil {
+			s.recoveryTimer = time.AfterFunc(left+10*time.Millisecond, s.Trigger)
+		} else {
+			s.recoveryTimer.Reset(left + 10*time.Millisecond)
+		}
+	}
+	return r
 }
 
 // namedInterfaces are the interfaces some L2Advertisement names.

@@ -12,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/election"
 	"github.com/herald-lb/herald/speaker/members"
+	"github.com/herald-lb/herald/speaker/recovery"
 )
 
 func TestWinnerAnnouncesOnEth0Only(t *testing.T) {
@@ -364,5 +366,81 @@ func TestIsolatedSpeakerHoldsBack(t *testing.T) {
 	l.sp.Sync()
 	if got := l.sp.Announcements().On("eth0"); len(got) != 4 {
 		t.Errorf("alone and not isolated: announcing %v, want all 4", got)
+	}
+}
+
+// A speaker the cluster declared dead (it refuted, so it is back) leaves
+// its IPs with the next node for the recovery hold, claims them back only
+// after the hold and after the others can know, and still wins what no
+// healthy node can take.
+func TestRecoveringSpeakerLeavesItsIPs(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...)
+	now := time.Unix(1000, 0)
+	l := newLab(t, "node1", nodes...)
+	l.sp.d.Recovery = recovery.NewTracker(30*time.Second, func() time.Time { return now })
+	l.service("web", false, ip)
+	l.sp.Sync()
+	l.sp.publishOnce()
+	if !l.sp.Announcements().Announcing(addr(ip), "eth0") {
+		t.Fatalf("node1 does not announce %s, which it wins", ip)
+	}
+
+	l.sp.DeclaredDead()
+	l.sp.Sync()
+	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
+		t.Fatal("declared dead, yet still announcing: the others moved the IP away")
+	}
+	if got := testutil.ToFloat64(l.sp.d.Metrics.recovering); got != 1 {
+		t.Errorf("herald_speaker_recovering = %v, want 1", got)
+	}
+	l.sp.publishOnce()
+	if !selfMember(l.cluster, "node1").Meta.Recovering {
+		t.Fatal("the metadata does not say recovering, so the others would give the IP back")
+	}
+
+	// Seen from the runner-up: node1 is live but recovering, so the IP
+	// stays with it.
+	next := winner(ip, "node2", "node3")
+	o := newLab(t, next, nodes...)
+	o.cluster.Set(members.Member{Name: "node1", Meta: members.Meta{Interfaces: []string{"eth0"}, Recovering: true}})
+	o.service("web", false, ip)
+	o.sp.Sync()
+	if !o.sp.Announcements().Announcing(addr(ip), "eth0") {
+		t.Fatalf("%s does not keep %s while node1 recovers", next, ip)
+	}
+	if why := o.sp.State().IPs[0].Excluded["node1"]; why != election.ReasonRecovering {
+		t.Errorf("node1 excluded for %q, want %q", why, election.ReasonRecovering)
+	}
+
+	// Declared dead again 20 s later: the hold starts over.
+	now = now.Add(20 * time.Second)
+	l.sp.DeclaredDead()
+	now = now.Add(29 * time.Second)
+	l.sp.Sync()
+	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
+		t.Fatal("announcing 29 s after the second death, within the hold")
+	}
+	now = now.Add(2 * time.Second)
+	l.sp.Sync()
+	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
+		t.Fatal("claimed the IP back before the others could know the recovery ended")
+	}
+	l.sp.publishOnce()
+	if selfMember(l.cluster, "node1").Meta.Recovering {
+		t.Fatal("the hold is over, yet the metadata still says recovering")
+	}
+	l.sp.Sync()
+	if !l.sp.Announcements().Announcing(addr(ip), "eth0") {
+		t.Fatal("recovered, yet not announcing the IP it wins")
+	}
+
+	// Recovering and the only candidate left: it announces.
+	l.sp.DeclaredDead()
+	l.cluster.Remove("node2")
+	l.cluster.Remove("node3")
+	l.sp.Sync()
+	if !l.sp.Announcements().Announcing(addr(ip), "eth0") {
+		t.Fatal("recovering but alone: the IP must still be announced")
 	}
 }

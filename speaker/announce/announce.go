@@ -74,6 +74,9 @@ type Member struct {
 	Name           string
 	Interfaces     []string
 	DownInterfaces []string
+	// Recovering: the speaker says the cluster counted it out lately
+	// (election.Node.Recovering).
+	Recovering bool
 }
 
 // Local is this node: its name and its own view of its interfaces.
@@ -435,6 +438,7 @@ func electionNodes(in Input) (nodes []election.Node, localLabels map[string]stri
 			NetworkUnavailable: n.NetworkUnavailable,
 			Interfaces:         m.Interfaces,
 			DownInterfaces:     m.DownInterfaces,
+			Recovering:         m.Recovering,
 		})
 		if n.Name == in.Local.Name {
 			localLabels, localKnown = n.Labels, true

@@ -36,6 +36,10 @@ type Node struct {
 	// not loopback, not a bridge port); used when an advertisement names
 	// no interfaces.
 	Interfaces []string
+	// Recovering: the speaker says (memberlist metadata) that the cluster
+	// counted it out lately; it wins an IP only when no other candidate
+	// is left (see Candidates).
+	Recovering bool
 }
 
 // ExcludeLabel keeps a node out of external load balancing, as for
@@ -76,6 +80,7 @@ const (
 	ReasonNoAdvertisement    = "no L2Advertisement selects the node for this IP"
 	ReasonInterfacesDown     = "every interface the IP would be announced on is down"
 	ReasonNoLocalEndpoint    = "externalTrafficPolicy Local and no local endpoint"
+	ReasonRecovering         = "speaker recovering: the cluster declared it dead or it was isolated lately, and another candidate is healthy"
 )
 
 // Candidates returns the nodes eligible to announce ip, sorted by name,
@@ -85,15 +90,33 @@ const (
 // under externalTrafficPolicy Local, it has a ready endpoint of every
 // Service sharing the IP — or, when no node has a ready one, a serving
 // terminating one (so a rolling update does not blackhole the IP).
+//
+// A recovering node is a candidate only when every eligible node is
+// recovering: a node that flaps (declared dead, back, dead again, as a
+// speaker starved of CPU does) then loses its IPs once and does not take
+// them back until it has stayed counted in for a while, instead of
+// moving them back and forth on every flap.
 func Candidates(ip IP, nodes []Node, opts Options) (candidates []string, excluded map[string]string) {
 	excluded = map[string]string{}
 	localNeed := localRequirement(ip.Services)
+	var recovering []string
 	for _, n := range nodes {
 		if why := ineligible(n, ip, opts, localNeed); why != "" {
 			excluded[n.Name] = why
 			continue
 		}
+		if n.Recovering {
+			recovering = append(recovering, n.Name)
+			continue
+		}
 		candidates = append(candidates, n.Name)
+	}
+	if len(candidates) == 0 {
+		candidates = recovering
+	} else {
+		for _, n := range recovering {
+			excluded[n] = ReasonRecovering
+		}
 	}
 	sort.Strings(candidates)
 	return candidates, excluded

@@ -70,6 +70,14 @@ func TestCandidatesFilters(t *testing.T) {
 		{"cluster policy ignores endpoints", func(_ []Node, ip *IP, _ *Options) {
 			ip.Services = []Service{{Local: false, ReadyNodes: map[string]bool{"node2": true}}}
 		}, []string{"node1", "node2", "node3"}, map[string]string{}},
+		{"recovering: ranked after every healthy candidate", func(ns []Node, _ *IP, _ *Options) { ns[0].Recovering = true },
+			[]string{"node2", "node3"}, map[string]string{"node1": ReasonRecovering}},
+		{"recovering: still a candidate where no healthy node is", func(ns []Node, ip *IP, _ *Options) {
+			ns[0].Recovering, ns[1].Recovering = true, true
+			ip.Services = []Service{{Local: true, ReadyNodes: map[string]bool{"node1": true, "node2": true}}}
+		}, []string{"node1", "node2"}, map[string]string{"node3": ReasonNoLocalEndpoint}},
+		{"recovering and ineligible: the real reason", func(ns []Node, _ *IP, _ *Options) { ns[0].Recovering, ns[0].Live = true, false },
+			[]string{"node2", "node3"}, map[string]string{"node1": ReasonNotLive}},
 		{"shared IP: every Local sharer needs the node", func(_ []Node, ip *IP, _ *Options) {
 			ip.Services = []Service{
 				{Local: true, ReadyNodes: map[string]bool{"node1": true, "node2": true}},

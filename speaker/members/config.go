@@ -48,6 +48,10 @@ type Config struct {
 	// Log receives memberlist's own log lines at their level; nil
 	// discards them.
 	Log *slog.Logger
+	// OnDeclaredDead is called when another member declared this one
+	// dead and this one refuted it (it was paused or cut off long enough
+	// to miss the suspicion). It must not block.
+	OnDeclaredDead func()
 }
 
 // Timers tune failure detection (SWIM, as memberlist implements it).

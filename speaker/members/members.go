@@ -160,7 +160,7 @@ func New(cfg Config) (*Memberlist, error) {
 	mc.Label = label
 	mc.Delegate = delegate{m}
 	mc.Events = eventDelegate{m}
-	mc.Logger = log.New(logWriter{lg}, "", 0)
+	mc.Logger = log.New(logWriter{l: lg, declaredDead: cfg.OnDeclaredDead}, "", 0)
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -475,8 +475,18 @@ func (e *eventQueue) close() {
 }
 
 // logWriter forwards memberlist's "[LEVEL] memberlist: message" lines to
-// slog at that level.
-type logWriter struct{ l *slog.Logger }
+// slog at that level, and calls declaredDead (if set) for the line
+// memberlist logs when it refutes a message declaring this member dead:
+// memberlist has no other way to tell a member that the cluster counted
+// it out.
+type logWriter struct {
+	l            *slog.Logger
+	declaredDead func()
+}
+
+// refutingDead starts the line memberlist (state.go, deadNode) logs when
+// another member declared this one dead.
+const refutingDead = "Refuting a dead message"
 
 func (w logWriter) Write(p []byte) (int, error) {
 	line := strings.TrimRight(string(p), "\n")
@@ -489,6 +499,9 @@ func (w logWriter) Write(p []byte) (int, error) {
 	}
 	line = strings.TrimPrefix(line, "memberlist: ")
 	w.l.Log(context.Background(), level, line, "component", "memberlist")
+	if w.declaredDead != nil && strings.HasPrefix(line, refutingDead) {
+		w.declaredDead()
+	}
 	return len(p), nil
 }
 

@@ -26,6 +26,9 @@ type Meta struct {
 	Interfaces []string
 	// DownInterfaces are the suitable interfaces without carrier.
 	DownInterfaces []string
+	// Recovering: the cluster declared this speaker dead, or it was
+	// isolated, lately; the others then prefer any other candidate.
+	Recovering bool
 }
 
 // wireMeta is compact because 512 bytes is little: with 15-character
@@ -34,6 +37,9 @@ type wireMeta struct {
 	V    int      `json:"v"`
 	Up   []string `json:"i,omitempty"`
 	Down []string `json:"d,omitempty"`
+	// Older speakers ignore the field: to them a recovering speaker is
+	// an ordinary candidate.
+	Recovering bool `json:"r,omitempty"`
 }
 
 // ErrMetaTooLarge is returned (wrapped) when the metadata does not fit.
@@ -64,7 +70,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 			}
 		}
 	}
-	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces)})
+	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering})
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
 	}
@@ -101,5 +107,5 @@ func DecodeMeta(b []byte) (Meta, error) {
 		}
 		return normalize(out)
 	}
-	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down)}, nil
+	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering}, nil
 }

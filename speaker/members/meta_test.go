@@ -3,6 +3,7 @@ package members
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ func TestMetaRoundTrip(t *testing.T) {
 		{Meta{Interfaces: []string{"eth1", "eth0", "eth1"}, DownInterfaces: []string{"eth1"}},
 			Meta{Interfaces: []string{"eth0", "eth1"}, DownInterfaces: []string{"eth1"}}},
 		{Meta{Interfaces: []string{"bond0.100", "enp3s0f1"}}, Meta{Interfaces: []string{"bond0.100", "enp3s0f1"}}},
+		{Meta{Interfaces: []string{"eth0"}, Recovering: true}, Meta{Interfaces: []string{"eth0"}, Recovering: true}},
 	}
 	for _, c := range cases {
 		b, err := EncodeMeta(c.in)
@@ -104,4 +106,36 @@ func FuzzDecodeMeta(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A speaker of the release before Recovering sends no "r"; one that knows
+// it reads such metadata as not recovering, and the older one ignores it.
+func TestMetaRecoveringCompatible(t *testing.T) {
+	got, err := DecodeMeta([]byte(`{"v":1,"i":["eth0"]}`))
+	if err != nil || got.Recovering {
+		t.Fatalf("metadata without r: %+v %v", got, err)
+	}
+	b, err := EncodeMeta(Meta{Interfaces: []string{"eth0"}})
+	if err != nil || strings.Contains(string(b), `"r"`) {
+		t.Fatalf("not recovering must leave r out (the old layout): %s %v", b, err)
+	}
+}
+
+// memberlist reports a refuted death only in its log; the writer turns
+// that line into the callback and nothing else into it.
+func TestLogWriterReportsDeclaredDead(t *testing.T) {
+	n := 0
+	w := logWriter{l: slog.New(slog.DiscardHandler), declaredDead: func() { n++ }}
+	for _, line := range []string{
+		"[WARN] memberlist: Refuting a suspect message (from: node2)\n",
+		"[INFO] memberlist: Suspect node3 has failed, no acks received\n",
+		"[WARN] memberlist: Refuting a dead message (from: node2)\n",
+	} {
+		if _, err := w.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("declaredDead called %d times, want once (for the dead message only)", n)
+	}
 }
