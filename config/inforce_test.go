@@ -15,8 +15,9 @@ import (
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/controller/allocator"
-	"github.com/herald-lb/herald/speaker/advertise"
-	"github.com/herald-lb/herald/speaker/announce"
+	bgpplan "github.com/herald-lb/herald/speaker/bgp/plan"
+	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 const herald = "herald-system"
@@ -58,7 +59,7 @@ func world() config.Resources {
 }
 
 // services hold one address of each pool.
-var services = []announce.Service{
+var services = []view.Service{
 	{Namespace: "shop", Name: "web", IPs: addrs("198.51.100.3"), Pool: "b", ReadyNodes: map[string]bool{"n1": true}},
 	{Namespace: "shop", Name: "old", IPs: addrs("192.0.2.5"), Pool: "a", ReadyNodes: map[string]bool{"n1": true}},
 	{Namespace: "shop", Name: "api", IPs: addrs("203.0.113.130"), Pool: "bgp", ReadyNodes: map[string]bool{"n1": true}},
@@ -120,9 +121,9 @@ func speakerView(res config.Resources) config.Resources {
 type outcome struct {
 	IPs       map[string][]netip.Addr
 	Displaced []allocator.Displaced
-	L2        announce.State
-	Sessions  []advertise.Session
-	BGPIPs    []advertise.IP
+	L2        l2plan.State
+	Sessions  []bgpplan.Session
+	BGPIPs    []bgpplan.IP
 }
 
 func outcomeOf(t *testing.T, cfg0, cfg *config.Config) outcome {
@@ -145,11 +146,11 @@ func outcomeOf(t *testing.T, cfg0, cfg *config.Config) outcome {
 		a, _ := alloc.Lookup(allocator.Key{Namespace: s.Namespace, Name: s.Name})
 		out.IPs[s.Name] = a.IPs
 	}
-	nodes := []announce.Node{{Name: "n1", Labels: map[string]string{"l2": "yes"}}}
-	out.L2 = announce.Compute(announce.Input{Config: cfg, Services: services, Nodes: nodes,
-		Members: []announce.Member{{Name: "n1", Interfaces: []string{"eth0"}}},
-		Local:   announce.Local{Name: "n1", Interfaces: []string{"eth0"}}})
-	plan := advertise.Compute(advertise.Input{Config: cfg, Services: services, Nodes: nodes, Node: "n1",
+	nodes := []view.Node{{Name: "n1", Labels: map[string]string{"l2": "yes"}}}
+	out.L2 = l2plan.Compute(l2plan.Input{Config: cfg, Services: services, Nodes: nodes,
+		Members: []l2plan.Member{{Name: "n1", Interfaces: []string{"eth0"}}},
+		Local:   l2plan.Local{Name: "n1", Interfaces: []string{"eth0"}}})
+	plan := bgpplan.Compute(bgpplan.Input{Config: cfg, Services: services, Nodes: nodes, Node: "n1",
 		NodeIPs: addrs("198.51.100.11")})
 	out.Sessions, out.BGPIPs = plan.Sessions, plan.IPs
 	return out

@@ -12,9 +12,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/herald-lb/herald/speaker/advertise"
-	"github.com/herald-lb/herald/speaker/announce"
 	"github.com/herald-lb/herald/speaker/bgp"
+	bgpplan "github.com/herald-lb/herald/speaker/bgp/plan"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 // Event reasons of the BGP side: on Services (Advertising,
@@ -40,11 +40,11 @@ type bgpState struct {
 
 // syncBGP decides what this node advertises and applies it; it returns
 // the ServiceAnnouncements of what was applied.
-func (s *Speaker) syncBGP(snap Snapshot) []announce.Announcement {
+func (s *Speaker) syncBGP(snap Snapshot) []view.Announcement {
 	if s.d.BGP == nil {
 		return nil
 	}
-	plan := advertise.Compute(advertise.Input{
+	plan := bgpplan.Compute(bgpplan.Input{
 		Config: snap.Config, Services: snap.Services, Nodes: snap.Nodes,
 		Node: s.d.Node, NodeIPs: snap.NodeIPs, Options: s.d.Options,
 	})
@@ -95,7 +95,7 @@ func (s *Speaker) syncBGP(snap Snapshot) []announce.Announcement {
 		st.routes[a.Peer.Name] = len(a.Routes)
 	}
 	st.mu.Unlock()
-	var anns []announce.Announcement
+	var anns []view.Announcement
 	for _, a := range plan.Announcements {
 		a.Peers = slices.DeleteFunc(slices.Clone(a.Peers), func(p string) bool { return !names[p] })
 		if len(a.Peers) > 0 {
@@ -109,11 +109,11 @@ func (s *Speaker) syncBGP(snap Snapshot) []announce.Announcement {
 
 // bgpEvents records an event on each Service whose BGP advertisement by
 // this node started, changed or stopped.
-func (s *Speaker) bgpEvents(old, cur []announce.Announcement) {
+func (s *Speaker) bgpEvents(old, cur []view.Announcement) {
 	if s.d.Events == nil {
 		return
 	}
-	prev := map[announce.ServiceRef]announce.Announcement{}
+	prev := map[view.ServiceRef]view.Announcement{}
 	for _, a := range old {
 		prev[a.Service] = a
 	}
@@ -128,7 +128,7 @@ func (s *Speaker) bgpEvents(old, cur []announce.Announcement) {
 				ipList(a.IPs), a.Node, strings.Join(a.Peers, ", "))
 		}
 	}
-	for _, ref := range slices.SortedFunc(maps.Keys(prev), func(a, b announce.ServiceRef) int { return strings.Compare(a.String(), b.String()) }) {
+	for _, ref := range slices.SortedFunc(maps.Keys(prev), func(a, b view.ServiceRef) int { return strings.Compare(a.String(), b.String()) }) {
 		if obj := s.d.Source.Service(ref); obj != nil {
 			s.d.Events.Eventf(obj, corev1.EventTypeNormal, EventStoppedAdvertising, "stopped advertising %s from node %s over BGP",
 				ipList(prev[ref].IPs), prev[ref].Node)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/announce"
 	"github.com/herald-lb/herald/speaker/bgp"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 // bgpLab is the layer-2 lab plus pool "bgp" (203.0.113.128/25) advertised
@@ -32,7 +32,7 @@ func bgpLab(t *testing.T, self string, nodes ...string) (*lab, *bgp.Fake) {
 }
 
 func (l *lab) bgpService(name string, local bool, ready []string, ips ...string) {
-	s := announce.Service{Namespace: "shop", Name: name, Pool: "bgp", Local: local, ReadyNodes: map[string]bool{}}
+	s := view.Service{Namespace: "shop", Name: name, Pool: "bgp", Local: local, ReadyNodes: map[string]bool{}}
 	for _, n := range ready {
 		s.ReadyNodes[n] = true
 	}
@@ -40,7 +40,7 @@ func (l *lab) bgpService(name string, local bool, ready []string, ips ...string)
 		s.IPs = append(s.IPs, addr(ip))
 	}
 	l.src.set(func(sn *Snapshot) {
-		sn.Services = slices.DeleteFunc(sn.Services, func(x announce.Service) bool { return x.Name == name })
+		sn.Services = slices.DeleteFunc(sn.Services, func(x view.Service) bool { return x.Name == name })
 		sn.Services = append(sn.Services, s)
 	})
 }
@@ -63,7 +63,7 @@ func TestBGPAdvertisesFollowingEndpoints(t *testing.T) {
 	if r := f.Routes(addr("198.51.100.1"))[0]; !slices.Equal(r.Communities, []uint32{64512<<16 | 7}) {
 		t.Errorf("communities %v", r.Communities)
 	}
-	want := announce.Announcement{Service: announce.ServiceRef{Namespace: "shop", Name: "web"}, Node: "node1", Protocol: "bgp",
+	want := view.Announcement{Service: view.ServiceRef{Namespace: "shop", Name: "web"}, Node: "node1", Protocol: "bgp",
 		Peers: []string{"router"}, IPs: []netip.Addr{addr("203.0.113.130")}}
 	if len(l.status.anns) != 1 || !sameAnnouncement(l.status.anns[0], want) {
 		t.Errorf("status %+v, want %+v", l.status.anns, want)

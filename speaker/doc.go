@@ -7,7 +7,7 @@
 // derived from the Secret the controller creates. On every change of
 // their inputs — Services and their EndpointSlices, Nodes, the herald.io
 // configuration, the members and this node's links — each runs the same
-// pure election (speaker/announce over speaker/election), so they agree
+// pure election (speaker/layer2/plan over speaker/layer2/election), so they agree
 // on one winner per IP without talking, and brings the node in line with
 // the result: the set of IPs the ARP/NDP responders (speaker/layer2)
 // answer for, gratuitous announcements for what it gained, its memberlist

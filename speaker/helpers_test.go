@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/announce"
-	"github.com/herald-lb/herald/speaker/election"
 	"github.com/herald-lb/herald/speaker/layer2"
+	"github.com/herald-lb/herald/speaker/layer2/election"
 	"github.com/herald-lb/herald/speaker/members"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -41,7 +41,7 @@ func (f *fakeSource) Snapshot() Snapshot {
 	return s
 }
 
-func (f *fakeSource) Service(ref announce.ServiceRef) runtime.Object {
+func (f *fakeSource) Service(ref view.ServiceRef) runtime.Object {
 	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
 }
 
@@ -177,12 +177,12 @@ func (f *fakeResponders) live(iface string) *fakeResponder {
 // fakeStatus is a StatusSink in memory.
 type fakeStatus struct {
 	mu    sync.Mutex
-	anns  []announce.Announcement
+	anns  []view.Announcement
 	other map[string][]string // node -> announcements of other nodes
 	swept []string
 }
 
-func (f *fakeStatus) Set(a []announce.Announcement) {
+func (f *fakeStatus) Set(a []view.Announcement) {
 	f.mu.Lock()
 	f.anns = slices.Clone(a)
 	f.mu.Unlock()
@@ -256,7 +256,7 @@ func newLab(t *testing.T, self string, nodes ...string) *lab {
 	}
 	l.src.snap = Snapshot{Config: labConfig(), PodCIDRs: []netip.Prefix{podCIDR}}
 	for _, n := range nodes {
-		l.src.snap.Nodes = append(l.src.snap.Nodes, announce.Node{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}})
+		l.src.snap.Nodes = append(l.src.snap.Nodes, view.Node{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}})
 	}
 	l.sp = New(Deps{
 		Node: self, Source: l.src, Links: l.links, NewResponder: l.responders.factory,
@@ -276,13 +276,13 @@ func newLab(t *testing.T, self string, nodes ...string) *lab {
 
 // service adds a LoadBalancer Service with ips from pool lan.
 func (l *lab) service(name string, local bool, ips ...string) {
-	s := announce.Service{Namespace: "shop", Name: name, Pool: "lan", Local: local,
+	s := view.Service{Namespace: "shop", Name: name, Pool: "lan", Local: local,
 		ReadyNodes: map[string]bool{}, ServingTerminatingNodes: map[string]bool{}}
 	for _, ip := range ips {
 		s.IPs = append(s.IPs, addr(ip))
 	}
 	l.src.set(func(sn *Snapshot) {
-		sn.Services = slices.DeleteFunc(sn.Services, func(x announce.Service) bool { return x.Name == name })
+		sn.Services = slices.DeleteFunc(sn.Services, func(x view.Service) bool { return x.Name == name })
 		sn.Services = append(sn.Services, s)
 	})
 }

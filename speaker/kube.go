@@ -20,7 +20,7 @@ import (
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/internal/lbapi"
-	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 // sliceByService indexes EndpointSlices by "namespace/service".
@@ -70,7 +70,7 @@ func (k *kubeSource) Snapshot() Snapshot {
 	nodes, _ := k.nodes.List(labels.Everything())
 	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
-		an := announce.Node{Name: n.Name, Labels: n.Labels}
+		an := view.Node{Name: n.Name, Labels: n.Labels}
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionTrue {
 				an.NetworkUnavailable = true
@@ -113,7 +113,7 @@ func (k *kubeSource) Snapshot() Snapshot {
 			continue
 		}
 		k.badStatus.Delete(key)
-		as := announce.Service{
+		as := view.Service{
 			Namespace: svc.Namespace, Name: svc.Name, Labels: svc.Labels, IPs: ips,
 			Pool:  svc.Annotations[lbapi.AnnotationAllocatedFromPool],
 			Local: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
@@ -238,7 +238,7 @@ func (k *kubeSource) inUse() []config.InUse {
 }
 
 // Service implements Source.
-func (k *kubeSource) Service(ref announce.ServiceRef) runtime.Object {
+func (k *kubeSource) Service(ref view.ServiceRef) runtime.Object {
 	svc, err := k.services.Services(ref.Namespace).Get(ref.Name)
 	if err != nil {
 		return nil
@@ -256,7 +256,7 @@ func (k *kubeSource) BGPPeer(name string) runtime.Object {
 
 // ownerUID is the Service's UID when it lives in the announcements'
 // namespace, for an owner reference.
-func (k *kubeSource) ownerUID(ref announce.ServiceRef) types.UID {
+func (k *kubeSource) ownerUID(ref view.ServiceRef) types.UID {
 	if ref.Namespace != k.ns {
 		return ""
 	}

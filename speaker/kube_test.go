@@ -26,7 +26,7 @@ import (
 	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/internal/lbapi"
-	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 func lbService(ns, name string, local bool, ips ...string) *corev1.Service {
@@ -128,7 +128,7 @@ func TestKubeSourceSnapshot(t *testing.T) {
 		t.Fatalf("services = %v, want cluster,web", names)
 	}
 	web := snap.Services[1]
-	want := announce.Service{Namespace: "shop", Name: "web", Pool: "lan", Local: true,
+	want := view.Service{Namespace: "shop", Name: "web", Pool: "lan", Local: true,
 		IPs:                     []netip.Addr{netip.MustParseAddr("198.51.100.200"), netip.MustParseAddr("2001:db8:0:1::200")},
 		ReadyNodes:              map[string]bool{"node1": true},
 		ServingTerminatingNodes: map[string]bool{"node2": true}}
@@ -155,10 +155,10 @@ func TestKubeSourceSnapshot(t *testing.T) {
 	if snap.Config == nil || snap.Config.Pools["lan"] == nil || len(snap.Config.L2Advertisements) != 1 || snap.Config.L2Advertisements[0].Interfaces[0] != "eth0" {
 		t.Fatalf("config = %+v", snap.Config)
 	}
-	if o := src.Service(announce.ServiceRef{Namespace: "shop", Name: "web"}); o == nil {
+	if o := src.Service(view.ServiceRef{Namespace: "shop", Name: "web"}); o == nil {
 		t.Error("Service lookup for events failed")
 	}
-	if uid := src.ownerUID(announce.ServiceRef{Namespace: "shop", Name: "web"}); uid != "" {
+	if uid := src.ownerUID(view.ServiceRef{Namespace: "shop", Name: "web"}); uid != "" {
 		t.Errorf("owner UID across namespaces: %q", uid)
 	}
 }

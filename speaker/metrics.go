@@ -4,8 +4,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/herald-lb/herald/speaker/announce"
 	"github.com/herald-lb/herald/speaker/layer2"
+	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 )
 
 // Metrics are the speaker's Prometheus metrics.
@@ -65,7 +65,7 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-func (m *Metrics) observe(st announce.State, ch announce.Changes, members int, isolated, recovering bool) {
+func (m *Metrics) observe(st l2plan.State, ch l2plan.Changes, members int, isolated, recovering bool) {
 	v4, v6 := 0, 0
 	for ip := range st.Announced() {
 		if ip.Is4() {

@@ -25,12 +25,12 @@ import (
 	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/internal/lbapi"
 	"github.com/herald-lb/herald/internal/version"
-	"github.com/herald-lb/herald/speaker/announce"
 	"github.com/herald-lb/herald/speaker/bgp"
 	"github.com/herald-lb/herald/speaker/bgp/gobgp"
 	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
 	"github.com/herald-lb/herald/speaker/recovery"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 // Run runs `herald speaker` until ctx ends: the in-process proxy (unless
@@ -144,7 +144,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	beat := heartbeat.NewTracker(o.NodeName, 3*o.HeartbeatPeriod, nil)
 	spMu.Lock()
 	sp = New(Deps{
-		Node: o.NodeName, Options: announce.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
+		Node: o.NodeName, Options: view.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
 		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
 		Status: writer, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
 		Recovery: recovery.NewTracker(o.RecoveryHold, nil),

@@ -18,19 +18,20 @@ import (
 
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/internal/daemon"
-	"github.com/herald-lb/herald/speaker/announce"
 	"github.com/herald-lb/herald/speaker/bgp"
 	"github.com/herald-lb/herald/speaker/layer2"
+	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 	"github.com/herald-lb/herald/speaker/members"
 	"github.com/herald-lb/herald/speaker/recovery"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 // Snapshot is the Kubernetes side of one sync.
 type Snapshot struct {
 	// Config is the parsed configuration; nil when none is readable.
 	Config   *config.Config
-	Services []announce.Service
-	Nodes    []announce.Node
+	Services []view.Service
+	Nodes    []view.Node
 	// PodCIDRs are this node's, to tell pod interfaces apart.
 	PodCIDRs []netip.Prefix
 	// Peers are the memberlist addresses of the other nodes.
@@ -44,7 +45,7 @@ type Snapshot struct {
 type Source interface {
 	Snapshot() Snapshot
 	// Service returns the Service for events, or nil when it is gone.
-	Service(ref announce.ServiceRef) runtime.Object
+	Service(ref view.ServiceRef) runtime.Object
 	// BGPPeer returns the BGPPeer for events, or nil when it is gone.
 	BGPPeer(name string) runtime.Object
 }
@@ -53,7 +54,7 @@ type Source interface {
 // asynchronous, so a slow API server never delays an ARP answer.
 type StatusSink interface {
 	// Set replaces this node's announcements.
-	Set(anns []announce.Announcement)
+	Set(anns []view.Announcement)
 	// Nodes lists the nodes that have announcements.
 	Nodes() []string
 	// Sweep deletes the announcements of a node whose speaker left.
@@ -70,7 +71,7 @@ const (
 // kernel, the network or the API server is one of them.
 type Deps struct {
 	Node    string
-	Options announce.Options
+	Options view.Options
 	Source  Source
 	Links   Links
 	// NewResponder starts the ARP/NDP responder of an interface.
@@ -131,13 +132,13 @@ type Speaker struct {
 	recoveryTimer *time.Timer
 
 	// Owned by the loop.
-	state   announce.State
+	state   l2plan.State
 	meta    members.Meta
 	metaSet bool
 	ifs     Interfaces
 	swept   map[string]bool
 	logged  map[string]string
-	bgpAnns []announce.Announcement
+	bgpAnns []view.Announcement
 
 	bgp bgpState
 }
@@ -214,7 +215,7 @@ func (s *Speaker) Ready() bool { return s.ready.Load() }
 func (s *Speaker) Announcements() *layer2.Announcements { return &s.ann }
 
 // State is the last election result (for tests).
-func (s *Speaker) State() announce.State { return s.state }
+func (s *Speaker) State() l2plan.State { return s.state }
 
 // Run syncs on every trigger until ctx ends, then stops the responders.
 // The caller closes the membership first on a graceful stop, so peers
@@ -343,17 +344,17 @@ func (s *Speaker) Sync() {
 		s.setMeta(meta)
 	}
 	ownRecovering := meta.Recovering || s.publishedRecovering.Load()
-	in := announce.Input{
+	in := l2plan.Input{
 		Config:   snap.Config,
 		Services: snap.Services,
 		Nodes:    snap.Nodes,
-		Local:    announce.Local{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces},
+		Local:    l2plan.Local{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces},
 		Options:  s.d.Options,
 	}
 	liveNames := map[string]bool{}
 	for _, m := range live {
 		liveNames[m.Name] = true
-		am := announce.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces, Recovering: m.Meta.Recovering}
+		am := l2plan.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces, Recovering: m.Meta.Recovering}
 		if m.Name == s.d.Node {
 			// This node's own view is fresher than what gossip carries.
 			am.Interfaces, am.DownInterfaces, am.Recovering = meta.Interfaces, meta.DownInterfaces, ownRecovering
@@ -361,7 +362,7 @@ func (s *Speaker) Sync() {
 		in.Members = append(in.Members, am)
 	}
 	if !liveNames[s.d.Node] {
-		in.Members = append(in.Members, announce.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces, Recovering: ownRecovering})
+		in.Members = append(in.Members, l2plan.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces, Recovering: ownRecovering})
 	}
 	in.Isolated = isolated
 	if in.Isolated != s.state.Isolated {
@@ -371,8 +372,8 @@ func (s *Speaker) Sync() {
 			s.d.Log.Info("no longer isolated")
 		}
 	}
-	st := announce.Compute(in)
-	ch := announce.Diff(s.state, st)
+	st := l2plan.Compute(in)
+	ch := l2plan.Diff(s.state, st)
 	s.ann.Set(st.Announced())
 	s.syncGroups()
 
@@ -535,7 +536,7 @@ func (s *Speaker) gratuitous(iface string, ip netip.Addr) {
 // announceAll announces every held IP again, after a member joined: if
 // it was a partition healing, the other side may have announced the
 // same IPs, and clients must learn the winner's MAC again.
-func (s *Speaker) announceAll(st announce.State) {
+func (s *Speaker) announceAll(st l2plan.State) {
 	for ip, ifaces := range st.Announced() {
 		for _, i := range ifaces {
 			s.gratuitous(i, ip)
@@ -545,7 +546,7 @@ func (s *Speaker) announceAll(st announce.State) {
 
 // events records an event on each Service whose announcement by this
 // node started, changed or stopped.
-func (s *Speaker) events(ch announce.Changes) {
+func (s *Speaker) events(ch l2plan.Changes) {
 	if s.d.Events == nil {
 		return
 	}
@@ -592,7 +593,7 @@ func (s *Speaker) sweep(live map[string]bool) {
 
 // logChanges logs what moved and, once per change, why IPs are not
 // announced, so `kubectl logs` explains a missing announcement.
-func (s *Speaker) logChanges(st announce.State, ch announce.Changes) {
+func (s *Speaker) logChanges(st l2plan.State, ch l2plan.Changes) {
 	for _, m := range ch.Moved {
 		ip, _ := st.Lookup(m.Addr)
 		s.d.Log.Info("winner changed", "ip", m.Addr, "from", orNone(m.From), "to", orNone(m.To), "services", refs(ip.Services))
@@ -645,7 +646,7 @@ func orNone(s string) string {
 	return s
 }
 
-func refs(rs []announce.ServiceRef) []string {
+func refs(rs []view.ServiceRef) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
 		out[i] = r.String()

@@ -11,10 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/herald-lb/herald/speaker/announce"
-	"github.com/herald-lb/herald/speaker/election"
+	"github.com/herald-lb/herald/speaker/layer2/election"
 	"github.com/herald-lb/herald/speaker/members"
 	"github.com/herald-lb/herald/speaker/recovery"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 func TestWinnerAnnouncesOnEth0Only(t *testing.T) {
@@ -51,7 +51,7 @@ func TestWinnerAnnouncesOnEth0Only(t *testing.T) {
 			if !reflect.DeepEqual(g, []netip.Addr{addr(ip)}) {
 				t.Errorf("gratuitous = %v, want [%s]", g, ip)
 			}
-			want := []announce.Announcement{{Service: announce.ServiceRef{Namespace: "shop", Name: "web"}, Node: "node2",
+			want := []view.Announcement{{Service: view.ServiceRef{Namespace: "shop", Name: "web"}, Node: "node2",
 				Protocol: "layer2", Interfaces: []string{"eth0"}, IPs: []netip.Addr{addr(ip)}}}
 			if !reflect.DeepEqual(l.status.anns, want) {
 				t.Errorf("status = %+v, want %+v", l.status.anns, want)
@@ -123,7 +123,7 @@ func TestMemberJoinAnnouncesHeldIPsAgain(t *testing.T) {
 		other = "node" + string(rune('a'+i))
 	}
 	l.src.set(func(s *Snapshot) {
-		s.Nodes = append(s.Nodes, announce.Node{Name: other})
+		s.Nodes = append(s.Nodes, view.Node{Name: other})
 	})
 	l.cluster.Set(members.Member{Name: other, Meta: members.Meta{Interfaces: []string{"eth0"}}})
 	l.sp.Sync()
@@ -246,8 +246,8 @@ func TestBadInputLeavesOthersAlone(t *testing.T) {
 	// the next good configuration restores it.
 	l.service("outside", false, "192.0.2.1")
 	l.src.set(func(s *Snapshot) {
-		s.Services = append(s.Services, announce.Service{Namespace: "shop", Name: "nopool", IPs: []netip.Addr{addr("198.51.100.221")}},
-			announce.Service{Namespace: "shop", Name: "noip"})
+		s.Services = append(s.Services, view.Service{Namespace: "shop", Name: "nopool", IPs: []netip.Addr{addr("198.51.100.221")}},
+			view.Service{Namespace: "shop", Name: "noip"})
 	})
 	l.sp.Sync()
 	if !l.sp.Announcements().AnnouncingAnywhere(addr("198.51.100.220")) {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/herald-lb/herald/config/validate"
 	"github.com/herald-lb/herald/controller"
+	"github.com/herald-lb/herald/internal/cli/status"
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/proxy"
-	"github.com/herald-lb/herald/speaker/status"
 )
 
 type command struct {

@@ -1,4 +1,4 @@
-// Package bgp applies the plans of speaker/advertise to the node's
+// Package bgp applies the plans of speaker/bgp/plan to the node's
 // embedded BGP implementation (GoBGP v4, package speaker/bgp/gobgp) and
 // reports the sessions' states.
 //
@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/advertise"
+	bgpplan "github.com/herald-lb/herald/speaker/bgp/plan"
 )
 
 // Global is the BGP speaker's identity.
@@ -74,7 +74,7 @@ type Router interface {
 	DeletePeer(ctx context.Context, p *config.Peer) error
 	// SetRoutes replaces what the peer is sent: routes not given are
 	// withdrawn, new ones advertised, changed attributes re-sent.
-	SetRoutes(ctx context.Context, p *config.Peer, routes []advertise.Route) error
+	SetRoutes(ctx context.Context, p *config.Peer, routes []bgpplan.Route) error
 	// Peers returns the state of every session, by address.
 	Peers(ctx context.Context) (map[netip.Addr]PeerState, error)
 }
@@ -91,7 +91,7 @@ type Manager struct {
 	global  Global
 	// peers and routes are what the Router holds, by BGPPeer name.
 	peers  map[string]*config.Peer
-	routes map[string][]advertise.Route
+	routes map[string][]bgpplan.Route
 }
 
 // NewManager returns a Manager of r.
@@ -99,13 +99,13 @@ func NewManager(r Router, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{r: r, log: log, peers: map[string]*config.Peer{}, routes: map[string][]advertise.Route{}}
+	return &Manager{r: r, log: log, peers: map[string]*config.Peer{}, routes: map[string][]bgpplan.Route{}}
 }
 
 // Applied is what the Manager last applied for a peer (for status).
 type Applied struct {
 	Peer   *config.Peer
-	Routes []advertise.Route
+	Routes []bgpplan.Route
 }
 
 // Sessions returns the sessions the Router holds, by name.
@@ -137,7 +137,7 @@ func (m *Manager) Peers(ctx context.Context) (map[netip.Addr]PeerState, error) {
 // Apply brings the Router in line with p. A session that fails to open
 // or update is reported in the error and retried at the next Apply; the
 // others are applied regardless.
-func (m *Manager) Apply(ctx context.Context, p advertise.Plan) error {
+func (m *Manager) Apply(ctx context.Context, p bgpplan.Plan) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(p.Sessions) == 0 {
@@ -167,7 +167,7 @@ func (m *Manager) Apply(ctx context.Context, p advertise.Plan) error {
 	}
 
 	var errs []error
-	want := map[string]advertise.Session{}
+	want := map[string]bgpplan.Session{}
 	for _, s := range p.Sessions {
 		want[s.Name()] = s
 	}
@@ -277,7 +277,7 @@ func (m *Manager) stop(ctx context.Context) error {
 	err := m.r.Stop(ctx)
 	m.started = false
 	m.peers = map[string]*config.Peer{}
-	m.routes = map[string][]advertise.Route{}
+	m.routes = map[string][]bgpplan.Route{}
 	if err != nil {
 		return fmt.Errorf("stopping BGP: %w", err)
 	}
@@ -307,11 +307,11 @@ func sameBFD(a, b *config.BFDProfile) bool {
 	return x == y
 }
 
-func sameRoutes(a, b []advertise.Route) bool {
-	return slices.EqualFunc(a, b, advertise.Route.SameAttributes)
+func sameRoutes(a, b []bgpplan.Route) bool {
+	return slices.EqualFunc(a, b, bgpplan.Route.SameAttributes)
 }
 
-func prefixes(rs []advertise.Route) []string {
+func prefixes(rs []bgpplan.Route) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
 		out[i] = r.Prefix.String()

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/advertise"
+	bgpplan "github.com/herald-lb/herald/speaker/bgp/plan"
 )
 
 var ctx = context.Background()
@@ -18,19 +18,19 @@ func peer(name, addr string) *config.Peer {
 	return &config.Peer{Name: name, MyASN: 64512, PeerASN: 64512, Address: netip.MustParseAddr(addr), Port: 179, HoldTime: 90 * time.Second}
 }
 
-func route(prefix string, communities ...uint32) advertise.Route {
-	return advertise.Route{Prefix: netip.MustParsePrefix(prefix), Communities: communities}
+func route(prefix string, communities ...uint32) bgpplan.Route {
+	return bgpplan.Route{Prefix: netip.MustParsePrefix(prefix), Communities: communities}
 }
 
-func plan(sessions ...advertise.Session) advertise.Plan {
-	return advertise.Plan{Node: "node1", ASN: 64512, RouterID: netip.MustParseAddr("198.51.100.11"), Sessions: sessions}
+func plan(sessions ...bgpplan.Session) bgpplan.Plan {
+	return bgpplan.Plan{Node: "node1", ASN: 64512, RouterID: netip.MustParseAddr("198.51.100.11"), Sessions: sessions}
 }
 
-func session(p *config.Peer, routes ...advertise.Route) advertise.Session {
-	return advertise.Session{Peer: p, Routes: routes}
+func session(p *config.Peer, routes ...bgpplan.Route) bgpplan.Session {
+	return bgpplan.Session{Peer: p, Routes: routes}
 }
 
-func apply(t *testing.T, m *Manager, p advertise.Plan) {
+func apply(t *testing.T, m *Manager, p bgpplan.Plan) {
 	t.Helper()
 	if err := m.Apply(ctx, p); err != nil {
 		t.Fatal(err)

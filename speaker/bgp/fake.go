@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/advertise"
+	bgpplan "github.com/herald-lb/herald/speaker/bgp/plan"
 )
 
 // Fake is a Router in memory for tests: it records every call and keeps
@@ -22,7 +22,7 @@ type Fake struct {
 	// "routes <name>", in order.
 	Calls  []string
 	peers  map[netip.Addr]*config.Peer
-	routes map[netip.Addr][]advertise.Route
+	routes map[netip.Addr][]bgpplan.Route
 	// Fail, when set, makes the call with this description fail.
 	Fail string
 	// Down are sessions reported as Active instead of Established.
@@ -33,7 +33,7 @@ type Fake struct {
 
 // NewFake returns an empty Fake.
 func NewFake() *Fake {
-	return &Fake{peers: map[netip.Addr]*config.Peer{}, routes: map[netip.Addr][]advertise.Route{}, Down: map[netip.Addr]bool{},
+	return &Fake{peers: map[netip.Addr]*config.Peer{}, routes: map[netip.Addr][]bgpplan.Route{}, Down: map[netip.Addr]bool{},
 		updates: map[netip.Addr]uint64{}}
 }
 
@@ -68,7 +68,7 @@ func (f *Fake) Stop(context.Context) error {
 	}
 	f.started = false
 	f.peers = map[netip.Addr]*config.Peer{}
-	f.routes = map[netip.Addr][]advertise.Route{}
+	f.routes = map[netip.Addr][]bgpplan.Route{}
 	return nil
 }
 
@@ -105,7 +105,7 @@ func (f *Fake) DeletePeer(_ context.Context, p *config.Peer) error {
 }
 
 // SetRoutes implements Router.
-func (f *Fake) SetRoutes(_ context.Context, p *config.Peer, routes []advertise.Route) error {
+func (f *Fake) SetRoutes(_ context.Context, p *config.Peer, routes []bgpplan.Route) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.peers[p.Address]; !ok {
@@ -142,7 +142,7 @@ func (f *Fake) SetDown(addr netip.Addr, down bool) {
 }
 
 // Routes returns what the peer at addr is sent.
-func (f *Fake) Routes(addr netip.Addr) []advertise.Route {
+func (f *Fake) Routes(addr netip.Addr) []bgpplan.Route {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.routes[addr])

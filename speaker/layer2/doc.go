@@ -1,4 +1,6 @@
-// Package layer2 answers ARP requests and IPv6 neighbor solicitations for
+// Package layer2 is the speaker's layer-2 protocol. Its sub-packages
+// decide (plan: what this node announces, election: the winner of each
+// IP); this package is the wire: it answers ARP requests and IPv6 neighbor solicitations for
 // the LoadBalancer IPs this node announces, and sends gratuitous ARP and
 // unsolicited neighbor advertisements when it takes an IP over.
 //

@@ -1,6 +1,6 @@
 // Package members is the membership of the speakers: which speakers are
 // alive, and what each says about its node's interfaces. The layer-2
-// election (speaker/election) counts only live members as candidates, so
+// election (speaker/layer2/election) counts only live members as candidates, so
 // how fast a dead speaker drops out is how fast its IPs move.
 //
 // It wraps hashicorp/memberlist (SWIM failure detection plus gossip) with:

@@ -25,8 +25,8 @@ import (
 
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/v1beta1"
-	"github.com/herald-lb/herald/speaker/advertise"
 	speakerbgp "github.com/herald-lb/herald/speaker/bgp"
+	bgpplan "github.com/herald-lb/herald/speaker/bgp/plan"
 )
 
 var _ speakerbgp.Router = (*Router)(nil)
@@ -55,7 +55,7 @@ type Router struct {
 type peer struct {
 	cfg *config.Peer
 	// routes are those last applied, by prefix.
-	routes map[netip.Prefix]advertise.Route
+	routes map[netip.Prefix]bgpplan.Route
 	// synced is false after a SetRoutes failed midway: routes may not be
 	// what the peer got.
 	synced bool
@@ -252,7 +252,7 @@ func (r *Router) DeletePeer(ctx context.Context, p *config.Peer) error {
 // already in the RIB change for it (GoBGP re-sends what the policy accepts
 // and withdraws what it no longer does), and last the prefixes no peer
 // gets any more leave the RIB (withdrawn from everyone).
-func (r *Router) SetRoutes(ctx context.Context, p *config.Peer, routes []advertise.Route) error {
+func (r *Router) SetRoutes(ctx context.Context, p *config.Peer, routes []bgpplan.Route) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.s == nil {
@@ -338,7 +338,7 @@ func (r *Router) exportedElsewhere(pfx netip.Prefix, addr netip.Addr) bool {
 }
 
 // addPolicy adds a generation of a peer's export policy, unassigned.
-func (r *Router) addPolicy(ctx context.Context, name string, addr netip.Addr, routes map[netip.Prefix]advertise.Route) (*exportPolicy, error) {
+func (r *Router) addPolicy(ctx context.Context, name string, addr netip.Addr, routes map[netip.Prefix]bgpplan.Route) (*exportPolicy, error) {
 	e := buildExport(name, addr, routes)
 	for i, set := range e.sets {
 		if err := r.s.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: set, Replace: true}); err != nil {

@@ -19,8 +19,8 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/advertise"
 	speakerbgp "github.com/herald-lb/herald/speaker/bgp"
+	bgpplan "github.com/herald-lb/herald/speaker/bgp/plan"
 )
 
 // The tests run real sessions over the loopback (all of 127.0.0.0/8 is
@@ -110,15 +110,15 @@ func addPeer(t *testing.T, r *Router, p *config.Peer) {
 	}
 }
 
-func setRoutes(t *testing.T, r *Router, p *config.Peer, routes ...advertise.Route) {
+func setRoutes(t *testing.T, r *Router, p *config.Peer, routes ...bgpplan.Route) {
 	t.Helper()
 	if err := r.SetRoutes(ctx, p, routes); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func route(prefix string, lp uint32, communities []uint32, large ...[3]uint32) advertise.Route {
-	return advertise.Route{Prefix: netip.MustParsePrefix(prefix), LocalPref: lp, Communities: communities, LargeCommunities: large}
+func route(prefix string, lp uint32, communities []uint32, large ...[3]uint32) bgpplan.Route {
+	return bgpplan.Route{Prefix: netip.MustParsePrefix(prefix), LocalPref: lp, Communities: communities, LargeCommunities: large}
 }
 
 func comm(v uint16) uint32 { return ourASN<<16 | uint32(v) }

@@ -14,7 +14,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 
-	"github.com/herald-lb/herald/speaker/advertise"
+	bgpplan "github.com/herald-lb/herald/speaker/bgp/plan"
 )
 
 // How the routes reach each peer with their own attributes.
@@ -55,7 +55,7 @@ type exportPolicy struct {
 
 // buildExport builds the export policy named name letting routes through
 // to the peer at peer, with their attributes.
-func buildExport(name string, peer netip.Addr, routes map[netip.Prefix]advertise.Route) *exportPolicy {
+func buildExport(name string, peer netip.Addr, routes map[netip.Prefix]bgpplan.Route) *exportPolicy {
 	peerSet := name + "-peer"
 	e := &exportPolicy{
 		name:     name,
@@ -86,7 +86,7 @@ func buildExport(name string, peer netip.Addr, routes map[netip.Prefix]advertise
 }
 
 // actions adds a route's attributes to the path sent and accepts it.
-func actions(r advertise.Route) *api.Actions {
+func actions(r bgpplan.Route) *api.Actions {
 	a := &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT}
 	if len(r.Communities) > 0 {
 		c := &api.CommunityAction{Type: api.CommunityAction_TYPE_ADD}
@@ -112,13 +112,13 @@ func actions(r advertise.Route) *api.Actions {
 // group is the prefixes sharing one attribute set.
 type group struct {
 	key      string
-	attrs    advertise.Route // Prefix unused
+	attrs    bgpplan.Route // Prefix unused
 	prefixes []netip.Prefix
 }
 
 // groupRoutes groups routes by attribute set (and family: a GoBGP prefix
 // set holds one), in a stable order.
-func groupRoutes(routes map[netip.Prefix]advertise.Route) []group {
+func groupRoutes(routes map[netip.Prefix]bgpplan.Route) []group {
 	byKey := map[string]*group{}
 	for _, r := range routes {
 		r = normalize(r)
@@ -141,7 +141,7 @@ func groupRoutes(routes map[netip.Prefix]advertise.Route) []group {
 
 // normalize sorts and deduplicates the communities, so that equal sets
 // compare equal.
-func normalize(r advertise.Route) advertise.Route {
+func normalize(r bgpplan.Route) bgpplan.Route {
 	r.Communities = slices.Compact(slices.Sorted(slices.Values(r.Communities)))
 	large := slices.Clone(r.LargeCommunities)
 	slices.SortFunc(large, func(x, y [3]uint32) int {
@@ -151,7 +151,7 @@ func normalize(r advertise.Route) advertise.Route {
 	return r
 }
 
-func attrKey(r advertise.Route) string {
+func attrKey(r bgpplan.Route) string {
 	var b strings.Builder
 	if r.Prefix.Addr().Is4() {
 		b.WriteString("4")
@@ -174,8 +174,8 @@ func comparePrefixes(a, b netip.Prefix) int {
 }
 
 // routeMap checks the routes of a peer and indexes them by prefix.
-func routeMap(peer netip.Addr, routes []advertise.Route) (map[netip.Prefix]advertise.Route, error) {
-	m := make(map[netip.Prefix]advertise.Route, len(routes))
+func routeMap(peer netip.Addr, routes []bgpplan.Route) (map[netip.Prefix]bgpplan.Route, error) {
+	m := make(map[netip.Prefix]bgpplan.Route, len(routes))
 	for _, r := range routes {
 		p := r.Prefix.Masked()
 		switch {
@@ -194,11 +194,11 @@ func routeMap(peer netip.Addr, routes []advertise.Route) (map[netip.Prefix]adver
 }
 
 // sameRoutes tells whether two route sets send the same to the peer.
-func sameRoutes(a, b map[netip.Prefix]advertise.Route) bool {
+func sameRoutes(a, b map[netip.Prefix]bgpplan.Route) bool {
 	return maps.EqualFunc(a, b, sameRoute)
 }
 
-func sameRoute(a, b advertise.Route) bool {
+func sameRoute(a, b bgpplan.Route) bool {
 	return normalize(a).SameAttributes(normalize(b))
 }
 

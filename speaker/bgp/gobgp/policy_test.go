@@ -11,7 +11,7 @@ import (
 	api "github.com/osrg/gobgp/v4/api"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/advertise"
+	bgpplan "github.com/herald-lb/herald/speaker/bgp/plan"
 )
 
 func TestAPIPeer(t *testing.T) {
@@ -108,7 +108,7 @@ func TestAPIPeerASNAndTimers(t *testing.T) {
 }
 
 func TestBuildExport(t *testing.T) {
-	routes, err := routeMap(netip.MustParseAddr("198.51.100.1"), []advertise.Route{
+	routes, err := routeMap(netip.MustParseAddr("198.51.100.1"), []bgpplan.Route{
 		{Prefix: netip.MustParsePrefix("203.0.113.1/32"), Communities: []uint32{64500<<16 | 100}, LocalPref: 150},
 		{Prefix: netip.MustParsePrefix("203.0.113.0/24")},
 		// Same attributes as the first, listed in another order.
@@ -166,7 +166,7 @@ func TestBuildExport(t *testing.T) {
 
 func TestRouteMapRejects(t *testing.T) {
 	v4 := netip.MustParseAddr("198.51.100.1")
-	for _, rs := range [][]advertise.Route{
+	for _, rs := range [][]bgpplan.Route{
 		{{Prefix: netip.MustParsePrefix("2001:db8::1/128")}},
 		{{Prefix: netip.MustParsePrefix("203.0.113.1/32")}, {Prefix: netip.MustParsePrefix("203.0.113.1/32")}},
 		{{}},

@@ -1,8 +1,10 @@
-package announce
+package plan
 
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 // IPChange is an address and the interfaces it was gained or lost on.
@@ -31,7 +33,7 @@ type Changes struct {
 	Moved []Move
 	// Create, Update and Delete are this node's ServiceAnnouncements to
 	// write; Delete holds the old values.
-	Create, Update, Delete []Announcement
+	Create, Update, Delete []view.Announcement
 }
 
 // Empty reports whether nothing changed.
@@ -67,18 +69,18 @@ func Diff(old, cur State) Changes {
 	slices.SortFunc(c.Lost, byIP)
 	slices.SortFunc(c.Moved, func(a, b Move) int { return a.Addr.Compare(b.Addr) })
 
-	oldAn := map[ServiceRef]Announcement{}
+	oldAn := map[view.ServiceRef]view.Announcement{}
 	for _, a := range old.Announcements {
 		oldAn[a.Service] = a
 	}
-	curAn := map[ServiceRef]bool{}
+	curAn := map[view.ServiceRef]bool{}
 	for _, a := range cur.Announcements {
 		curAn[a.Service] = true
 		prev, ok := oldAn[a.Service]
 		switch {
 		case !ok:
 			c.Create = append(c.Create, a)
-		case !prev.equal(a):
+		case !prev.Equal(a):
 			c.Update = append(c.Update, a)
 		}
 	}

@@ -1,4 +1,4 @@
-package announce
+package plan
 
 import (
 	"fmt"
@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/election"
+	"github.com/herald-lb/herald/speaker/layer2/election"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -45,10 +46,10 @@ var nodeNames = []string{"node1", "node2", "node3"}
 
 // testInput is three nodes (rack 1, 2, 1), all live with eth0 and eth1 up,
 // seen from node1.
-func testInput(svcs ...Service) Input {
+func testInput(svcs ...view.Service) Input {
 	in := Input{Config: testConfig(), Services: svcs}
 	for i, n := range nodeNames {
-		in.Nodes = append(in.Nodes, Node{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n, "rack": fmt.Sprint(i%2 + 1)}})
+		in.Nodes = append(in.Nodes, view.Node{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n, "rack": fmt.Sprint(i%2 + 1)}})
 		in.Members = append(in.Members, Member{Name: n, Interfaces: []string{"eth0", "eth1"}})
 	}
 	return as(in, "node1")
@@ -65,8 +66,8 @@ func as(in Input, node string) Input {
 	return in
 }
 
-func svc(name string, pool string, ips ...string) Service {
-	s := Service{Namespace: "shop", Name: name, Pool: pool}
+func svc(name string, pool string, ips ...string) view.Service {
+	s := view.Service{Namespace: "shop", Name: name, Pool: pool}
 	for _, ip := range ips {
 		a, _ := netip.ParseAddr(ip) // "" gives the invalid zero Addr, on purpose
 		s.IPs = append(s.IPs, a)
@@ -83,7 +84,7 @@ func member(in *Input, name string) *Member {
 	panic(name)
 }
 
-func ref(name string) ServiceRef { return ServiceRef{"shop", name} }
+func ref(name string) view.ServiceRef { return view.ServiceRef{Namespace: "shop", Name: name} }
 
 // everywhere computes the state as every node sees it and checks that
 // they agree on the winners and that exactly the winner announces.
@@ -120,23 +121,23 @@ func TestCompute(t *testing.T) {
 	v4, v6 := "192.0.2.10", "2001:db8::10"
 	cases := []struct {
 		name  string
-		svcs  []Service
+		svcs  []view.Service
 		setup func(*Input)
 		check func(t *testing.T, st map[string]State)
 	}{
-		{"cluster policy: the hash winner announces on every up interface", []Service{svc("web", "lan", v4)}, nil,
+		{"cluster policy: the hash winner announces on every up interface", []view.Service{svc("web", "lan", v4)}, nil,
 			func(t *testing.T, st map[string]State) {
 				w := election.Winner(addr(v4), nodeNames)
 				ip, _ := st[w].Lookup(addr(v4))
 				if ip.Winner != w || !reflect.DeepEqual(ip.Interfaces, []string{"eth0", "eth1"}) || len(ip.Excluded) != 0 {
 					t.Errorf("%+v, want won by %s on eth0, eth1", ip, w)
 				}
-				want := []Announcement{{Service: ref("web"), Node: w, Protocol: "layer2", Interfaces: []string{"eth0", "eth1"}, IPs: []netip.Addr{addr(v4)}}}
+				want := []view.Announcement{{Service: ref("web"), Node: w, Protocol: "layer2", Interfaces: []string{"eth0", "eth1"}, IPs: []netip.Addr{addr(v4)}}}
 				if !reflect.DeepEqual(st[w].Announcements, want) {
 					t.Errorf("announcements %+v, want %+v", st[w].Announcements, want)
 				}
 			}},
-		{"local policy: only a node with a ready endpoint", []Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)},
+		{"local policy: only a node with a ready endpoint", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)},
 			Local: true, ReadyNodes: map[string]bool{"node2": true}, ServingTerminatingNodes: map[string]bool{"node3": true}}}, nil,
 			func(t *testing.T, st map[string]State) {
 				ip, _ := st["node2"].Lookup(addr(v4))
@@ -145,14 +146,14 @@ func TestCompute(t *testing.T) {
 					t.Errorf("%+v", ip)
 				}
 			}},
-		{"local policy: serving-terminating when nothing is ready", []Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)},
+		{"local policy: serving-terminating when nothing is ready", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)},
 			Local: true, ServingTerminatingNodes: map[string]bool{"node3": true}}}, nil,
 			func(t *testing.T, st map[string]State) {
 				if ip, _ := st["node1"].Lookup(addr(v4)); ip.Winner != "node3" {
 					t.Errorf("winner %q, want node3", ip.Winner)
 				}
 			}},
-		{"local policy: no endpoint anywhere, nobody announces", []Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)}, Local: true}}, nil,
+		{"local policy: no endpoint anywhere, nobody announces", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)}, Local: true}}, nil,
 			func(t *testing.T, st map[string]State) {
 				for n, s := range st {
 					if ip, _ := s.Lookup(addr(v4)); ip.Winner != "" || ip.Reason != ReasonNoCandidate || len(s.Announced()) != 0 || len(s.Announcements) != 0 {
@@ -160,24 +161,24 @@ func TestCompute(t *testing.T) {
 					}
 				}
 			}},
-		{"shared IP: sharers land together and both are announced", []Service{
+		{"shared IP: sharers land together and both are announced", []view.Service{
 			{Namespace: "shop", Name: "web-tcp", Pool: "lan", IPs: []netip.Addr{addr(v4)}, Local: true, ReadyNodes: map[string]bool{"node2": true, "node3": true}},
 			{Namespace: "shop", Name: "web-udp", Pool: "lan", IPs: []netip.Addr{addr(v4)}, Local: true, ReadyNodes: map[string]bool{"node3": true, "node1": true}},
 		}, nil,
 			func(t *testing.T, st map[string]State) {
 				ip, _ := st["node3"].Lookup(addr(v4))
-				if ip.Winner != "node3" || !reflect.DeepEqual(ip.Services, []ServiceRef{ref("web-tcp"), ref("web-udp")}) {
+				if ip.Winner != "node3" || !reflect.DeepEqual(ip.Services, []view.ServiceRef{ref("web-tcp"), ref("web-udp")}) {
 					t.Errorf("%+v", ip)
 				}
-				var got []ServiceRef
+				var got []view.ServiceRef
 				for _, a := range st["node3"].Announcements {
 					got = append(got, a.Service)
 				}
-				if !reflect.DeepEqual(got, []ServiceRef{ref("web-tcp"), ref("web-udp")}) || len(st["node3"].IPs) != 1 {
+				if !reflect.DeepEqual(got, []view.ServiceRef{ref("web-tcp"), ref("web-udp")}) || len(st["node3"].IPs) != 1 {
 					t.Errorf("announcements for %v", got)
 				}
 			}},
-		{"node selector", []Service{svc("web", "lan", ips(40)...)}, func(in *Input) {
+		{"node selector", []view.Service{svc("web", "lan", ips(40)...)}, func(in *Input) {
 			in.Config.L2Advertisements[0].NodeSelectors = sel("rack", "1")
 		}, func(t *testing.T, st map[string]State) {
 			for _, ip := range st["node1"].IPs {
@@ -186,7 +187,7 @@ func TestCompute(t *testing.T) {
 				}
 			}
 		}},
-		{"interface selection: the named interface only", []Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		{"interface selection: the named interface only", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
 			in.Config.L2Advertisements[0].Interfaces = []string{"eth1"}
 		}, func(t *testing.T, st map[string]State) {
 			for n, s := range st {
@@ -197,7 +198,7 @@ func TestCompute(t *testing.T) {
 				}
 			}
 		}},
-		{"interface selection: advertisements add up per node", []Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		{"interface selection: advertisements add up per node", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
 			in.Config.L2Advertisements = append(in.Config.L2Advertisements,
 				&config.L2Advertisement{Name: "rack2-eth1", Pools: []string{"lan"}, Interfaces: []string{"eth1"}, NodeSelectors: sel("rack", "2")})
 			in.Config.L2Advertisements[0].Interfaces = []string{"eth0"}
@@ -215,7 +216,7 @@ func TestCompute(t *testing.T) {
 				}
 			}
 		}},
-		{"interface selection: a named interface the node lacks", []Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		{"interface selection: a named interface the node lacks", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
 			in.Config.L2Advertisements[0].Interfaces = []string{"eth2"}
 			member(in, "node3").Interfaces = []string{"eth0", "eth2"}
 		}, func(t *testing.T, st map[string]State) {
@@ -225,7 +226,7 @@ func TestCompute(t *testing.T) {
 				}
 			}
 		}},
-		{"excluded and network-unavailable nodes", []Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		{"excluded and network-unavailable nodes", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
 			in.Nodes[0].Labels[election.ExcludeLabel] = ""
 			in.Nodes[1].NetworkUnavailable = true
 		}, func(t *testing.T, st map[string]State) {
@@ -235,7 +236,7 @@ func TestCompute(t *testing.T) {
 				}
 			}
 		}},
-		{"ignore the exclude label when told", []Service{svc("web", "lan", v4)}, func(in *Input) {
+		{"ignore the exclude label when told", []view.Service{svc("web", "lan", v4)}, func(in *Input) {
 			for i := range in.Nodes {
 				in.Nodes[i].Labels[election.ExcludeLabel] = ""
 			}
@@ -245,7 +246,7 @@ func TestCompute(t *testing.T) {
 				t.Errorf("%+v", ip)
 			}
 		}},
-		{"dual stack: both families elected, one announcement per node", []Service{svc("web", "lan", v4, v6)}, nil,
+		{"dual stack: both families elected, one announcement per node", []view.Service{svc("web", "lan", v4, v6)}, nil,
 			func(t *testing.T, st map[string]State) {
 				w4, w6 := election.Winner(addr(v4), nodeNames), election.Winner(addr(v6), nodeNames)
 				want := map[string][]netip.Addr{}
@@ -261,15 +262,15 @@ func TestCompute(t *testing.T) {
 					}
 				}
 			}},
-		{"dual stack local: both on the endpoint's node", []Service{{Namespace: "shop", Name: "web", Pool: "lan",
+		{"dual stack local: both on the endpoint's node", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan",
 			IPs: []netip.Addr{addr(v6), addr(v4)}, Local: true, ReadyNodes: map[string]bool{"node2": true}}}, nil,
 			func(t *testing.T, st map[string]State) {
-				want := []Announcement{{Service: ref("web"), Node: "node2", Protocol: Protocol, Interfaces: []string{"eth0", "eth1"}, IPs: []netip.Addr{addr(v4), addr(v6)}}}
+				want := []view.Announcement{{Service: ref("web"), Node: "node2", Protocol: Protocol, Interfaces: []string{"eth0", "eth1"}, IPs: []netip.Addr{addr(v4), addr(v6)}}}
 				if !reflect.DeepEqual(st["node2"].Announcements, want) {
 					t.Errorf("%+v", st["node2"].Announcements)
 				}
 			}},
-		{"a live member without a Node and a Node without a member", []Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		{"a live member without a view.Node and a view.Node without a member", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
 			in.Members = append(in.Members[:2], Member{Name: "stranger", Interfaces: []string{"eth0"}})
 		}, func(t *testing.T, st map[string]State) {
 			for _, ip := range st["node1"].IPs {
@@ -313,21 +314,21 @@ func TestIgnored(t *testing.T) {
 		svc("pending", "lan", "192.0.2.3"),
 	)
 	st := Compute(in)
-	want := []Ignored{
-		{ref("foreign"), addr("192.0.2.1"), ReasonNotAllocated, "the IP is in pool lan"},
-		{ref("invalid"), netip.Addr{}, ReasonInvalidIP, ""},
-		{ref("mismatch"), addr("192.0.2.2"), ReasonPoolMismatch, "the IP is in pool lan, the annotation says quiet"},
-		{ref("outside"), addr("100.64.0.1"), ReasonOutsidePools, ""},
-		{ref("pending"), netip.Addr{}, ReasonNoIP, ""},
-		{ref("pending"), netip.Addr{}, ReasonDuplicateService, ""},
-		{ref("quiet"), addr("198.51.100.1"), ReasonNoAdvertisement, "pool quiet"},
-		{ref("untagged"), addr("203.0.113.2"), ReasonServiceNotSelected, "pool picky"},
+	want := []view.Ignored{
+		{Service: ref("foreign"), Addr: addr("192.0.2.1"), Reason: view.ReasonNotAllocated, Detail: "the IP is in pool lan"},
+		{Service: ref("invalid"), Addr: netip.Addr{}, Reason: view.ReasonInvalidIP, Detail: ""},
+		{Service: ref("mismatch"), Addr: addr("192.0.2.2"), Reason: view.ReasonPoolMismatch, Detail: "the IP is in pool lan, the annotation says quiet"},
+		{Service: ref("outside"), Addr: addr("100.64.0.1"), Reason: view.ReasonOutsidePools, Detail: ""},
+		{Service: ref("pending"), Addr: netip.Addr{}, Reason: view.ReasonNoIP, Detail: ""},
+		{Service: ref("pending"), Addr: netip.Addr{}, Reason: view.ReasonDuplicateService, Detail: ""},
+		{Service: ref("quiet"), Addr: addr("198.51.100.1"), Reason: ReasonNoAdvertisement, Detail: "pool quiet"},
+		{Service: ref("untagged"), Addr: addr("203.0.113.2"), Reason: ReasonServiceNotSelected, Detail: "pool picky"},
 	}
 	if !reflect.DeepEqual(st.Ignored, want) {
 		t.Errorf("ignored:\n%+v\nwant\n%+v", st.Ignored, want)
 	}
 	if len(st.IPs) != 1 || st.IPs[0].Addr != addr("203.0.113.1") || !reflect.DeepEqual(st.IPs[0].Advertisements, []string{"web"}) {
-		t.Errorf("elected %+v, want only the tagged Service's IP", st.IPs)
+		t.Errorf("elected %+v, want only the tagged view.Service's IP", st.IPs)
 	}
 }
 
@@ -338,7 +339,7 @@ func TestSharedIPWithOneSharerNotSelected(t *testing.T) {
 	b.Local = true // no endpoints, but it is not announced, so it does not constrain
 	st := everywhere(t, testInput(a, b))
 	ip, _ := st["node1"].Lookup(addr("203.0.113.5"))
-	if ip.Winner == "" || !reflect.DeepEqual(ip.Services, []ServiceRef{ref("a")}) {
+	if ip.Winner == "" || !reflect.DeepEqual(ip.Services, []view.ServiceRef{ref("a")}) {
 		t.Errorf("%+v", ip)
 	}
 	if ig := st["node1"].Ignored; len(ig) != 1 || ig[0].Service != ref("b") || ig[0].Reason != ReasonServiceNotSelected {
@@ -444,14 +445,14 @@ func TestDeadMemberMovesOnlyItsIPs(t *testing.T) {
 func TestBadInputNeverPanics(t *testing.T) {
 	inputs := []Input{
 		{},
-		{Services: []Service{svc("web", "lan", "192.0.2.1")}},
-		{Config: &config.Config{}, Services: []Service{svc("web", "lan", "192.0.2.1")}},
+		{Services: []view.Service{svc("web", "lan", "192.0.2.1")}},
+		{Config: &config.Config{}, Services: []view.Service{svc("web", "lan", "192.0.2.1")}},
 		{Config: &config.Config{Pools: map[string]*config.Pool{"lan": nil}, L2Advertisements: []*config.L2Advertisement{nil}},
-			Services: []Service{svc("web", "lan", "192.0.2.1")}},
+			Services: []view.Service{svc("web", "lan", "192.0.2.1")}},
 		func() Input {
-			in := testInput(svc("web", "lan", "192.0.2.1", "::ffff:192.0.2.1"), Service{})
+			in := testInput(svc("web", "lan", "192.0.2.1", "::ffff:192.0.2.1"), view.Service{})
 			in.Config.L2Advertisements = append(in.Config.L2Advertisements, nil)
-			in.Nodes = append(in.Nodes, Node{}, in.Nodes[0])
+			in.Nodes = append(in.Nodes, view.Node{}, in.Nodes[0])
 			in.Members = append(in.Members, Member{}, in.Members[0])
 			in.Local = Local{}
 			return in
@@ -590,7 +591,7 @@ func TestIsolatedAnnouncesOnlyWhatNoOtherNodeMay(t *testing.T) {
 	cfg.Pools["mine"] = &config.Pool{Name: "mine", Ranges: []config.Range{rng("198.18.0.0", "198.18.0.255")}}
 	cfg.L2Advertisements = append(cfg.L2Advertisements, &config.L2Advertisement{Name: "mine", Pools: []string{"mine"},
 		NodeSelectors: sel("kubernetes.io/hostname", "node1")})
-	local := func(name, ip string, nodes ...string) Service {
+	local := func(name, ip string, nodes ...string) view.Service {
 		s := svc(name, "lan", ip)
 		s.Local, s.ReadyNodes = true, map[string]bool{}
 		for _, n := range nodes {
@@ -598,7 +599,7 @@ func TestIsolatedAnnouncesOnlyWhatNoOtherNodeMay(t *testing.T) {
 		}
 		return s
 	}
-	svcs := []Service{
+	svcs := []view.Service{
 		svc("cluster", "lan", "192.0.2.1"),           // any node may announce
 		local("here", "192.0.2.2", "node1"),          // only node1 has an endpoint
 		local("both", "192.0.2.3", "node1", "node2"), // node2 too

@@ -1,4 +1,4 @@
-package advertise
+package plan
 
 import (
 	"fmt"
@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/announce"
-	"github.com/herald-lb/herald/speaker/election"
+	"github.com/herald-lb/herald/speaker/layer2/election"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -57,23 +57,23 @@ func testConfig() *config.Config {
 	}
 }
 
-func nodes() []announce.Node {
-	var out []announce.Node
+func nodes() []view.Node {
+	var out []view.Node
 	for i, n := range []string{"node1", "node2", "node3"} {
-		out = append(out, announce.Node{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n, "rack": fmt.Sprint(i%2 + 1)}})
+		out = append(out, view.Node{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n, "rack": fmt.Sprint(i%2 + 1)}})
 	}
 	return out
 }
 
-func svc(name, pool string, ips ...string) announce.Service {
-	s := announce.Service{Namespace: "shop", Name: name, Pool: pool, ReadyNodes: map[string]bool{"node2": true}}
+func svc(name, pool string, ips ...string) view.Service {
+	s := view.Service{Namespace: "shop", Name: name, Pool: pool, ReadyNodes: map[string]bool{"node2": true}}
 	for _, ip := range ips {
 		s.IPs = append(s.IPs, addr(ip))
 	}
 	return s
 }
 
-func input(node string, svcs ...announce.Service) Input {
+func input(node string, svcs ...view.Service) Input {
 	return Input{Config: testConfig(), Services: svcs, Nodes: nodes(), Node: node, NodeIPs: []netip.Addr{addr("2001:db8:0:1::11"), addr("198.51.100.11")}}
 }
 
@@ -155,8 +155,8 @@ func TestWhoAdvertises(t *testing.T) {
 	cases := []struct {
 		name   string
 		node   string
-		svc    announce.Service
-		nodes  []announce.Node
+		svc    view.Service
+		nodes  []view.Node
 		ignore bool
 		reason string
 	}{
@@ -280,7 +280,7 @@ func TestIgnoredIPs(t *testing.T) {
 	for _, ig := range p.Ignored {
 		reasons = append(reasons, ig.Service.Name+": "+ig.Reason)
 	}
-	want := []string{"a: " + announce.ReasonNotAllocated, "b: " + announce.ReasonPoolMismatch, "c: " + announce.ReasonOutsidePools, "d: " + announce.ReasonNoIP}
+	want := []string{"a: " + view.ReasonNotAllocated, "b: " + view.ReasonPoolMismatch, "c: " + view.ReasonOutsidePools, "d: " + view.ReasonNoIP}
 	if !slices.Equal(reasons, want) {
 		t.Errorf("ignored %v, want %v", reasons, want)
 	}

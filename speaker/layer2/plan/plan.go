@@ -1,4 +1,4 @@
-// Package announce turns what a speaker knows — the configuration, the
+// Package plan turns what a speaker knows — the configuration, the
 // LoadBalancer Services and their endpoints, the Nodes and the memberlist
 // members — into what this node announces over layer 2, as a pure
 // function (Compute), and tells the speaker loop what changed (Diff).
@@ -8,66 +8,25 @@
 // gratuitous bursts for Changes.Gained and writes the ServiceAnnouncement
 // objects of Changes.Create/Update/Delete.
 //
-// Every speaker runs the same election (speaker/election) over the same
+// Every speaker runs the same election (speaker/layer2/election) over the same
 // inputs, so the nodes agree on one winner per IP without talking. For
 // that the election reads every node's interfaces, this one's included,
 // from the memberlist metadata; this node's own, fresher view (Local) only
 // decides on which interfaces it answers once it has won.
-package announce
+package plan
 
 import (
 	"cmp"
-	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/election"
+	"github.com/herald-lb/herald/speaker/layer2/election"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 // Protocol is the ServiceAnnouncement protocol of layer-2 announcements.
 const Protocol = "layer2"
-
-// ServiceRef names a Service.
-type ServiceRef struct {
-	Namespace, Name string
-}
-
-func (r ServiceRef) String() string { return r.Namespace + "/" + r.Name }
-
-func (r ServiceRef) compare(o ServiceRef) int {
-	return cmp.Or(strings.Compare(r.Namespace, o.Namespace), strings.Compare(r.Name, o.Name))
-}
-
-// Service is a LoadBalancer Service this speaker's class handles.
-type Service struct {
-	Namespace, Name string
-	Labels          map[string]string
-	// IPs are the addresses in status.loadBalancer.ingress.
-	IPs []netip.Addr
-	// Pool is the herald.io/ip-allocated-from-pool annotation, which the
-	// controller writes together with the IPs; "" when absent.
-	Pool string
-	// Local: externalTrafficPolicy Local.
-	Local bool
-	// ReadyNodes are the nodes with a ready endpoint, from the
-	// EndpointSlices; ServingTerminatingNodes those with an endpoint that
-	// is terminating but still serving.
-	ReadyNodes              map[string]bool
-	ServingTerminatingNodes map[string]bool
-}
-
-// Ref is the Service's name.
-func (s Service) Ref() ServiceRef { return ServiceRef{s.Namespace, s.Name} }
-
-// Node is a Kubernetes Node.
-type Node struct {
-	Name   string
-	Labels map[string]string
-	// NetworkUnavailable: the NetworkUnavailable condition is true.
-	NetworkUnavailable bool
-}
 
 // Member is a live speaker with its memberlist metadata.
 type Member struct {
@@ -89,22 +48,15 @@ type Local struct {
 	DownInterfaces []string
 }
 
-// Options tune eligibility.
-type Options struct {
-	// IgnoreExcludeLabel lets nodes labelled
-	// node.kubernetes.io/exclude-from-external-load-balancers announce.
-	IgnoreExcludeLabel bool
-}
-
 // Input is everything Compute reads.
 type Input struct {
 	Config   *config.Config
-	Services []Service
-	Nodes    []Node
+	Services []view.Service
+	Nodes    []view.Node
 	// Members are the live memberlist members.
 	Members []Member
 	Local   Local
-	Options Options
+	Options view.Options
 	// Isolated: this speaker reaches no other speaker while the API shows
 	// that others are alive, so the others elect without it. It then
 	// announces only the addresses no other node could announce
@@ -112,17 +64,11 @@ type Input struct {
 	Isolated bool
 }
 
-// Why a Service's IP is not considered at all.
+// Why a Service's IP is left out of the layer-2 election (besides the
+// view.Reason* ones, which hold for every protocol).
 const (
-	ReasonNoConfig           = "no valid configuration"
-	ReasonNoIP               = "no LoadBalancer IP assigned"
-	ReasonInvalidIP          = "invalid IP address"
-	ReasonOutsidePools       = "IP is in no configured IPAddressPool"
-	ReasonNotAllocated       = "no herald.io/ip-allocated-from-pool annotation: the IP was not assigned by herald"
-	ReasonPoolMismatch       = "IP is not in the pool the herald.io/ip-allocated-from-pool annotation names"
 	ReasonNoAdvertisement    = "no L2Advertisement announces the IP's pool"
-	ReasonServiceNotSelected = "no L2Advertisement for the IP's pool selects the Service"
-	ReasonDuplicateService   = "Service given twice; the first is used"
+	ReasonServiceNotSelected = "no L2Advertisement for the IP's pool selects the view.Service"
 )
 
 // Why an elected IP is not announced.
@@ -132,22 +78,12 @@ const (
 	ReasonIsolated    = "this speaker reaches no other speaker while the API shows others alive; it announces only addresses no other node may announce"
 )
 
-// Ignored is a Service's IP left out before the election, or a Service
-// without IPs (Addr invalid).
-type Ignored struct {
-	Service ServiceRef
-	Addr    netip.Addr
-	Reason  string
-	// Detail adds the names involved, for logs and events.
-	Detail string
-}
-
 // IP is the election result for one address.
 type IP struct {
 	Addr netip.Addr
 	Pool string
 	// Services share the address and are announced with it.
-	Services []ServiceRef
+	Services []view.ServiceRef
 	// Advertisements are the names of the L2Advertisements covering it.
 	Advertisements []string
 	// Winner is the announcing node; "" when none is eligible.
@@ -165,23 +101,6 @@ type IP struct {
 // Announced reports whether this node announces the address.
 func (ip IP) Announced() bool { return len(ip.Interfaces) > 0 }
 
-// Announcement is the ServiceAnnouncement status this node should publish
-// for one Service: the addresses of it the node announces and where.
-type Announcement struct {
-	Service    ServiceRef
-	Node       string
-	Protocol   string
-	Interfaces []string
-	// Peers are the BGP sessions the IPs are advertised to (BGP only).
-	Peers []string
-	IPs   []netip.Addr
-}
-
-func (a Announcement) equal(b Announcement) bool {
-	return a.Service == b.Service && a.Node == b.Node && a.Protocol == b.Protocol &&
-		slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers) && slices.Equal(a.IPs, b.IPs)
-}
-
 // State is the result of Compute; every list is sorted.
 type State struct {
 	// Node is this node's name.
@@ -189,9 +108,9 @@ type State struct {
 	// IPs are the elected addresses, by address.
 	IPs []IP
 	// Ignored are the Services and addresses left out, and why.
-	Ignored []Ignored
+	Ignored []view.Ignored
 	// Announcements are this node's, by Service.
-	Announcements []Announcement
+	Announcements []view.Announcement
 	// Isolated is Input.Isolated.
 	Isolated bool
 }
@@ -231,7 +150,7 @@ func Compute(in Input) State {
 	if in.Config != nil {
 		ads = in.Config.L2Advertisements
 	}
-	groups, ignored := GroupIPs(in.Config, in.Services, ads, ReasonNoAdvertisement, ReasonServiceNotSelected)
+	groups, ignored := view.GroupIPs(in.Config, in.Services, ads, ReasonNoAdvertisement, ReasonServiceNotSelected)
 	st.Ignored = ignored
 
 	nodes, localLabels, localKnown := electionNodes(in)
@@ -240,7 +159,7 @@ func Compute(in Input) State {
 	if in.Isolated {
 		apiNodes = assumeAlive(nodes, in)
 	}
-	perService := map[ServiceRef]*Announcement{}
+	perService := map[view.ServiceRef]*view.Announcement{}
 	for a, g := range groups {
 		ip := IP{Addr: a, Pool: g.Pool}
 		eip := election.IP{Addr: a, Advertisements: g.Ads}
@@ -250,7 +169,7 @@ func Compute(in Input) State {
 				Local: s.Local, ReadyNodes: s.ReadyNodes, ServingTerminatingNodes: s.ServingTerminatingNodes,
 			})
 		}
-		slices.SortFunc(ip.Services, ServiceRef.compare)
+		slices.SortFunc(ip.Services, view.ServiceRef.Compare)
 		for _, ad := range g.Ads {
 			ip.Advertisements = append(ip.Advertisements, ad.Name)
 		}
@@ -276,7 +195,7 @@ func Compute(in Input) State {
 			for _, ref := range ip.Services {
 				an := perService[ref]
 				if an == nil {
-					an = &Announcement{Service: ref, Node: in.Local.Name, Protocol: Protocol}
+					an = &view.Announcement{Service: ref, Node: in.Local.Name, Protocol: Protocol}
 					perService[ref] = an
 				}
 				an.IPs = append(an.IPs, a)
@@ -292,127 +211,11 @@ func Compute(in Input) State {
 		an.Interfaces = slices.Compact(an.Interfaces)
 		st.Announcements = append(st.Announcements, *an)
 	}
-	slices.SortFunc(st.Announcements, func(a, b Announcement) int { return a.Service.compare(b.Service) })
-	slices.SortStableFunc(st.Ignored, func(a, b Ignored) int {
-		return cmp.Or(a.Service.compare(b.Service), a.Addr.Compare(b.Addr))
+	slices.SortFunc(st.Announcements, func(a, b view.Announcement) int { return a.Service.Compare(b.Service) })
+	slices.SortStableFunc(st.Ignored, func(a, b view.Ignored) int {
+		return cmp.Or(a.Service.Compare(b.Service), a.Addr.Compare(b.Addr))
 	})
 	return st
-}
-
-// Group is one address with the Services sharing it and the
-// advertisements (of one protocol) covering it for them.
-type Group[A comparable] struct {
-	Pool     string
-	Services []Service
-	Ads      []A
-}
-
-// GroupIPs groups the Services' addresses that may be announced, by
-// address. An address may be announced when it is valid, inside a
-// configured pool, assigned from that pool by herald (the annotation)
-// and covered by one of ads (the protocol's advertisements) selecting
-// its Service. Every Service or address left out is in ignored with the
-// reason, noAd and notSelected being the protocol's wording of the last
-// two.
-func GroupIPs[A config.Advertisement](cfg *config.Config, svcs []Service, ads []A, noAd, notSelected string) (map[netip.Addr]*Group[A], []Ignored) {
-	groups := map[netip.Addr]*Group[A]{}
-	var ignored []Ignored
-	seen := map[ServiceRef]bool{}
-	ignore := func(s Service, a netip.Addr, reason, detail string) {
-		ignored = append(ignored, Ignored{Service: s.Ref(), Addr: a, Reason: reason, Detail: detail})
-	}
-	for _, s := range svcs {
-		if seen[s.Ref()] {
-			ignore(s, netip.Addr{}, ReasonDuplicateService, "")
-			continue
-		}
-		seen[s.Ref()] = true
-		if len(s.IPs) == 0 {
-			ignore(s, netip.Addr{}, ReasonNoIP, "")
-			continue
-		}
-		done := map[netip.Addr]bool{}
-		for _, a := range s.IPs {
-			a = a.Unmap()
-			if done[a] {
-				continue
-			}
-			done[a] = true
-			if !a.IsValid() {
-				ignore(s, a, ReasonInvalidIP, "")
-				continue
-			}
-			if cfg == nil {
-				ignore(s, a, ReasonNoConfig, "")
-				continue
-			}
-			pool := PoolFor(cfg, a)
-			switch {
-			case pool == nil:
-				ignore(s, a, ReasonOutsidePools, "")
-				continue
-			case s.Pool == "":
-				ignore(s, a, ReasonNotAllocated, "the IP is in pool "+pool.Name)
-				continue
-			case s.Pool != pool.Name:
-				ignore(s, a, ReasonPoolMismatch, fmt.Sprintf("the IP is in pool %s, the annotation says %s", pool.Name, s.Pool))
-				continue
-			}
-			ads, covered := selecting(ads, pool.Name, s.Labels)
-			if len(ads) == 0 {
-				if covered {
-					ignore(s, a, notSelected, "pool "+pool.Name)
-				} else {
-					ignore(s, a, noAd, "pool "+pool.Name)
-				}
-				continue
-			}
-			g := groups[a]
-			if g == nil {
-				g = &Group[A]{Pool: pool.Name}
-				groups[a] = g
-			}
-			g.Services = append(g.Services, s)
-			for _, ad := range ads {
-				if !slices.Contains(g.Ads, ad) {
-					g.Ads = append(g.Ads, ad)
-				}
-			}
-		}
-	}
-	return groups, ignored
-}
-
-// PoolFor finds the pool holding a, by name order so that even a
-// hand-built configuration with overlapping pools gives one answer.
-func PoolFor(c *config.Config, a netip.Addr) *config.Pool {
-	for _, n := range c.PoolNames() {
-		if p := c.Pools[n]; p != nil && p.Contains(a) {
-			return p
-		}
-	}
-	return nil
-}
-
-// selecting returns the advertisements announcing pool for a Service
-// with these labels, and whether any of them covers the pool at all (to
-// tell the two reasons apart).
-func selecting[A config.Advertisement](ads []A, pool string, labels map[string]string) (out []A, poolCovered bool) {
-	var none A
-	for _, ad := range ads {
-		if ad == none {
-			continue
-		}
-		pools, services := ad.Scope()
-		if !slices.Contains(pools, pool) {
-			continue
-		}
-		poolCovered = true
-		if services.MatchesOrEmpty(labels) {
-			out = append(out, ad)
-		}
-	}
-	return out, poolCovered
 }
 
 // electionNodes joins the Nodes with the members: a Node without a member

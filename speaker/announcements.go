@@ -24,7 +24,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/herald-lb/herald/config/v1beta1"
-	"github.com/herald-lb/herald/speaker/announce"
+	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 // Labels and the annotation on ServiceAnnouncements. The node is an
@@ -43,21 +44,21 @@ var AnnouncementGVR = v1beta1.GroupVersion.WithResource("serviceannouncements")
 // AnnouncementName names the layer-2 ServiceAnnouncement of a Service
 // announced by a node: readable (service and node, shortened) and
 // collision-free across namespaces and nodes (a hash of all three).
-func AnnouncementName(svc announce.ServiceRef, node string) string {
+func AnnouncementName(svc view.ServiceRef, node string) string {
 	return announcementName(svc, node, "")
 }
 
 // AnnouncementNameOf names the ServiceAnnouncement of a: layer-2 ones as
 // AnnouncementName, others with the protocol in the name and the hash,
 // since a node may announce one Service both ways.
-func AnnouncementNameOf(a announce.Announcement) string {
-	if a.Protocol == announce.Protocol {
+func AnnouncementNameOf(a view.Announcement) string {
+	if a.Protocol == l2plan.Protocol {
 		return AnnouncementName(a.Service, a.Node)
 	}
 	return announcementName(a.Service, a.Node, a.Protocol)
 }
 
-func announcementName(svc announce.ServiceRef, node, protocol string) string {
+func announcementName(svc view.ServiceRef, node, protocol string) string {
 	key := svc.Namespace + "/" + svc.Name + "/" + node
 	if protocol != "" {
 		key += "/" + protocol
@@ -89,26 +90,26 @@ type AnnouncementWriter struct {
 	lister   cache.GenericLister
 	// owner returns the Service's UID when it is in ns (owner
 	// references cannot cross namespaces), "" otherwise.
-	owner func(announce.ServiceRef) types.UID
+	owner func(view.ServiceRef) types.UID
 	log   *slog.Logger
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	mu      sync.Mutex
-	desired map[string]announce.Announcement
+	desired map[string]view.Announcement
 	sweep   map[string]bool
 }
 
 // NewAnnouncementWriter writes into namespace ns through dyn, reading the
 // current objects from inf (an informer on ServiceAnnouncements in ns).
 func NewAnnouncementWriter(node, ns string, dyn dynamic.Interface, inf cache.SharedIndexInformer,
-	owner func(announce.ServiceRef) types.UID, log *slog.Logger) *AnnouncementWriter {
+	owner func(view.ServiceRef) types.UID, log *slog.Logger) *AnnouncementWriter {
 	w := &AnnouncementWriter{
 		node: node, ns: ns,
 		res:     dyn.Resource(AnnouncementGVR).Namespace(ns),
 		lister:  cache.NewGenericLister(inf.GetIndexer(), AnnouncementGVR.GroupResource()),
 		owner:   owner,
 		log:     log,
-		desired: map[string]announce.Announcement{},
+		desired: map[string]view.Announcement{},
 		sweep:   map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
@@ -141,8 +142,8 @@ func (w *AnnouncementWriter) objectChanged(obj any) {
 }
 
 // Set implements StatusSink.
-func (w *AnnouncementWriter) Set(anns []announce.Announcement) {
-	want := map[string]announce.Announcement{}
+func (w *AnnouncementWriter) Set(anns []view.Announcement) {
+	want := map[string]view.Announcement{}
 	for _, a := range anns {
 		want[AnnouncementNameOf(a)] = a
 	}
@@ -336,7 +337,7 @@ func (w *AnnouncementWriter) current(name string) (*unstructured.Unstructured, e
 	return u, nil
 }
 
-func desiredStatus(a announce.Announcement) v1beta1.ServiceAnnouncementStatus {
+func desiredStatus(a view.Announcement) v1beta1.ServiceAnnouncementStatus {
 	st := v1beta1.ServiceAnnouncementStatus{
 		Service:    v1beta1.ServiceReference{Namespace: a.Service.Namespace, Name: a.Service.Name},
 		Node:       a.Node,
@@ -355,7 +356,7 @@ func sameStatus(a, b v1beta1.ServiceAnnouncementStatus) bool {
 		slices.Equal(a.IPs, b.IPs) && slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers)
 }
 
-func sameAnnouncement(a, b announce.Announcement) bool {
+func sameAnnouncement(a, b view.Announcement) bool {
 	return a.Service == b.Service && a.Node == b.Node && a.Protocol == b.Protocol &&
 		slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers) && slices.Equal(a.IPs, b.IPs)
 }

@@ -1,4 +1,4 @@
-// Package advertise decides, as a pure function, what one node advertises
+// Package plan decides, as a pure function, what one node advertises
 // over BGP: the sessions it opens (the BGPPeers selecting it) and, per
 // session, the prefixes with their attributes (from the BGPAdvertisements
 // covering each LoadBalancer IP this node may serve).
@@ -14,7 +14,7 @@
 //
 // The package does no I/O; speaker/bgp applies Plans to the embedded BGP
 // implementation.
-package advertise
+package plan
 
 import (
 	"cmp"
@@ -24,8 +24,8 @@ import (
 	"strings"
 
 	"github.com/herald-lb/herald/config"
-	"github.com/herald-lb/herald/speaker/announce"
-	"github.com/herald-lb/herald/speaker/election"
+	"github.com/herald-lb/herald/speaker/layer2/election"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 // Protocol is the ServiceAnnouncement protocol of BGP advertisements.
@@ -34,13 +34,13 @@ const Protocol = "bgp"
 // Input is everything Compute reads.
 type Input struct {
 	Config   *config.Config
-	Services []announce.Service
-	Nodes    []announce.Node
+	Services []view.Service
+	Nodes    []view.Node
 	// Node is this node's name; NodeIPs its addresses (InternalIPs), the
 	// default router ID being the first IPv4 one.
 	Node    string
 	NodeIPs []netip.Addr
-	Options announce.Options
+	Options view.Options
 }
 
 // Route is one prefix advertised to one peer, with its attributes.
@@ -82,7 +82,7 @@ func (s Session) Name() string { return s.Peer.Name }
 type IP struct {
 	Addr     netip.Addr
 	Pool     string
-	Services []announce.ServiceRef
+	Services []view.ServiceRef
 	// Advertisements are the BGPAdvertisements covering the IP for its
 	// Services, sorted.
 	Advertisements []string
@@ -106,9 +106,9 @@ type Plan struct {
 	Sessions []Session
 	IPs      []IP
 	// Ignored are Services and IPs left out before deciding, and why.
-	Ignored []announce.Ignored
+	Ignored []view.Ignored
 	// Announcements are this node's ServiceAnnouncements, by Service.
-	Announcements []announce.Announcement
+	Announcements []view.Announcement
 	// Problems are configuration this node cannot honour; they name the
 	// object and field.
 	Problems []string
@@ -150,7 +150,7 @@ const (
 // Compute decides what this node advertises.
 func Compute(in Input) Plan {
 	p := Plan{Node: in.Node}
-	var node *announce.Node
+	var node *view.Node
 	for i := range in.Nodes {
 		if in.Nodes[i].Name == in.Node {
 			node = &in.Nodes[i]
@@ -167,13 +167,13 @@ func Compute(in Input) Plan {
 	if in.Config != nil {
 		ads = in.Config.BGPAdvertisements
 	}
-	groups, ignored := announce.GroupIPs(in.Config, in.Services, ads, ReasonNoAdvertisement, ReasonServiceNotSelected)
+	groups, ignored := view.GroupIPs(in.Config, in.Services, ads, ReasonNoAdvertisement, ReasonServiceNotSelected)
 	p.Ignored = ignored
 
 	// routes[peer][prefix] accumulates the attributes of every
 	// advertisement sending the prefix to the peer.
 	routes := map[string]map[netip.Prefix]*Route{}
-	perService := map[announce.ServiceRef]*announce.Announcement{}
+	perService := map[view.ServiceRef]*view.Announcement{}
 	nodeWhy := nodeIneligible(node, in.Options)
 	for a, g := range groups {
 		ip := IP{Addr: a, Pool: g.Pool}
@@ -224,7 +224,7 @@ func Compute(in Input) Plan {
 			for _, ref := range ip.Services {
 				an := perService[ref]
 				if an == nil {
-					an = &announce.Announcement{Service: ref, Node: in.Node, Protocol: Protocol}
+					an = &view.Announcement{Service: ref, Node: in.Node, Protocol: Protocol}
 					perService[ref] = an
 				}
 				an.IPs = append(an.IPs, a)
@@ -247,8 +247,8 @@ func Compute(in Input) Plan {
 		an.Peers = slices.Compact(an.Peers)
 		p.Announcements = append(p.Announcements, *an)
 	}
-	slices.SortFunc(p.Announcements, func(a, b announce.Announcement) int { return compareRefs(a.Service, b.Service) })
-	slices.SortStableFunc(p.Ignored, func(a, b announce.Ignored) int {
+	slices.SortFunc(p.Announcements, func(a, b view.Announcement) int { return compareRefs(a.Service, b.Service) })
+	slices.SortStableFunc(p.Ignored, func(a, b view.Ignored) int {
 		return cmp.Or(compareRefs(a.Service, b.Service), a.Addr.Compare(b.Addr))
 	})
 	return p
@@ -348,7 +348,7 @@ func addRoute(routes map[string]map[netip.Prefix]*Route, sess Session, a netip.A
 }
 
 // nodeIneligible says why this node advertises nothing, "" when it may.
-func nodeIneligible(n *announce.Node, opts announce.Options) string {
+func nodeIneligible(n *view.Node, opts view.Options) string {
 	switch {
 	case n == nil:
 		return ReasonNodeUnknown
@@ -363,7 +363,7 @@ func nodeIneligible(n *announce.Node, opts announce.Options) string {
 
 // serviceIneligible says why the Services sharing an IP cannot be served
 // from node: none has a serving endpoint, or a Local one has none here.
-func serviceIneligible(svcs []announce.Service, node string) string {
+func serviceIneligible(svcs []view.Service, node string) string {
 	serving := false
 	for _, s := range svcs {
 		if len(s.ReadyNodes) > 0 || len(s.ServingTerminatingNodes) > 0 {
@@ -386,7 +386,7 @@ func serviceIneligible(svcs []announce.Service, node string) string {
 	return ""
 }
 
-func compareRefs(a, b announce.ServiceRef) int {
+func compareRefs(a, b view.ServiceRef) int {
 	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 }
 

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/herald-lb/herald/config/v1beta1"
-	"github.com/herald-lb/herald/speaker/announce"
+	"github.com/herald-lb/herald/speaker/view"
 )
 
 func TestAnnouncementName(t *testing.T) {
@@ -34,7 +34,7 @@ func TestAnnouncementName(t *testing.T) {
 		{strings.Repeat("n", 63), strings.Repeat("s", 63), strings.Repeat("a.b-", 60)},
 		{"shop", "web", "node-1.example.com"},
 	} {
-		n := AnnouncementName(announce.ServiceRef{Namespace: c.ns, Name: c.name}, c.node)
+		n := AnnouncementName(view.ServiceRef{Namespace: c.ns, Name: c.name}, c.node)
 		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 || len(n) > 63 {
 			t.Errorf("%v: %q is not a short valid name: %v", c, n, errs)
 		}
@@ -43,16 +43,16 @@ func TestAnnouncementName(t *testing.T) {
 		}
 		seen[n] = true
 	}
-	if n := AnnouncementName(announce.ServiceRef{Namespace: "shop", Name: "web"}, "node1"); !strings.HasPrefix(n, "web-node1-") {
+	if n := AnnouncementName(view.ServiceRef{Namespace: "shop", Name: "web"}, "node1"); !strings.HasPrefix(n, "web-node1-") {
 		t.Errorf("name %q does not read as service and node", n)
 	}
 }
 
 // A node announcing one Service both ways has two ServiceAnnouncements.
 func TestAnnouncementNameOfProtocols(t *testing.T) {
-	ref := announce.ServiceRef{Namespace: "shop", Name: strings.Repeat("w", 63)}
-	l2 := AnnouncementNameOf(announce.Announcement{Service: ref, Node: "node1", Protocol: "layer2"})
-	bgp := AnnouncementNameOf(announce.Announcement{Service: ref, Node: "node1", Protocol: "bgp"})
+	ref := view.ServiceRef{Namespace: "shop", Name: strings.Repeat("w", 63)}
+	l2 := AnnouncementNameOf(view.Announcement{Service: ref, Node: "node1", Protocol: "layer2"})
+	bgp := AnnouncementNameOf(view.Announcement{Service: ref, Node: "node1", Protocol: "bgp"})
 	if l2 != AnnouncementName(ref, "node1") {
 		t.Errorf("layer-2 name %q changed", l2)
 	}
@@ -80,7 +80,7 @@ func newWriterEnv(t *testing.T, node string, uids map[string]types.UID) *writerE
 		map[schema.GroupVersionResource]string{AnnouncementGVR: "ServiceAnnouncementList"})
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, "herald-system", nil)
 	inf := f.ForResource(AnnouncementGVR).Informer()
-	owner := func(r announce.ServiceRef) types.UID { return uids[r.Namespace+"/"+r.Name] }
+	owner := func(r view.ServiceRef) types.UID { return uids[r.Namespace+"/"+r.Name] }
 	w := NewAnnouncementWriter(node, "herald-system", dyn, inf, owner, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	f.Start(ctx.Done())
 	cache.WaitForCacheSync(ctx.Done(), inf.HasSynced)
@@ -120,8 +120,8 @@ func (e *writerEnv) wait(what string, cond func(map[string]v1beta1.ServiceAnnoun
 	}
 }
 
-func ann(ns, name, node string, ips ...string) announce.Announcement {
-	a := announce.Announcement{Service: announce.ServiceRef{Namespace: ns, Name: name}, Node: node, Protocol: "layer2", Interfaces: []string{"eth0"}}
+func ann(ns, name, node string, ips ...string) view.Announcement {
+	a := view.Announcement{Service: view.ServiceRef{Namespace: ns, Name: name}, Node: node, Protocol: "layer2", Interfaces: []string{"eth0"}}
 	for _, ip := range ips {
 		a.IPs = append(a.IPs, netip.MustParseAddr(ip))
 	}
@@ -130,12 +130,12 @@ func ann(ns, name, node string, ips ...string) announce.Announcement {
 
 func TestAnnouncementWriter(t *testing.T) {
 	e := newWriterEnv(t, "node1", map[string]types.UID{"herald-system/dns": "uid-dns"})
-	e.w.Set([]announce.Announcement{
+	e.w.Set([]view.Announcement{
 		ann("shop", "web", "node1", "198.51.100.200", "2001:db8:0:1::200"),
 		ann("herald-system", "dns", "node1", "198.51.100.201"),
 	})
-	webName := AnnouncementName(announce.ServiceRef{Namespace: "shop", Name: "web"}, "node1")
-	dnsName := AnnouncementName(announce.ServiceRef{Namespace: "herald-system", Name: "dns"}, "node1")
+	webName := AnnouncementName(view.ServiceRef{Namespace: "shop", Name: "web"}, "node1")
+	dnsName := AnnouncementName(view.ServiceRef{Namespace: "herald-system", Name: "dns"}, "node1")
 	got := e.wait("two announcements with status", func(m map[string]v1beta1.ServiceAnnouncement) bool {
 		return len(m) == 2 && m[webName].Status.Node == "node1" && m[dnsName].Status.Node == "node1"
 	})
@@ -155,7 +155,7 @@ func TestAnnouncementWriter(t *testing.T) {
 	}
 
 	// An update rewrites the status; someone deleting ours gets it back.
-	e.w.Set([]announce.Announcement{ann("shop", "web", "node1", "198.51.100.200"), ann("herald-system", "dns", "node1", "198.51.100.201")})
+	e.w.Set([]view.Announcement{ann("shop", "web", "node1", "198.51.100.200"), ann("herald-system", "dns", "node1", "198.51.100.201")})
 	e.wait("web with one IP", func(m map[string]v1beta1.ServiceAnnouncement) bool {
 		return len(m[webName].Status.IPs) == 1
 	})
@@ -174,7 +174,7 @@ func TestAnnouncementWriter(t *testing.T) {
 	if _, err := e.dyn.Resource(AnnouncementGVR).Namespace("herald-system").Create(e.ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.w.Set([]announce.Announcement{ann("shop", "web", "node1", "198.51.100.200")})
+	e.w.Set([]view.Announcement{ann("shop", "web", "node1", "198.51.100.200")})
 	e.wait("dns deleted, node2's kept", func(m map[string]v1beta1.ServiceAnnouncement) bool {
 		_, dns := m[dnsName]
 		_, o := m["web-node2-x"]
