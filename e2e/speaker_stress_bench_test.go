@@ -52,7 +52,9 @@ import (
 // Printed per load: how busy the CPUs were, the speakers' CPU use,
 // the cgroups' throttling, election changes (the most any speaker
 // counted), members declared dead and suspicions raised and refuted
-// (memberlist's log lines in the speakers' logs), the lowest member
+// (memberlist's log lines in the speakers' logs), how often a speaker
+// started recovering (declared dead and back: it then leaves its
+// addresses with the others for --recovery-hold), the lowest member
 // count sampled every 250 ms, the MACs the client's neighbor entry for
 // the VIP went through (sampled every 100 ms), failed requests and the
 // longest gap between two answered requests. Nothing is asserted: run
@@ -123,6 +125,7 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 		throttle              string
 		changes               float64
 		dead, suspect, refute int
+		recovering            int // times a speaker started recovering
 		minMembers            int
 		macs                  []string
 		sent, failed          int
@@ -225,6 +228,8 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 					res.suspect++
 				case strings.Contains(l, `msg="Refuting a`):
 					res.refute++
+				case strings.Contains(l, `msg="recovering:`):
+					res.recovering++
 				default:
 					counted = strings.Contains(l, `msg="Marking `)
 				}
@@ -235,8 +240,8 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 		}
 		results = append(results, res)
 		post, _ := s.announcersOf("default", name, ip)
-		t.Logf("%s load for %s: CPUs %.0f%% busy, speakers %.1f%% of a CPU; %s; election changes %v; members dead %d, suspicions %d, refuted %d; lowest member count %d of %d; client's MACs for %s %v; %d requests, %d failed, longest gap %s; announcer %s before, %v after",
-			load, dur, 100*res.busy, 100*res.speakerCPU, throttle, delta, res.dead, res.suspect, res.refute, minMembers, len(nodes),
+		t.Logf("%s load for %s: CPUs %.0f%% busy, speakers %.1f%% of a CPU; %s; election changes %v; members dead %d, suspicions %d, refuted %d, recovering %d; lowest member count %d of %d; client's MACs for %s %v; %d requests, %d failed, longest gap %s; announcer %s before, %v after",
+			load, dur, 100*res.busy, 100*res.speakerCPU, throttle, delta, res.dead, res.suspect, res.refute, res.recovering, minMembers, len(nodes),
 			ip, macs, res.sent, res.failed, res.maxGap.Round(time.Millisecond), winner, post)
 		if events.Len() > 0 {
 			t.Logf("%s: memberlist failure detection in the speakers' logs:\n%s", load, events.String())
@@ -247,11 +252,11 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "BENCH L2 VIP %s under CPU stress, %d nodes, %d CPUs, %s per load, a new connection every 20 ms (1 s timeout):\n", ip, len(nodes), runtime.NumCPU(), dur)
-	fmt.Fprintf(&b, "  %-15s %5s %8s %8s %5s %7s %8s %8s %6s %9s %7s %8s  %s\n", "load", "busy", "speakers", "election", "dead", "suspect", "refuted", "min", "client", "requests", "failed", "longest", "throttling")
-	fmt.Fprintf(&b, "  %-15s %5s %8s %8s %5s %7s %8s %8s %6s %9s %7s %8s\n", "", "CPUs", "CPU", "changes", "", "", "", "members", "MACs", "", "", "gap")
+	fmt.Fprintf(&b, "  %-15s %5s %8s %8s %5s %7s %8s %10s %8s %6s %9s %7s %8s  %s\n", "load", "busy", "speakers", "election", "dead", "suspect", "refuted", "recovering", "min", "client", "requests", "failed", "longest", "throttling")
+	fmt.Fprintf(&b, "  %-15s %5s %8s %8s %5s %7s %8s %10s %8s %6s %9s %7s %8s\n", "", "CPUs", "CPU", "changes", "", "", "", "", "members", "MACs", "", "", "gap")
 	for _, r := range results {
-		fmt.Fprintf(&b, "  %-15s %4.0f%% %7.1f%% %8v %5d %7d %8d %8d %6d %9d %7d %8s  %s\n", r.load, 100*r.busy, 100*r.speakerCPU, r.changes,
-			r.dead, r.suspect, r.refute, r.minMembers, len(r.macs), r.sent, r.failed, r.maxGap.Round(time.Millisecond), r.throttle)
+		fmt.Fprintf(&b, "  %-15s %4.0f%% %7.1f%% %8v %5d %7d %8d %10d %8d %6d %9d %7d %8s  %s\n", r.load, 100*r.busy, 100*r.speakerCPU, r.changes,
+			r.dead, r.suspect, r.refute, r.recovering, r.minMembers, len(r.macs), r.sent, r.failed, r.maxGap.Round(time.Millisecond), r.throttle)
 	}
 	fmt.Fprintf(&b, "  targets: 0 election changes, 0 members dead, 1 client MAC (no node failed), 0 failed requests\n")
 	fmt.Fprintf(&b, "  speakers CPU: all speakers together, %% of one CPU; client MACs: distinct runs in the client's neighbor entry\n")
