@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/herald-lb/herald/internal/listen"
+	"github.com/herald-lb/herald/proxy/iptables"
 )
 
 // EnvClusterCIDR is the environment variable --cluster-cidr defaults to,
@@ -38,6 +39,9 @@ type Options struct {
 	// HealthzBindAddress serves /healthz and /livez; MetricsBindAddress
 	// /metrics and /proxyMode.
 	HealthzBindAddress, MetricsBindAddress string
+	// IPTablesBackend is auto (detect, like kube-proxy's image), nft or
+	// legacy.
+	IPTablesBackend iptables.Mode
 	// Cleanup removes herald's rules and exits.
 	Cleanup bool
 	QPS     float64
@@ -53,6 +57,7 @@ func DefaultOptions() Options {
 	return Options{
 		NodeName:           strings.ToLower(strings.TrimSpace(name)),
 		MasqueradeBit:      14,
+		IPTablesBackend:    iptables.ModeAuto,
 		MinSyncPeriod:      time.Second,
 		SyncPeriod:         30 * time.Second,
 		FullSyncPeriod:     time.Hour,
@@ -105,6 +110,7 @@ func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) {
 	fs.StringVar(&cidrs, "cluster-cidr", cidrs, "the pods' addresses, one CIDR per family, comma-separated; traffic from outside them to a cluster IP is masqueraded (default: $"+EnvClusterCIDR+", else the Node's spec.podCIDRs)")
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic sent to cluster IPs")
 	fs.IntVar(&o.MasqueradeBit, "iptables-masquerade-bit", o.MasqueradeBit, "the fwmark bit (0-31) that marks packets to masquerade")
+	fs.TextVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "which iptables the rules go through: nft, legacy, or auto (the one the node's rules are in, as kube-proxy's image detects it; plain iptables when only that is installed)")
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", o.MinSyncPeriod, "least time between two syncs of the rules (changes in between are batched)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "most time between two syncs; a periodic sync checks the canary chain and rewrites what changed")
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", o.FullSyncPeriod, "most time between two syncs that rewrite all rules")

@@ -75,7 +75,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	o := p.o
 	if o.Cleanup {
-		return runCleanup(ctx, log)
+		return runCleanup(ctx, o.IPTablesBackend, log)
 	}
 	cl, err := daemon.Connect(o.Kubeconfig, "proxy", o.QPS, o.Burst)
 	if err != nil {
@@ -195,9 +195,13 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 		log.Warn("no Node object with this name: programming Services without the node's addresses", "node", o.NodeName, "waited", nodeWait)
 	}
 
+	mode, err := iptablesMode(ctx, o.IPTablesBackend, log)
+	if err != nil {
+		return err
+	}
 	var fams []Backend
 	for _, f := range Families(node, o.ClusterCIDRs) {
-		r, err := iptables.New(iptables.Family(f))
+		r, err := iptables.NewFor(iptables.Family(f), mode)
 		if err != nil {
 			log.Error("address family left out", "family", f, "err", err)
 			continue
@@ -292,10 +296,14 @@ func conntrackLiberal() bool {
 	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
 
-func runCleanup(ctx context.Context, log *slog.Logger) error {
+func runCleanup(ctx context.Context, backend iptables.Mode, log *slog.Logger) error {
+	mode, err := iptablesMode(ctx, backend, log)
+	if err != nil {
+		return err
+	}
 	var errs []error
 	for _, f := range []rules.Family{rules.IPv4, rules.IPv6} {
-		r, err := iptables.New(iptables.Family(f))
+		r, err := iptables.NewFor(iptables.Family(f), mode)
 		if err != nil {
 			log.Info("cleanup: family skipped", "family", f, "err", err)
 			continue

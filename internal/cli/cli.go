@@ -27,7 +27,7 @@ type command struct {
 
 var commands = map[string]command{
 	"validate": {"check herald YAML offline before kubectl apply", runValidate},
-	"version":  {"print the version", func([]string) int { fmt.Println(version.String()); return 0 }},
+	"version":  {"print the version, git revision and Go version", func([]string) int { fmt.Print(version.Get().Long()); return 0 }},
 	"controller": {"assign LoadBalancer IPs to Services from IPAddressPools",
 		longRunning("controller", controller.ParseFlags, infoLevel[controller.Options], controller.Run)},
 	"proxy": {"iptables service proxy replacing kube-proxy",

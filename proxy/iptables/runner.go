@@ -51,17 +51,21 @@ type Real struct {
 	save    string
 }
 
-// New finds the tools of the family.
-func New(family Family) (*Real, error) {
-	proto, restore, save := goipt.ProtocolIPv4, "iptables-restore", "iptables-save"
+// New finds the plain tools of the family (ModeSystem).
+func New(family Family) (*Real, error) { return NewFor(family, ModeSystem) }
+
+// NewFor finds the tools of the family in one mode (backend.go).
+func NewFor(family Family, mode Mode) (*Real, error) {
+	t := ToolsFor(family, mode)
+	proto := goipt.ProtocolIPv4
 	if family == IPv6 {
-		proto, restore, save = goipt.ProtocolIPv6, "ip6tables-restore", "ip6tables-save"
+		proto = goipt.ProtocolIPv6
 	}
-	ipt, err := goipt.New(goipt.IPFamily(proto), goipt.Timeout(5))
+	ipt, err := goipt.New(goipt.IPFamily(proto), goipt.Timeout(5), goipt.Path(t.IPTables))
 	if err != nil {
-		return nil, fmt.Errorf("iptables (IPv%d): %w", family, err)
+		return nil, fmt.Errorf("%s (IPv%d): %w", t.IPTables, family, err)
 	}
-	return &Real{family: family, ipt: ipt, restore: restore, save: save}, nil
+	return &Real{family: family, ipt: ipt, restore: t.Restore, save: t.Save}, nil
 }
 
 // Restore implements Runner. -w waits for the xtables lock held by
