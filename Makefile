@@ -32,7 +32,7 @@ BIN := $(CURDIR)/bin
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(BIN)/staticcheck
 
-.PHONY: help deps toolchain tools build generate test unit-test e2e-test lab lab-down bench lint fuzz clean
+.PHONY: help deps toolchain tools build generate manifests test unit-test e2e-test lab lab-down bench lint fuzz clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /  make \1\t/' | expand -t 22
@@ -68,6 +68,12 @@ build: toolchain ## build bin/herald
 
 generate: toolchain ## regenerate deepcopy code and CRDs (config/crd/bases) from config/v1beta1
 	$(GO) tool controller-gen object paths=./config/v1beta1/... crd:crdVersions=v1 output:crd:artifacts:config=config/crd/bases
+
+# manifests renders the kustomizations into the plain files kept for
+# `kubectl apply -f` (config/deploy, config/proxy-only), as
+# config/manifests' test checks them.
+manifests: toolchain ## render config/default and the proxy-only overlay into config/deploy and config/proxy-only
+	$(GO) test -count=1 -run '^TestRenderings$$' ./config/manifests -update
 
 test: unit-test ## unit tests, then the e2e suite (root) once e2e/ exists
 	@$(MAKE) e2e-test
