@@ -1,0 +1,112 @@
+{{/*
+The image of every herald container.
+*/}}
+{{- define "herald.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
+{{/*
+Labels of every object. The selectors use only herald.selectorLabels
+(name and component), the same as config/default's, so the two installs
+select their pods alike.
+*/}}
+{{- define "herald.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{ include "herald.selectorLabels" . }}
+{{- end }}
+
+{{- define "herald.selectorLabels" -}}
+app.kubernetes.io/name: herald
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+Labels of a component's pods: the selector's, the release, the user's.
+*/}}
+{{- define "herald.podLabels" -}}
+{{ include "herald.selectorLabels" . }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- with .values.podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether the proxy runs in the speakers' process.
+*/}}
+{{- define "herald.proxyInSpeaker" -}}
+{{- if and .Values.speaker.enabled (eq .Values.proxy.mode "speaker") }}true{{ end }}
+{{- end }}
+
+{{/*
+The proxy's flags, for the speaker or the proxy-only DaemonSet.
+*/}}
+{{- define "herald.proxyArgs" -}}
+- --healthz-bind-address={{ .Values.proxy.healthzBindAddress }}
+- --metrics-bind-address={{ .Values.proxy.metricsBindAddress }}
+{{- range .Values.proxy.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The proxy's health port, from its bind address.
+*/}}
+{{- define "herald.proxyHealthzPort" -}}
+{{ regexFind "[0-9]+$" .Values.proxy.healthzBindAddress }}
+{{- end }}
+
+{{/*
+The proxy's metrics port when Prometheus can reach it (not bound to the
+loopback), else nothing.
+*/}}
+{{- define "herald.proxyMetricsPort" -}}
+{{- $host := regexReplaceAll ":[0-9]+$" .Values.proxy.metricsBindAddress "" -}}
+{{- if not (or (hasPrefix "127." $host) (eq $host "[::1]")) -}}
+{{ regexFind "[0-9]+$" .Values.proxy.metricsBindAddress }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The API server's address for every herald container, when configured.
+*/}}
+{{- define "herald.apiServerEnv" -}}
+{{- if .Values.apiServer.host -}}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ .Values.apiServer.host | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ .Values.apiServer.port | toString | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pod network for the proxy, when configured.
+*/}}
+{{- define "herald.clusterCIDREnv" -}}
+{{- if .Values.proxy.clusterCIDR -}}
+- name: HERALD_CLUSTER_CIDR
+  value: {{ .Values.proxy.clusterCIDR | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Refuse combinations that cannot work, with a message saying why.
+*/}}
+{{- define "herald.validate" -}}
+{{- if and (eq .Values.proxy.mode "speaker") (not .Values.speaker.enabled) }}
+{{- fail "proxy.mode=speaker runs the proxy in the speakers, but speaker.enabled=false: for a proxy-only install set proxy.mode=standalone (and controller.enabled=false)" }}
+{{- end }}
+{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) }}
+{{- fail "metrics.serviceMonitor.enabled=true needs metrics.service.enabled=true: the ServiceMonitor selects those Services" }}
+{{- end }}
+{{- if not (or .Values.controller.enabled .Values.speaker.enabled (eq .Values.proxy.mode "standalone")) }}
+{{- fail "nothing to install: controller, speaker and the standalone proxy are all disabled" }}
+{{- end }}
+{{- end }}
