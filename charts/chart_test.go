@@ -122,12 +122,17 @@ func podSpec(obj any) corev1.PodSpec {
 	return corev1.PodSpec{}
 }
 
-// helmBinary is $HERALD_HELM, checked; the test skips without it.
+// helmBinary is $HERALD_HELM, checked; the test skips without it. A
+// relative path is taken from the repository's root (go test runs in the
+// package's directory), a bare name from PATH.
 func helmBinary(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("HERALD_HELM")
 	if p == "" {
 		t.Skip("HERALD_HELM is not set: the chart's helm tests need Helm; `make chart-test` (part of `make test`) installs the pinned one into bin/ and sets it")
+	}
+	if strings.Contains(p, "/") && !filepath.IsAbs(p) {
+		p = filepath.Join(root, p)
 	}
 	out, err := exec.Command(p, "version", "--short").CombinedOutput()
 	if err != nil {
