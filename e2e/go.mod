@@ -3,6 +3,7 @@ module github.com/herald-lb/herald/e2e
 go 1.26
 
 require (
+	github.com/opencontainers/runtime-spec v1.2.0
 	golang.org/x/sys v0.31.0
 	k8s.io/api v0.34.10
 	k8s.io/apimachinery v0.34.10
@@ -93,7 +94,6 @@ require (
 	github.com/opencontainers/cgroups v0.0.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
-	github.com/opencontainers/runtime-spec v1.2.0 // indirect
 	github.com/opencontainers/selinux v1.11.1 // indirect
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/pkg/errors v0.9.1 // indirect

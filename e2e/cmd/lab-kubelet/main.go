@@ -7,6 +7,9 @@
 //	  --kubeconfig=node1.kubeconfig --state-dir=/tmp/herald-lab/node1 \
 //	  --echoserver=e2e/_cache/lab/bin/echoserver --herald=e2e/_cache/lab/bin/herald
 //
+// With --image-mode it runs herald's pods from podman's local images
+// under runc instead of the --herald binary.
+//
 // `lab-kubelet down --state-dir=DIR` removes what a crashed kubelet left.
 // `lab-kubelet mount-exec --bind SRC:DST... -- PROGRAM ARGS` is what the
 // kubelet runs inside a container's mount namespace to mount its volumes.

@@ -109,7 +109,7 @@ func (c *container) run() {
 			return
 		}
 		pod := w.currentPod()
-		program, args, env, err := w.prepare(c.ctx, pod, &c.spec)
+		l, err := w.prepare(c.ctx, pod, &c.spec)
 		if err != nil {
 			var ce *containerError
 			if !errors.As(err, &ce) {
@@ -118,8 +118,8 @@ func (c *container) run() {
 			c.setWaiting(ce.Reason, ce.Message)
 			w.event(v1.EventTypeWarning, "Failed", "Error: %s", ce.Message)
 			w.k.logf("pod %s: container %s cannot start: %s", w.key, c.spec.Name, ce)
-			if ce.Reason == ReasonErrImagePull {
-				<-c.ctx.Done() // the set of images never changes
+			if ce.Reason == ReasonErrImagePull && !w.k.usesImage(c.spec.Image) {
+				<-c.ctx.Done() // the set of known images never changes
 				return
 			}
 			if !c.sleep(backoff) {
@@ -135,7 +135,7 @@ func (c *container) run() {
 			return
 		}
 		logPath := filepath.Join(w.logDir, c.spec.Name+".log")
-		p, err := startProcess(c.spec.Name, w.sandbox.netns, program, args, env, w.logDir, logPath)
+		p, err := w.start(c.spec.Name, l, logPath)
 		if err != nil {
 			c.mu.Unlock()
 			c.setWaiting("RunContainerError", err.Error())
@@ -156,11 +156,11 @@ func (c *container) run() {
 		}
 		c.status.Ready = rp == nil
 		c.status.ContainerID = fmt.Sprintf("lab://%s/%d", w.sandbox.netns, p.rec.PID)
-		c.status.ImageID = "lab://" + string(KnownImages[c.spec.Image])
+		c.status.ImageID = l.imageID
 		c.mu.Unlock()
 		w.k.recordProcess(w.uid, c.spec.Name, &p.rec)
 		w.event(v1.EventTypeNormal, "Started", "Started container %s (pid %d)", c.spec.Name, p.rec.PID)
-		w.k.logf("pod %s: container %s started: pid %d: %s %v", w.key, c.spec.Name, p.rec.PID, program, args)
+		w.k.logf("pod %s: container %s started: pid %d: %s", w.key, c.spec.Name, p.rec.PID, l.describe())
 		w.poke()
 
 		probeCtx, stopProbe := context.WithCancel(c.ctx)

@@ -27,11 +27,15 @@
 // The admin credential would work too, but would hide the permission
 // problems a real node has.
 //
+// In image mode (Config.ImageMode) it runs every image but the echo
+// server's from podman's local storage under runc instead, with the
+// pod's securityContext and volumes (imagemode.go, runc.go).
+//
 // Everything it creates is recorded in a state file first, so Down can
 // remove it after a crash. It does not do volumes, init containers, exec
 // or gRPC probes, liveness or startup probes, resource limits, logs or
-// exec through the API (no kubelet API server), or images beyond
-// KnownImages; a pod asking for an unknown image stays Pending with its
+// exec through the API (no kubelet API server), or, in binary mode,
+// images beyond KnownImages; a pod asking for an unknown image stays Pending with its
 // container Waiting in ErrImagePull, with a message that says why.
 package kubelet
 
@@ -43,6 +47,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -108,6 +113,12 @@ type Config struct {
 	// every API connection is opened inside NodeNetns, so the kubelet's
 	// traffic crosses the lab's LAN like a real node's.
 	APIFromHost bool
+	// ImageMode runs images from podman's local storage under runc
+	// instead of the host's programs (see usesImage); ImageDir caches
+	// their unpacked filesystems, shared by the lab's kubelets (default
+	// <StateDir>/images).
+	ImageMode bool
+	ImageDir  string
 	// HeartbeatInterval defaults to 10s; MaxPods to 110.
 	HeartbeatInterval time.Duration
 	MaxPods           int
@@ -167,6 +178,9 @@ func (c *Config) validate() error {
 	if c.Log == nil {
 		c.Log = os.Stderr
 	}
+	if c.ImageDir == "" {
+		c.ImageDir = filepath.Join(c.StateDir, "images")
+	}
 	return nil
 }
 
@@ -190,6 +204,13 @@ type Kubelet struct {
 	// self is this program, which makes containers' volume mounts
 	// (MountExecCommand).
 	self string
+
+	// Image mode: the runtime, the images, the capabilities the kubelet
+	// may hand out, and a counter naming runc's containers.
+	runtime   ociRuntime
+	images    imageStore
+	available []string
+	runs      uint64
 }
 
 func (k *Kubelet) logf(format string, args ...any) {
@@ -221,6 +242,11 @@ func Run(ctx context.Context, cfg Config) error {
 	var err error
 	if k.self, err = os.Executable(); err != nil {
 		return fmt.Errorf("kubelet: own path: %w", err)
+	}
+	if cfg.ImageMode {
+		if err := k.setupImageMode(); err != nil {
+			return err
+		}
 	}
 	if err := Down(cfg.StateDir, DownOptions{Log: cfg.Log, KeepLogs: true}); err != nil {
 		return fmt.Errorf("kubelet: removing what an earlier kubelet left: %w", err)

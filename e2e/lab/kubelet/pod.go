@@ -342,24 +342,27 @@ func (w *podWorker) syncStatus(ctx context.Context, pod *v1.Pod, terminating boo
 	return err
 }
 
-// prepare computes what runs for container c of pod: program, arguments
-// and environment.
-func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (string, []string, []string, error) {
-	hostIP := w.k.cfg.NodeIP.String()
-	env, err := containerEnv(ctx, envInput{
+// prepare computes how container c of pod runs: a program with its
+// arguments and environment, or in image mode a container under runc.
+func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (*launch, error) {
+	in := envInput{
 		pod:           pod,
 		podIP:         w.podIP(),
-		hostIP:        hostIP,
+		hostIP:        w.k.cfg.NodeIP.String(),
 		nodeResources: w.k.allocatable(),
 		serviceEnv:    w.k.serviceEnv(ctx),
 		getter:        w.k,
-	}, c)
+	}
+	if w.k.usesImage(c.Image) {
+		return w.prepareImage(ctx, pod, c, in)
+	}
+	env, err := containerEnv(ctx, in, c)
 	if err != nil {
-		return "", nil, nil, err
+		return nil, err
 	}
 	program, args, err := w.k.cfg.Programs.command(c, env.vals)
 	if err != nil {
-		return "", nil, nil, err
+		return nil, err
 	}
 	// The container's capabilities, applied to the program itself (after
 	// the mounts below, which need more): a capability the manifest lacks
@@ -367,9 +370,9 @@ func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (
 	if caps, all := capabilities(c.SecurityContext); !all {
 		program, args = withCapabilities(caps, program, args)
 	}
-	binds, warnings, err := w.volumes(pod).binds(ctx, c)
+	binds, warnings, err := w.volumes(pod).binds(ctx, c, false)
 	if err != nil {
-		return "", nil, nil, err
+		return nil, err
 	}
 	for _, warn := range warnings {
 		w.event(v1.EventTypeWarning, "FailedMount", "%s", warn)
@@ -381,7 +384,7 @@ func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (
 		args = mountExecArgs(binds, program, args)
 		program = w.k.self
 	}
-	return program, args, env.list(), nil
+	return &launch{program: program, args: args, env: env.list(), imageID: "lab://" + string(KnownImages[c.Image])}, nil
 }
 
 func (w *podWorker) volumes(pod *v1.Pod) volumeWriter {

@@ -35,41 +35,45 @@ type process struct {
 	finishedAt time.Time
 	exitCode   int32
 	signal     syscall.Signal
+
+	// runcID is set in image mode: cmd is then `runc run` of that
+	// container and rec the container's first process.
+	runcID string
 }
 
 // startProcess starts program in the named network namespace with output
 // appended to logPath.
 func startProcess(name, netnsName, program string, args, env []string, dir, logPath string) (*process, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", netnsName, program}, args...)...)
+	cmd.Env = env
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	p, err := runCmd(cmd, logPath, fmt.Sprintf("starting %s %s (netns %s)", program, strings.Join(args, " "), netnsName), nil)
+	if err != nil {
+		return nil, err
+	}
+	p.rec = proc.Record{Name: name, PID: cmd.Process.Pid, Path: program, Args: args, LogPath: logPath}
+	if st, err := startTime(p.rec.PID); err == nil {
+		p.rec.StartTime = st
+	}
+	return p, nil
+}
+
+// runCmd starts cmd with its output appended to logPath, after a header
+// line, and waits for it in the background: p.exited is closed once it
+// has exited and afterExit (if any) has run. The caller fills p.rec.
+func runCmd(cmd *exec.Cmd, logPath, header string, afterExit func()) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	fmt.Fprintf(logf, "=== %s: starting %s %s (netns %s)\n", time.Now().Format(time.RFC3339Nano), program, strings.Join(args, " "), netnsName)
-
-	cmd := exec.Command("ip", append([]string{"netns", "exec", netnsName, program}, args...)...)
-	cmd.Env = env
-	cmd.Dir = dir
+	fmt.Fprintf(logf, "=== %s: %s\n", time.Now().Format(time.RFC3339Nano), header)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &process{
-		cmd:       cmd,
-		exited:    make(chan struct{}),
-		startedAt: time.Now(),
-		rec: proc.Record{
-			Name:    name,
-			PID:     cmd.Process.Pid,
-			Path:    program,
-			Args:    args,
-			LogPath: logPath,
-		},
-	}
-	if st, err := startTime(p.rec.PID); err == nil {
-		p.rec.StartTime = st
-	}
+	p := &process{cmd: cmd, exited: make(chan struct{}), startedAt: time.Now()}
 	go func() {
 		_ = cmd.Wait()
 		p.finishedAt = time.Now()
@@ -81,6 +85,9 @@ func startProcess(name, netnsName, program string, args, env []string, dir, logP
 			default:
 				p.exitCode = int32(ws.ExitStatus())
 			}
+		}
+		if afterExit != nil {
+			afterExit()
 		}
 		if lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 			fmt.Fprintf(lf, "=== %s: exited: %s\n", p.finishedAt.Format(time.RFC3339Nano), cmd.ProcessState)
@@ -96,6 +103,9 @@ func startProcess(name, netnsName, program string, args, env []string, dir, logP
 // teardown would. Until the kubelet has reaped the program, its PID (and
 // so the group's ID) cannot belong to anyone else.
 func (p *process) signalProcess(sig syscall.Signal) error {
+	if p.runcID != "" {
+		return p.signalContainer(sig)
+	}
 	pid := p.rec.PID
 	if sig == syscall.SIGKILL {
 		pid = -pid

@@ -82,6 +82,9 @@ func (c Config) Args() []string {
 	if c.MaxPods > 0 {
 		args = append(args, "--max-pods="+strconv.Itoa(c.MaxPods))
 	}
+	if c.ImageMode {
+		args = append(args, "--image-mode", "--image-dir="+c.ImageDir)
+	}
 	return args
 }
 
@@ -123,6 +126,8 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.BoolVar(&c.APIFromHost, "api-from-host", false, "reach the API server from the kubelet's own namespace, not the node's")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", DefaultHeartbeatInterval, "Lease and node status renewal interval")
 	fs.IntVar(&c.MaxPods, "max-pods", DefaultMaxPods, "pods capacity")
+	fs.BoolVar(&c.ImageMode, "image-mode", false, "run images (all but the echo server's) from podman's local storage under runc instead of the host's binaries")
+	fs.StringVar(&c.ImageDir, "image-dir", "", "image mode's cache of unpacked images, shared by the lab's kubelets (default STATE-DIR/images)")
 }
 
 // StartOptions start a lab kubelet as a child process.

@@ -80,8 +80,9 @@ type DownOptions struct {
 
 // Down removes what a kubelet with state directory dir left behind: it
 // stops the recorded container processes (by PID and start time, so a
-// reused PID is never hit), deletes the pods' network namespaces and
-// veths, and removes the state file. The kubelet process itself must be
+// reused PID is never hit), removes image mode's runc containers,
+// bundles and cgroups, deletes the pods' network namespaces and veths,
+// and removes the state file. The kubelet process itself must be
 // stopped first. A directory without a state file is not an error.
 func Down(dir string, opts DownOptions) error {
 	if opts.Log == nil {
@@ -107,6 +108,13 @@ func Down(dir string, opts DownOptions) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	// Image mode's containers (a recorded process above may have been
+	// one's first process), bundles and cgroups.
+	if err := runtimeDown(context.Background(), dir, s.NodeNetns, opts.Log); err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range s.Pods {
 		if err := removePodNetwork(context.Background(), s.NodeNetns, p); err != nil {
 			errs = append(errs, err)
 		}

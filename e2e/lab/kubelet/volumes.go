@@ -84,8 +84,10 @@ func (vw volumeWriter) volumeDir(name string) string {
 }
 
 // binds writes the volumes container c mounts and returns the bind mounts
-// for it, plus warnings for mounts the lab cannot make.
-func (vw volumeWriter) binds(ctx context.Context, c *v1.Container) ([]bind, []string, error) {
+// for it, plus warnings for mounts the lab cannot make. In image mode the
+// container has its own root filesystem, so every volume is mounted,
+// hostPath volumes too, wherever the container says.
+func (vw volumeWriter) binds(ctx context.Context, c *v1.Container, image bool) ([]bind, []string, error) {
 	vols := map[string]*v1.Volume{}
 	for i := range vw.pod.Spec.Volumes {
 		vols[vw.pod.Spec.Volumes[i].Name] = &vw.pod.Spec.Volumes[i]
@@ -96,6 +98,14 @@ func (vw volumeWriter) binds(ctx context.Context, c *v1.Container) ([]bind, []st
 		vol, ok := vols[m.Name]
 		if !ok {
 			return nil, nil, configErr("volumeMounts %s: no volume of that name in the pod", m.Name)
+		}
+		if vol.HostPath != nil && image {
+			b, err := hostPathBind(m, vol.HostPath)
+			if err != nil {
+				return nil, nil, fmt.Errorf("volume %s: %w", m.Name, err)
+			}
+			out = append(out, b)
+			continue
 		}
 		if vol.HostPath != nil {
 			// Pods share the machine's root filesystem in the lab, so a
@@ -110,7 +120,7 @@ func (vw volumeWriter) binds(ctx context.Context, c *v1.Container) ([]bind, []st
 			warnings = append(warnings, fmt.Sprintf("volume %s: subPath is not supported by the lab kubelet; not mounted", m.Name))
 			continue
 		}
-		if fi, err := os.Stat(m.MountPath); err != nil || !fi.IsDir() {
+		if fi, err := os.Stat(m.MountPath); !image && (err != nil || !fi.IsDir()) {
 			warnings = append(warnings, fmt.Sprintf("volume %s: mount path %s does not exist on the lab's shared root filesystem; not mounted", m.Name, m.MountPath))
 			continue
 		}
