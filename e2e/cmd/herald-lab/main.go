@@ -1,7 +1,8 @@
 // Command herald-lab drives the lab: a Kubernetes cluster on one machine,
 // nodes and pods as network namespaces (package lab/cluster).
 //
-//	herald-lab up [--nodes N] [--bare]      build what is missing, bring a lab up, return
+//	herald-lab up [--nodes N] [--bare] [--image-mode]
+//	                                       build what is missing, bring a lab up, return
 //	herald-lab status                       what runs, what is missing
 //	herald-lab exec TARGET -- CMD [ARG...]  run CMD in node1.., client, router, remote, pod/[NS/]NAME
 //	herald-lab kubeconfig                   print the admin kubeconfig's path
@@ -38,7 +39,7 @@ const defaultState = "/tmp/herald-lab/controlplane"
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
-  herald-lab up [--nodes N] [--bare] [--prefix P] [--state DIR] [--e2e DIR]
+  herald-lab up [--nodes N] [--bare] [--image-mode] [--prefix P] [--state DIR] [--e2e DIR]
   herald-lab status [--state DIR]
   herald-lab exec [--state DIR] TARGET -- CMD [ARG...]
       TARGET: node1..nodeN, client, router, remote, pod/NAME, pod/NAMESPACE/NAME
@@ -191,6 +192,7 @@ func up(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
 	nodes := fs.Int("nodes", cluster.DefaultNodes, fmt.Sprintf("number of nodes (1-%d)", topology.MaxNodes))
 	bare := fs.Bool("bare", false, "a cluster without herald (CRDs are still installed)")
+	imageMode := fs.Bool("image-mode", false, "run herald's pods from its image (podman's local storage, `make image`) under runc instead of the host's binary; also "+cluster.ImageModeEnv+"=1")
 	prefix := fs.String("prefix", cluster.DefaultPrefix, "starts the name of every namespace and link the lab makes")
 	state := fs.String("state", "", "state directory (default /tmp/herald-lab/PREFIX)")
 	e2e := fs.String("e2e", "", "the e2e module directory (default: found from the current directory)")
@@ -211,7 +213,7 @@ func up(ctx context.Context, args []string) error {
 	}
 	start := time.Now()
 	l, err := cluster.Up(ctx, cluster.Options{
-		Prefix: *prefix, Nodes: *nodes, Bare: *bare, StateDir: *state, ModuleDir: *e2e, WaitForOthers: *wait, Log: os.Stderr,
+		Prefix: *prefix, Nodes: *nodes, Bare: *bare, ImageMode: *imageMode, StateDir: *state, ModuleDir: *e2e, WaitForOthers: *wait, Log: os.Stderr,
 	})
 	if err != nil {
 		return err

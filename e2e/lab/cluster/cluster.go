@@ -33,6 +33,9 @@ const (
 	DefaultNodes  = 3
 	// StateFile is the lab's record inside its state directory.
 	StateFile = "lab.json"
+	// ImageModeEnv=1 selects image mode (Options.ImageMode), also for the
+	// e2e tests' labs.
+	ImageModeEnv = "HERALD_LAB_IMAGE"
 )
 
 // DefaultStateDir is where `herald-lab` keeps a lab of the given prefix.
@@ -53,6 +56,10 @@ type Options struct {
 	ModuleDir string
 	// Bare leaves herald out: a plain cluster.
 	Bare bool
+	// ImageMode runs herald's pods from its image in podman's local
+	// storage under runc (kubelet.Config.ImageMode) instead of the host's
+	// binary. HERALD_LAB_IMAGE=1 in the environment turns it on.
+	ImageMode bool
 	// KillWithParent ties every process to the caller (tests); the CLI
 	// leaves it off so the lab outlives `herald-lab up`.
 	KillWithParent bool
@@ -71,6 +78,7 @@ type State struct {
 	Prefix    string    `json:"prefix"`
 	Nodes     int       `json:"nodes"`
 	Bare      bool      `json:"bare"`
+	ImageMode bool      `json:"imageMode,omitempty"`
 	StateDir  string    `json:"stateDir"`
 	CreatedAt time.Time `json:"createdAt"`
 	// Phase is "starting" until Up finished, then "up".
@@ -176,6 +184,9 @@ func (o *Options) setDefaults() error {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	if os.Getenv(ImageModeEnv) == "1" {
+		o.ImageMode = true
+	}
 	if o.ModuleDir == "" {
 		dir, err := k8sbin.FindModuleDir("")
 		if err != nil {
@@ -201,6 +212,12 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	}
 	l := &Lab{log: opts.Log, killWithParent: opts.KillWithParent}
 	l.Prefix, l.Nodes, l.Bare, l.StateDir, l.ModuleDir = opts.Prefix, opts.Nodes, opts.Bare, opts.StateDir, opts.ModuleDir
+	l.ImageMode = opts.ImageMode
+	if l.ImageMode && !l.Bare {
+		if err := checkImage(ctx, kubelet.HeraldImageName); err != nil {
+			return nil, err
+		}
+	}
 	l.CreatedAt, l.Phase = time.Now(), "starting"
 	if l.Layout, err = topology.Plan(opts.Prefix, opts.Nodes); err != nil {
 		return nil, err
@@ -358,6 +375,7 @@ func (l *Lab) startKubelets() error {
 		cfg.Kubeconfig = filepath.Join(cfg.StateDir, "kubeconfig")
 		cfg.KubeletVersion = l.K8s.Version
 		cfg.Programs = kubelet.Programs{EchoServer: l.Bins.Path(labbin.EchoServer), Herald: l.Bins.Path(labbin.Herald)}
+		cfg.ImageMode, cfg.ImageDir = l.ImageMode, filepath.Join(l.StateDir, imagesDir)
 		if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 			return err
 		}

@@ -76,6 +76,10 @@ func Down(ctx context.Context, dir string, opts DownOptions) error {
 		return errors.Join(errs...)
 	}
 	dropOwner(dir)
+	// The unpacked images are no logs: they go in any case.
+	if err := os.RemoveAll(filepath.Join(dir, imagesDir)); err != nil {
+		return err
+	}
 	if opts.KeepLogs {
 		fmt.Fprintf(log, "lab: logs kept in %s\n", dir)
 		return os.Remove(statePath(dir))
@@ -87,7 +91,7 @@ func Down(ctx context.Context, dir string, opts DownOptions) error {
 // lab makes, then the directory itself if that leaves it empty.
 func removeStateDir(dir string) error {
 	var errs []error
-	for _, name := range []string{"controlplane", "nodes", "herald", "router", StateFile} {
+	for _, name := range []string{"controlplane", "nodes", "herald", "router", imagesDir, StateFile} {
 		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 			errs = append(errs, err)
 		}
