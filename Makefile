@@ -36,7 +36,7 @@ STATICCHECK := $(BIN)/staticcheck
 HELM_VERSION ?= v3.22.0
 HELM := $(BIN)/helm
 
-.PHONY: help deps toolchain tools helm build generate manifests test unit-test chart-test e2e-test lab lab-down bench lint fuzz clean
+.PHONY: help deps toolchain tools helm build generate manifests test unit-test chart-test e2e-test lab lab-down bench lint fuzz image clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /  make \1\t/' | expand -t 22
@@ -77,6 +77,14 @@ helm: toolchain ## install the pinned Helm (HELM_VERSION) into ./bin
 	fi; \
 	echo "GOBIN=$(BIN) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)"; \
 	GOBIN=$(BIN) $(GO) install -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+# IMAGE and VERSION (environment or make variables) name the image and the
+# version it reports; hack/image.sh lists the other settings.
+IMAGE ?= ghcr.io/herald-lb/herald:dev
+VERSION ?= dev
+
+image: toolchain ## (root) build the image from the Dockerfile with podman, base images made from Debian packages
+	IMAGE=$(IMAGE) VERSION=$(VERSION) bash hack/image.sh
 
 build: toolchain ## build bin/herald
 	$(GO) build -o bin/herald ./cmd/herald
