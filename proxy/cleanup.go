@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,17 +22,17 @@ func isHeraldChain(table, chain string) bool {
 
 // heraldChains lists the per-service chains in iptables-save output.
 func heraldChains(save []byte) []string {
+	return savedChains(save, rules.IsServiceChain)
+}
+
+// savedChains lists the chains declared in iptables-save output that
+// match. It is never nil. A line iptables.Lines cannot read is skipped:
+// iptables-save does not write one, and it would not be herald's.
+func savedChains(save []byte, match func(chain string) bool) []string {
 	out := []string{}
-	sc := bufio.NewScanner(bytes.NewReader(save))
-	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, ":") {
-			continue
-		}
-		name, _, _ := strings.Cut(line[1:], " ")
-		if rules.IsServiceChain(name) {
-			out = append(out, name)
+	for l, err := range iptables.Lines(save) {
+		if err == nil && l.Kind == iptables.LineChain && match(string(l.Name)) {
+			out = append(out, string(l.Name))
 		}
 	}
 	return out
@@ -50,58 +48,30 @@ type savedJump struct {
 // chains, in their order.
 func builtinJumps(save []byte) map[string][]savedJump {
 	out := map[string][]savedJump{}
-	sc := bufio.NewScanner(bytes.NewReader(save))
-	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "-A ")
-		if !ok {
+	for l, err := range iptables.Lines(save) {
+		if err != nil || l.Kind != iptables.LineRule || !builtinChains[string(l.Name)] {
 			continue
 		}
-		chain, rule, _ := strings.Cut(rest, " ")
-		if !builtinChains[chain] {
+		args, err := l.Args()
+		if err != nil {
 			continue
 		}
-		args := splitRule(rule)
-		for i := 0; i+1 < len(args); i++ {
-			if (args[i] == "-j" || args[i] == "-g") && strings.HasPrefix(args[i+1], "HERALD-") {
-				out[chain] = append(out[chain], savedJump{target: args[i+1], args: args})
-				break
-			}
+		if target := heraldTarget(args); target != "" {
+			chain := string(l.Name)
+			out[chain] = append(out[chain], savedJump{target: target, args: args})
 		}
 	}
 	return out
 }
 
-// splitRule splits an iptables-save rule into arguments; iptables-save
-// quotes arguments with spaces in double quotes and escapes quotes in
-// them with a backslash.
-func splitRule(s string) []string {
-	var out []string
-	var cur strings.Builder
-	inQuote, have := false, false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '\\' && inQuote && i+1 < len(s):
-			i++
-			cur.WriteByte(s[i])
-		case c == '"':
-			inQuote, have = !inQuote, true
-		case c == ' ' && !inQuote:
-			if have {
-				out = append(out, cur.String())
-				cur.Reset()
-				have = false
-			}
-		default:
-			cur.WriteByte(c)
-			have = true
+// heraldTarget is the herald chain a rule jumps or goes to, or "".
+func heraldTarget(args []string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if (args[i] == "-j" || args[i] == "-g") && strings.HasPrefix(args[i+1], "HERALD-") {
+			return args[i+1]
 		}
 	}
-	if have {
-		out = append(out, cur.String())
-	}
-	return out
+	return ""
 }
 
 // Cleanup removes everything herald's proxy installed in one family: the
@@ -125,17 +95,7 @@ func Cleanup(ctx context.Context, r iptables.Runner) error {
 				}
 			}
 		}
-		var chains []string
-		sc := bufio.NewScanner(bytes.NewReader(save))
-		sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
-		for sc.Scan() {
-			if line := sc.Text(); strings.HasPrefix(line, ":") {
-				name, _, _ := strings.Cut(line[1:], " ")
-				if isHeraldChain(table, name) {
-					chains = append(chains, name)
-				}
-			}
-		}
+		chains := savedChains(save, func(c string) bool { return isHeraldChain(table, c) })
 		if len(chains) == 0 {
 			continue
 		}

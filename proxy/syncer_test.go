@@ -326,8 +326,14 @@ func TestCleanup(t *testing.T) {
 	}
 }
 
-func TestSplitRule(t *testing.T) {
-	got := splitRule(`-m comment --comment "herald service portals" -m comment --comment "a \"q\"" -j HERALD-SERVICES`)
+func TestBuiltinJumpsUnquote(t *testing.T) {
+	save := "*nat\n:PREROUTING ACCEPT [0:0]\n" +
+		`-A PREROUTING -m comment --comment "herald service portals" -m comment --comment "a \"q\"" -j HERALD-SERVICES` + "\nCOMMIT\n"
+	jumps := builtinJumps([]byte(save))["PREROUTING"]
+	if len(jumps) != 1 || jumps[0].target != "HERALD-SERVICES" {
+		t.Fatalf("jumps %+v", jumps)
+	}
+	got := jumps[0].args
 	want := []string{"-m", "comment", "--comment", "herald service portals", "-m", "comment", "--comment", `a "q"`, "-j", "HERALD-SERVICES"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %q\nwant %q", got, want)

@@ -1,10 +1,9 @@
 package iptables
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,9 +14,11 @@ import (
 // input is replaced; chains not declared are kept; -X deletes). It
 // rejects input that the real tool would reject for structure (rules
 // outside a table, a jump to a chain that does not exist, no COMMIT).
+// Rules are kept as arguments, so a rule restored quoted and the same
+// rule given to EnsureRule or DeleteRule are one rule.
 type Fake struct {
 	mu     sync.Mutex
-	tables map[string]map[string][]string
+	tables fakeTables
 	// Restores records every input, in order.
 	Restores [][]byte
 	// FailRestore, when set, makes Restore fail with it.
@@ -32,9 +33,9 @@ var builtin = map[string][]string{
 
 // NewFake makes a Fake with the built-in chains.
 func NewFake() *Fake {
-	f := &Fake{tables: map[string]map[string][]string{}}
+	f := &Fake{tables: fakeTables{}}
 	for t, chains := range builtin {
-		f.tables[t] = map[string][]string{}
+		f.tables[t] = map[string][][]string{}
 		for _, c := range chains {
 			f.tables[t][c] = nil
 		}
@@ -43,12 +44,7 @@ func NewFake() *Fake {
 }
 
 func isBuiltin(table, chain string) bool {
-	for _, c := range builtin[table] {
-		if c == chain {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(builtin[table], chain)
 }
 
 // Restore implements Runner.
@@ -61,62 +57,83 @@ func (f *Fake) Restore(_ context.Context, data []byte) error {
 	}
 	// Work on a copy: a failed restore changes nothing, like the real
 	// tool's atomic commit.
-	work := map[string]map[string][]string{}
-	for t, chains := range f.tables {
-		work[t] = map[string][]string{}
+	work := f.tables.clone()
+	if err := work.load(data); err != nil {
+		return err
+	}
+	if err := work.checkJumps(); err != nil {
+		return err
+	}
+	f.tables = work
+	return nil
+}
+
+// fakeTables holds the Fake's rules by table and chain, each rule as its
+// arguments.
+type fakeTables map[string]map[string][][]string
+
+func (ts fakeTables) clone() fakeTables {
+	out := fakeTables{}
+	for t, chains := range ts {
+		out[t] = map[string][][]string{}
 		for c, rules := range chains {
-			work[t][c] = append([]string(nil), rules...)
+			out[t][c] = slices.Clip(rules) // an append copies, never writes ts
 		}
 	}
+	return out
+}
+
+// load applies restore input.
+func (tables fakeTables) load(data []byte) error {
 	var table string
 	committed := true
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1024*1024), 64*1024*1024)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case line == "" || strings.HasPrefix(line, "#"):
-		case strings.HasPrefix(line, "*"):
-			table = line[1:]
-			if _, ok := work[table]; !ok {
-				work[table] = map[string][]string{}
+	for l, err := range Lines(data) {
+		if err != nil {
+			return err
+		}
+		name := string(l.Name)
+		switch l.Kind {
+		case LineTable:
+			table, committed = name, false
+			if _, ok := tables[table]; !ok {
+				tables[table] = map[string][][]string{}
 			}
-			committed = false
-		case line == "COMMIT":
+		case LineCommit:
 			if table == "" {
-				return fmt.Errorf("line %d: COMMIT outside a table", n)
+				return fmt.Errorf("line %d: COMMIT outside a table", l.Num)
 			}
 			table, committed = "", true
-		case strings.HasPrefix(line, ":"):
+		case LineChain:
 			if table == "" {
-				return fmt.Errorf("line %d: chain outside a table", n)
+				return fmt.Errorf("line %d: chain outside a table", l.Num)
 			}
-			name := strings.Fields(line[1:])[0]
-			work[table][name] = nil // declared: flushed, then filled
-		case strings.HasPrefix(line, "-X "):
-			name := strings.TrimSpace(line[3:])
+			tables[table][name] = nil // declared: flushed, then filled
+		case LineDelete:
 			if isBuiltin(table, name) {
-				return fmt.Errorf("line %d: cannot delete built-in chain %s", n, name)
+				return fmt.Errorf("line %d: cannot delete built-in chain %s", l.Num, name)
 			}
-			delete(work[table], name)
-		case strings.HasPrefix(line, "-A "):
-			f := strings.Fields(line)
-			if len(f) < 2 {
-				return fmt.Errorf("line %d: %q", n, line)
+			delete(tables[table], name)
+		case LineRule:
+			if _, ok := tables[table][name]; !ok {
+				return fmt.Errorf("line %d: chain %s does not exist", l.Num, name)
 			}
-			if _, ok := work[table][f[1]]; !ok {
-				return fmt.Errorf("line %d: chain %s does not exist", n, f[1])
+			args, err := l.Args()
+			if err != nil {
+				return err
 			}
-			work[table][f[1]] = append(work[table][f[1]], strings.Join(f[2:], " "))
-		default:
-			return fmt.Errorf("line %d: unsupported line %q", n, line)
+			tables[table][name] = append(tables[table][name], args)
 		}
 	}
 	if !committed {
 		return fmt.Errorf("table %s: no COMMIT", table)
 	}
-	// Jumps must name existing chains (or targets).
-	for t, chains := range work {
+	return nil
+}
+
+// checkJumps is iptables-restore's check at COMMIT: jumps must name
+// existing chains (or targets).
+func (tables fakeTables) checkJumps() error {
+	for t, chains := range tables {
 		for c, rules := range chains {
 			for _, r := range rules {
 				target := jumpTarget(r)
@@ -129,15 +146,13 @@ func (f *Fake) Restore(_ context.Context, data []byte) error {
 			}
 		}
 	}
-	f.tables = work
 	return nil
 }
 
-func jumpTarget(rule string) string {
-	f := strings.Fields(rule)
-	for i := 0; i+1 < len(f); i++ {
-		if f[i] == "-j" || f[i] == "-g" {
-			return f[i+1]
+func jumpTarget(args []string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-j" || args[i] == "-g" {
+			return args[i+1]
 		}
 	}
 	return ""
@@ -175,18 +190,23 @@ func (f *Fake) Save(_ context.Context, table string) ([]byte, error) {
 	}
 	for _, c := range names {
 		for _, r := range chains[c] {
-			fmt.Fprintf(&b, "-A %s %s\n", c, r)
+			fmt.Fprintf(&b, "-A %s %s\n", c, JoinArgs(r))
 		}
 	}
 	b.WriteString("COMMIT\n")
 	return []byte(b.String()), nil
 }
 
-// Rules returns a chain's rules (without "-A chain").
+// Rules returns a chain's rules (without "-A chain"), as Save writes
+// them.
 func (f *Fake) Rules(table, chain string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]string(nil), f.tables[table][chain]...)
+	var out []string
+	for _, r := range f.tables[table][chain] {
+		out = append(out, JoinArgs(r))
+	}
+	return out
 }
 
 // ChainExists implements Runner.
@@ -202,7 +222,7 @@ func (f *Fake) EnsureChain(table, chain string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.tables[table] == nil {
-		f.tables[table] = map[string][]string{}
+		f.tables[table] = map[string][][]string{}
 	}
 	if _, ok := f.tables[table][chain]; !ok {
 		f.tables[table][chain] = nil
@@ -218,14 +238,12 @@ func (f *Fake) EnsureRule(prepend bool, table, chain string, rule ...string) err
 	if !ok {
 		return fmt.Errorf("chain %s/%s does not exist", table, chain)
 	}
-	r := strings.Join(rule, " ")
-	for _, have := range rules {
-		if have == r {
-			return nil
-		}
+	if slices.ContainsFunc(rules, func(have []string) bool { return slices.Equal(have, rule) }) {
+		return nil
 	}
+	r := slices.Clone(rule)
 	if prepend {
-		f.tables[table][chain] = append([]string{r}, rules...)
+		f.tables[table][chain] = append([][]string{r}, rules...)
 	} else {
 		f.tables[table][chain] = append(rules, r)
 	}
@@ -236,10 +254,9 @@ func (f *Fake) EnsureRule(prepend bool, table, chain string, rule ...string) err
 func (f *Fake) DeleteRule(table, chain string, rule ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	r := strings.Join(rule, " ")
 	rules := f.tables[table][chain]
 	for i, have := range rules {
-		if have == r {
+		if slices.Equal(have, rule) {
 			f.tables[table][chain] = append(rules[:i:i], rules[i+1:]...)
 			return nil
 		}

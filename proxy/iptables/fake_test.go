@@ -84,3 +84,34 @@ COMMIT
 		t.Errorf("recorded %d restores, want 10", len(f.Restores))
 	}
 }
+
+// A rule is its arguments: restored quoted, then given to EnsureRule and
+// DeleteRule unquoted, it is the same rule, and Save quotes it again.
+func TestFakeQuotedRules(t *testing.T) {
+	f := NewFake()
+	ctx := context.Background()
+	in := "*nat\n:HERALD-SERVICES - [0:0]\n-A PREROUTING -m comment --comment \"herald service portals\" -j HERALD-SERVICES\nCOMMIT\n"
+	if err := f.Restore(ctx, []byte(in)); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-m", "comment", "--comment", "herald service portals", "-j", "HERALD-SERVICES"}
+	if err := f.EnsureRule(true, "nat", "PREROUTING", args...); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`-m comment --comment "herald service portals" -j HERALD-SERVICES`}
+	if got := f.Rules("nat", "PREROUTING"); !reflect.DeepEqual(got, want) {
+		t.Errorf("PREROUTING %q, want %q", got, want)
+	}
+	if saved, _ := f.Save(ctx, "nat"); !strings.Contains(string(saved), "-A PREROUTING "+want[0]+"\n") {
+		t.Errorf("save:\n%s", saved)
+	}
+	if err := f.DeleteRule("nat", "PREROUTING", args...); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Rules("nat", "PREROUTING"); len(got) != 0 {
+		t.Errorf("DeleteRule left %q", got)
+	}
+	if err := f.Restore(ctx, []byte("*nat\n-A HERALD-SERVICES -m comment --comment \"open -j RETURN\nCOMMIT\n")); err == nil || !strings.Contains(err.Error(), "line 2: unterminated quote") {
+		t.Errorf("unterminated quote: %v", err)
+	}
+}

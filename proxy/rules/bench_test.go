@@ -2,6 +2,7 @@ package rules_test
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"testing"
 
@@ -58,6 +59,40 @@ func BenchmarkRender(b *testing.B) {
 			}
 			b.ReportMetric(float64(rs.Stats.NATRules+rs.Stats.FilterRules), "rules")
 			b.ReportMetric(float64(len(rs.Bytes()))/1e6, "MB")
+		})
+	}
+}
+
+// BenchmarkPrune measures what a sync adds to the render: a full sync
+// (nothing known, every chain hashed and kept) and a partial one after
+// one Service changed (the dispatch chains, a rule per Service, dropped).
+func BenchmarkPrune(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		svcs, eps := benchState(n, 2)
+		node := lab4.node()
+		rendered := rules.Render(rules.IPv4, svcs, eps, node)
+		full := rendered.Bytes()
+		_, last, _ := rules.Prune(full, nil)
+		b.Run(fmt.Sprintf("full/services=%d/endpoints=2", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(full)))
+			for b.Loop() {
+				rules.Prune(full, nil)
+			}
+		})
+		changed := map[rules.ServiceKey]bool{svcs[n/2].ID().Key(): true}
+		eps2 := maps.Clone(eps)
+		id := svcs[n/2].ID()
+		eps2[id] = eps2[id][:1]
+		partial := rules.RenderWith(rules.IPv4, svcs, eps2, node, rules.Options{Changed: changed, Existing: rendered.NATChains}).Bytes()
+		b.Run(fmt.Sprintf("partial-1-changed/services=%d/endpoints=2", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(partial)))
+			var out []byte
+			for b.Loop() {
+				out, _, _ = rules.Prune(partial, last)
+			}
+			b.ReportMetric(float64(len(out)), "out-bytes")
 		})
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/herald-lb/herald/proxy/internal/tracer"
 	"github.com/herald-lb/herald/proxy/rules"
-	"github.com/herald-lb/herald/proxy/tracer"
 )
 
 type epSet int

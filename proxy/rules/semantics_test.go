@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/herald-lb/herald/proxy/internal/tracer"
 	"github.com/herald-lb/herald/proxy/rules"
-	"github.com/herald-lb/herald/proxy/tracer"
 )
 
 func render(l lab, svcs []rules.Service, eps map[rules.ServicePortName][]rules.Endpoint) rules.Ruleset {

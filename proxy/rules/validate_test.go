@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/herald-lb/herald/proxy/internal/tracer"
 	"github.com/herald-lb/herald/proxy/rules"
-	"github.com/herald-lb/herald/proxy/tracer"
 )
 
 func TestBadServicesAreReportedAndLeaveOthersAlone(t *testing.T) {

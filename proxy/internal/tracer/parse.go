@@ -1,11 +1,14 @@
 package tracer
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/herald-lb/herald/proxy/iptables"
 )
 
 // ParseError points at the restore line the parser could not accept.
@@ -111,27 +114,26 @@ func (t *Tracer) SetLocalAddrs(addrs ...netip.Addr) {
 func (t *Tracer) apply(doc int, text string) error {
 	var cur *table
 	var curLine int
-	for n, raw := range strings.Split(text, "\n") {
-		line := strings.TrimSpace(raw)
-		lineNo := n + 1
+	for l, err := range iptables.Lines([]byte(text)) {
+		if err != nil {
+			return docError(doc, err)
+		}
 		perr := func(format string, args ...any) error {
-			return &ParseError{Doc: doc, Line: lineNo, Text: line, Msg: fmt.Sprintf(format, args...)}
+			return &ParseError{Doc: doc, Line: l.Num, Text: strings.TrimSpace(string(l.Raw)), Msg: fmt.Sprintf(format, args...)}
 		}
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
+		name := string(l.Name)
 		switch {
-		case strings.HasPrefix(line, "*"):
+		case l.Kind == iptables.LineBlank:
+		case l.Kind == iptables.LineTable:
 			if cur != nil {
-				return perr("table %q started before COMMIT of table %q", line[1:], cur.name)
+				return perr("table %q started before COMMIT of table %q", name, cur.name)
 			}
-			name := line[1:]
 			if _, ok := builtinChains[name]; !ok {
 				return perr("unknown table %q", name)
 			}
 			cur = t.table(name)
-			curLine = lineNo
-		case line == "COMMIT":
+			curLine = l.Num
+		case l.Kind == iptables.LineCommit:
 			if cur == nil {
 				return perr("COMMIT outside a table")
 			}
@@ -141,73 +143,85 @@ func (t *Tracer) apply(doc int, text string) error {
 			cur = nil
 		case cur == nil:
 			return perr("line outside a table (missing *filter or *nat?)")
-		case strings.HasPrefix(line, ":"):
-			f := strings.Fields(line[1:])
-			if len(f) < 2 {
-				return perr("chain declaration needs a name and a policy")
-			}
-			if err := validChainName(f[0]); err != nil {
+		case l.Kind == iptables.LineChain:
+			if err := declare(cur, name, string(l.Policy)); err != nil {
 				return perr("%v", err)
 			}
-			c, ok := cur.chains[f[0]]
-			switch {
-			case ok && c.builtin:
-				if f[1] != "-" && f[1] != "ACCEPT" && f[1] != "DROP" {
-					return perr("policy %q of built-in chain must be ACCEPT or DROP", f[1])
-				}
-				if f[1] != "-" {
-					c.policy = f[1]
-				}
-			case f[1] != "-":
-				return perr("user-defined chain %q cannot have a policy", f[0])
-			case ok:
-				c.rules = nil // --noflush: a declaration flushes the chain
-			default:
-				cur.chains[f[0]] = &chain{name: f[0]}
+		case l.Kind == iptables.LineRule:
+			c, ok := cur.chains[name]
+			if !ok {
+				return perr("chain %q does not exist in table %s", name, cur.name)
 			}
-		default:
-			toks, err := tokenize(line)
+			args, err := l.Args()
+			if err != nil {
+				return docError(doc, err)
+			}
+			r, err := t.parseRule(cur.name, name, args)
 			if err != nil {
 				return perr("%v", err)
 			}
-			switch toks[0] {
-			case "-A", "--append":
-				if len(toks) < 2 {
-					return perr("-A needs a chain")
-				}
-				c, ok := cur.chains[toks[1]]
-				if !ok {
-					return perr("chain %q does not exist in table %s", toks[1], cur.name)
-				}
-				r, err := t.parseRule(cur.name, toks[1], toks[2:])
-				if err != nil {
-					return perr("%v", err)
-				}
-				r.where = fmt.Sprintf("%d:%d", doc, lineNo)
-				r.text = strings.Join(quoteAll(toks), " ")
-				c.rules = append(c.rules, r)
-			case "-X", "--delete-chain":
-				if len(toks) != 2 {
-					return perr("-X needs exactly one chain")
-				}
-				c, ok := cur.chains[toks[1]]
-				switch {
-				case !ok:
-					return perr("cannot delete chain %q: no such chain", toks[1])
-				case c.builtin:
-					return perr("cannot delete built-in chain %q", toks[1])
-				case len(c.rules) > 0:
-					return perr("cannot delete chain %q: it still has %d rules", toks[1], len(c.rules))
-				}
-				delete(cur.chains, toks[1])
-			default:
-				return perr("unsupported command %q", toks[0])
+			r.where = fmt.Sprintf("%d:%d", doc, l.Num)
+			r.text = iptables.JoinArgs(append([]string{"-A", name}, args...))
+			c.rules = append(c.rules, r)
+		case l.Kind == iptables.LineDelete:
+			if err := deleteChain(cur, name); err != nil {
+				return perr("%v", err)
 			}
 		}
 	}
 	if cur != nil {
 		return &ParseError{Doc: doc, Line: curLine, Text: "*" + cur.name, Msg: "table is never COMMITted"}
 	}
+	return nil
+}
+
+// docError turns the line reader's *iptables.SyntaxError into a
+// *ParseError of document doc.
+func docError(doc int, err error) error {
+	var se *iptables.SyntaxError
+	if !errors.As(err, &se) {
+		return err
+	}
+	return &ParseError{Doc: doc, Line: se.Line, Text: se.Text, Msg: se.Msg}
+}
+
+// declare applies ":name policy": a built-in chain takes the policy, a
+// user-defined one is created, or flushed as --noflush does.
+func declare(tb *table, name, policy string) error {
+	if err := validChainName(name); err != nil {
+		return err
+	}
+	c, ok := tb.chains[name]
+	switch {
+	case ok && c.builtin:
+		if policy != "-" && policy != "ACCEPT" && policy != "DROP" {
+			return fmt.Errorf("policy %q of built-in chain must be ACCEPT or DROP", policy)
+		}
+		if policy != "-" {
+			c.policy = policy
+		}
+	case policy != "-":
+		return fmt.Errorf("user-defined chain %q cannot have a policy", name)
+	case ok:
+		c.rules = nil // --noflush: a declaration flushes the chain
+	default:
+		tb.chains[name] = &chain{name: name}
+	}
+	return nil
+}
+
+// deleteChain applies "-X name" as iptables-restore would.
+func deleteChain(tb *table, name string) error {
+	c, ok := tb.chains[name]
+	switch {
+	case !ok:
+		return fmt.Errorf("cannot delete chain %q: no such chain", name)
+	case c.builtin:
+		return fmt.Errorf("cannot delete built-in chain %q", name)
+	case len(c.rules) > 0:
+		return fmt.Errorf("cannot delete chain %q: it still has %d rules", name, len(c.rules))
+	}
+	delete(tb.chains, name)
 	return nil
 }
 
@@ -254,55 +268,6 @@ func validChainName(n string) error {
 		return fmt.Errorf("invalid chain name %q", n)
 	}
 	return nil
-}
-
-// tokenize splits a rule like iptables-restore does: on blanks, with
-// double quotes grouping words.
-func tokenize(line string) ([]string, error) {
-	var toks []string
-	var cur strings.Builder
-	inQuote, have := false, false
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
-		case c == '\\' && inQuote && i+1 < len(line) && line[i+1] == '"':
-			cur.WriteByte('"')
-			i++
-		case c == '"':
-			inQuote = !inQuote
-			have = true
-		case (c == ' ' || c == '\t') && !inQuote:
-			if have {
-				toks = append(toks, cur.String())
-				cur.Reset()
-				have = false
-			}
-		default:
-			cur.WriteByte(c)
-			have = true
-		}
-	}
-	if inQuote {
-		return nil, fmt.Errorf("unterminated quote")
-	}
-	if have {
-		toks = append(toks, cur.String())
-	}
-	if len(toks) == 0 {
-		return nil, fmt.Errorf("empty rule")
-	}
-	return toks, nil
-}
-
-func quoteAll(toks []string) []string {
-	out := make([]string, len(toks))
-	for i, s := range toks {
-		if s == "" || strings.ContainsAny(s, " \t") {
-			s = `"` + s + `"`
-		}
-		out[i] = s
-	}
-	return out
 }
 
 // module collects the options of one "-m NAME" until the next -m or -j.
