@@ -132,6 +132,9 @@ type Speaker struct {
 	recoveryTimer *time.Timer
 
 	// Owned by the loop.
+	// joined: some sync saw another live member; until then being alone
+	// is the start-up join, not an isolation that counts this node out.
+	joined  bool
 	state   l2plan.State
 	meta    members.Meta
 	metaSet bool
@@ -331,9 +334,16 @@ func (s *Speaker) Sync() {
 		lonely = lonely && m.Name == s.d.Node
 	}
 	isolated := s.d.Isolated != nil && s.d.Isolated(lonely)
-	if isolated || s.state.Isolated {
+	if (isolated || s.state.Isolated) && s.joined {
 		// Until the sync that ends an isolation: the hold starts then.
+		// A speaker still joining after its start is alone too, but
+		// the others never counted it out and moved nothing away from
+		// it: a hold then would only move addresses assigned meanwhile
+		// to it once it ends.
 		s.d.Recovery.CountedOut()
+	}
+	if !lonely {
+		s.joined = true
 	}
 	meta.Recovering = s.recovering()
 	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) {

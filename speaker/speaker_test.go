@@ -369,6 +369,56 @@ func TestIsolatedSpeakerHoldsBack(t *testing.T) {
 	}
 }
 
+// Alone while it joins after its start, a speaker is isolated but was
+// never counted out: once joined it wins its IPs at once, with no
+// recovery hold (the CI failure this guards against: a speaker that
+// started alone took an IP assigned meanwhile from its winner 30 s
+// later). An isolation after it had joined does start the hold.
+func TestStartupJoinIsNoRecovery(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...)
+	now := time.Unix(1000, 0)
+	l := newLab(t, "node1", nodes...)
+	l.sp.d.Recovery = recovery.NewTracker(30*time.Second, func() time.Time { return now })
+	l.sp.d.Isolated = func(lonely bool) bool { return lonely }
+	l.cluster.Remove("node2")
+	l.cluster.Remove("node3")
+	l.service("web", false, ip)
+	l.sp.Sync() // starting: alone, isolated
+	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
+		t.Fatal("isolated while joining, yet announcing")
+	}
+	for _, n := range []string{"node2", "node3"} {
+		l.cluster.Set(members.Member{Name: n, Meta: members.Meta{Interfaces: []string{"eth0"}}})
+	}
+	l.sp.Sync()
+	l.sp.publishOnce()
+	if r, _ := l.sp.d.Recovery.Recovering(); r {
+		t.Fatal("recovering after the start-up join: nobody counted this speaker out")
+	}
+	if selfMember(l.cluster, "node1").Meta.Recovering {
+		t.Fatal("the metadata says recovering after the start-up join")
+	}
+	if !l.sp.Announcements().Announcing(addr(ip), "eth0") {
+		t.Fatalf("joined, yet not announcing %s, which it wins", ip)
+	}
+
+	// Cut off after having joined: that isolation counts.
+	l.cluster.Remove("node2")
+	l.cluster.Remove("node3")
+	l.sp.Sync()
+	for _, n := range []string{"node2", "node3"} {
+		l.cluster.Set(members.Member{Name: n, Meta: members.Meta{Interfaces: []string{"eth0"}}})
+	}
+	l.sp.Sync()
+	if r, _ := l.sp.d.Recovery.Recovering(); !r {
+		t.Fatal("not recovering after an isolation that followed a join")
+	}
+	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
+		t.Fatal("recovering after an isolation, yet announcing an IP a healthy node can take")
+	}
+}
+
 // A speaker the cluster declared dead (it refuted, so it is back) leaves
 // its IPs with the next node for the recovery hold, claims them back only
 // after the hold and after the others can know, and still wins what no

@@ -10,8 +10,7 @@
 // publishes the fact in its memberlist metadata and the election ranks it
 // after every healthy candidate, so a flapping speaker loses its
 // addresses once and takes them back only after Hold without being
-// counted out again. Its addresses never come back for nothing: moving
-// them back is never needed for reachability.
+// counted out again, so they move back once, not on every flap.
 package recovery
 
 import (
