@@ -1,8 +1,6 @@
 package iptables
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
@@ -211,14 +209,11 @@ func Observe(ctx context.Context, h Host, rules bool) Observation {
 // countRules reads iptables-save output: the rules, and whether one of
 // kubelet's mode hint chains is declared.
 func countRules(save []byte) (rules int, kubeletHint bool) {
-	sc := bufio.NewScanner(bytes.NewReader(save))
-	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
+	for l := range Lines(save) {
 		switch {
-		case strings.HasPrefix(line, "-A "):
+		case l.Kind == LineRule:
 			rules++
-		case strings.HasPrefix(line, ":KUBE-IPTABLES-HINT "), strings.HasPrefix(line, ":KUBE-KUBELET-CANARY "):
+		case l.Kind == LineChain && (string(l.Name) == "KUBE-IPTABLES-HINT" || string(l.Name) == "KUBE-KUBELET-CANARY"):
 			kubeletHint = true
 		}
 	}
