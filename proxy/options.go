@@ -44,8 +44,12 @@ type Options struct {
 	IPTablesBackend iptables.Mode
 	// Cleanup removes herald's rules and exits.
 	Cleanup bool
-	QPS     float64
-	Burst   int
+	// PodNamespace and PodName ($POD_NAMESPACE, $POD_NAME from the
+	// downward API) name the proxy's pod, whose DaemonSet tells an
+	// uninstall from a restart; empty outside a pod.
+	PodNamespace, PodName string
+	QPS                   float64
+	Burst                 int
 }
 
 // DefaultOptions are the flag defaults, kube-proxy's where it has the flag.
@@ -56,6 +60,8 @@ func DefaultOptions() Options {
 	}
 	return Options{
 		NodeName:           strings.ToLower(strings.TrimSpace(name)),
+		PodNamespace:       os.Getenv("POD_NAMESPACE"),
+		PodName:            os.Getenv("POD_NAME"),
 		MasqueradeBit:      14,
 		IPTablesBackend:    iptables.ModeAuto,
 		MinSyncPeriod:      time.Second,

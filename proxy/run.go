@@ -45,6 +45,8 @@ const nodeWait = 30 * time.Second
 type Proxy struct {
 	o      Options
 	health atomic.Pointer[healthcheck.ProxyHealth]
+	// mode is the iptables backend chosen at start, once chosen.
+	mode atomic.Pointer[iptables.Mode]
 }
 
 // New returns a proxy with the options; Run runs it.
@@ -65,7 +67,8 @@ func (p *Proxy) Healthy() error {
 
 // Run runs `herald proxy` until ctx ends (or, with --cleanup, removes
 // herald's rules and returns). The rules stay in place when it stops, so
-// a restart does not interrupt traffic.
+// a restart does not interrupt traffic; internal/cli removes them
+// (RemoveRules) when DecideUninstall says herald is being uninstalled.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	return New(o).Run(ctx, log)
 }
@@ -199,6 +202,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	p.mode.Store(&mode)
 	var fams []Backend
 	for _, f := range Families(node, o.ClusterCIDRs) {
 		r, err := iptables.NewFor(iptables.Family(f), mode)
@@ -294,6 +298,16 @@ func Families(node NodeInfo, clusterCIDRs []netip.Prefix) []rules.Family {
 func conntrackLiberal() bool {
 	b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal")
 	return err == nil && strings.TrimSpace(string(b)) == "1"
+}
+
+// RemoveRules removes herald's rules of both families, as --cleanup,
+// with the iptables backend Run chose (detected now if it never chose).
+func (p *Proxy) RemoveRules(ctx context.Context, log *slog.Logger) error {
+	backend := p.o.IPTablesBackend
+	if m := p.mode.Load(); m != nil {
+		backend = *m
+	}
+	return runCleanup(ctx, backend, log)
 }
 
 func runCleanup(ctx context.Context, backend iptables.Mode, log *slog.Logger) error {

@@ -106,6 +106,7 @@ var (
 	}
 	proxyObjects = []string{
 		"ClusterRole herald-proxy", "ClusterRoleBinding herald-proxy",
+		"Role herald-system/herald-proxy", "RoleBinding herald-system/herald-proxy",
 		"ServiceAccount herald-system/herald-proxy", Proxy,
 	}
 )

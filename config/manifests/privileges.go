@@ -84,6 +84,20 @@ func checkRule(name string, r rbacv1.PolicyRule) []string {
 			add("%s: %s in %+v", name, v, r)
 		}
 	}
+	// The node agents read their own pod and follow their own DaemonSet
+	// (the uninstall check), in herald's namespace only.
+	if slices.Contains(r.Resources, "pods") || slices.Contains(r.Resources, "daemonsets") {
+		agent := map[string]string{"Role herald-system/herald-speaker": "herald-speaker", "Role herald-system/herald-proxy": "herald-proxy"}[name]
+		switch {
+		case agent == "":
+			add("%s: pods or DaemonSets: %+v", name, r)
+		case slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"pods"}) && len(r.ResourceNames) == 0 && slices.Equal(r.Verbs, []string{"get"}):
+		case slices.Equal(r.APIGroups, []string{"apps"}) && slices.Equal(r.Resources, []string{"daemonsets"}) &&
+			slices.Equal(r.ResourceNames, []string{agent}) && slices.Equal(r.Verbs, []string{"get", "list", "watch"}):
+		default:
+			add("%s: pods or DaemonSets beyond getting pods and reading %s: %+v", name, agent, r)
+		}
+	}
 	if !slices.Contains(r.Resources, "secrets") {
 		return bad
 	}

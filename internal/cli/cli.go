@@ -31,7 +31,7 @@ var commands = map[string]command{
 	"controller": {"assign LoadBalancer IPs to Services from IPAddressPools",
 		longRunning("controller", controller.ParseFlags, infoLevel[controller.Options], controller.Run)},
 	"proxy": {"iptables service proxy replacing kube-proxy",
-		longRunning("proxy", proxy.ParseFlags, infoLevel[proxy.Options], proxy.Run)},
+		longRunning("proxy", proxy.ParseFlags, infoLevel[proxy.Options], runProxy)},
 	"speaker": {"announce LoadBalancer IPs over layer 2 and BGP, and run the proxy",
 		longRunning("speaker", parseSpeaker, func(c speakerCmd) slog.Level { return c.speaker.LogLevel }, runSpeaker)},
 	"status": {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},

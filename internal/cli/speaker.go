@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/herald-lb/herald/internal/daemon"
@@ -52,15 +51,25 @@ func parseSpeaker(args []string, out io.Writer) (speakerCmd, error) {
 // runSpeaker runs the proxy (restarted after a failure) next to the
 // speaker, whose readiness includes the proxy's health.
 func runSpeaker(ctx context.Context, c speakerCmd, log *slog.Logger) error {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	if c.speaker.Proxy {
-		p := proxy.New(c.proxy)
-		c.speaker.Ready = p.Healthy
-		wg.Add(1)
-		go func() { defer wg.Done(); keepRunning(ctx, p, log.With("component", "proxy")) }()
+	if !c.speaker.Proxy {
+		return speaker.Run(ctx, c.speaker, log)
 	}
-	return speaker.Run(ctx, c.speaker, log)
+	plog := log.With("component", "proxy")
+	p := proxy.New(c.proxy)
+	c.speaker.Ready = p.Healthy
+	g := guardUninstall(ctx, c.proxy, plog)
+	pctx, stopProxy := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); keepRunning(pctx, p, plog) }()
+	err := speaker.Run(ctx, c.speaker, log)
+	stopProxy() // a speaker that failed on its own takes the proxy along
+	<-done
+	if ctx.Err() != nil {
+		// After the speaker's shutdown: its last API calls may still go
+		// through these rules (the kubernetes Service's ClusterIP).
+		g.finish(p)
+	}
+	return err
 }
 
 // keepRunning runs the proxy, starting it again after a failure (another
