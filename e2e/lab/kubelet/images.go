@@ -26,7 +26,14 @@ const (
 // start with herald (/herald, /usr/bin/herald, ...).
 const HeraldImageName = "ghcr.io/herald-lb/herald:dev"
 
-// KnownImages maps the image references the lab kubelet runs to programs.
+// HeraldRepository is herald's image without tag or digest. In binary
+// mode every tag of it is this tree's herald binary (imageKind), so a
+// helm upgrade to another tag is a rolling restart there; image mode
+// runs the real tags.
+const HeraldRepository = "ghcr.io/herald-lb/herald"
+
+// KnownImages maps the image references the lab kubelet runs to programs;
+// imageKind adds every tag of HeraldRepository.
 var KnownImages = map[string]ImageKind{
 	"registry.k8s.io/echoserver:1.4": EchoServerImage,
 	"k8s.gcr.io/echoserver:1.4":      EchoServerImage,
@@ -53,6 +60,18 @@ type containerError struct {
 
 func (e *containerError) Error() string { return e.Reason + ": " + e.Message }
 
+// imageKind is the program behind an image reference.
+func imageKind(image string) (ImageKind, bool) {
+	if k, ok := KnownImages[image]; ok {
+		return k, true
+	}
+	rest, ok := strings.CutPrefix(image, HeraldRepository)
+	if ok && len(rest) > 1 && (rest[0] == ':' || rest[0] == '@') && !strings.Contains(rest, "/") {
+		return HeraldImage, true
+	}
+	return "", false
+}
+
 // knownImageList names the known images for messages.
 func knownImageList() string {
 	names := make([]string, 0, len(KnownImages))
@@ -73,11 +92,11 @@ type Programs struct {
 // arguments, with $(VAR) references in command and args expanded from
 // env (as the real kubelet does).
 func (p Programs) command(c *v1.Container, env map[string]string) (string, []string, error) {
-	kind, ok := KnownImages[c.Image]
+	kind, ok := imageKind(c.Image)
 	if !ok {
 		return "", nil, &containerError{Reason: ReasonErrImagePull, Message: fmt.Sprintf(
-			"the lab kubelet cannot run image %q: there is no registry or container runtime in the lab; it runs only %s",
-			c.Image, knownImageList())}
+			"the lab kubelet cannot run image %q: there is no registry or container runtime in the lab; it runs only %s and any tag of %s",
+			c.Image, knownImageList(), HeraldRepository)}
 	}
 	expand := func(list []string) []string {
 		out := make([]string, len(list))

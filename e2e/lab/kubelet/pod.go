@@ -384,7 +384,8 @@ func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (
 		args = mountExecArgs(binds, program, args)
 		program = w.k.self
 	}
-	return &launch{program: program, args: args, env: env.list(), imageID: "lab://" + string(KnownImages[c.Image])}, nil
+	kind, _ := imageKind(c.Image)
+	return &launch{program: program, args: args, env: env.list(), imageID: "lab://" + string(kind)}, nil
 }
 
 func (w *podWorker) volumes(pod *v1.Pod) volumeWriter {
