@@ -112,7 +112,9 @@ unit-test: toolchain ## go test ./... (no root needed)
 chart-test: helm ## helm lint and the golden helm template outputs of charts/herald
 	HERALD_HELM=$(HELM) $(GO) test -count=1 $(strip $(GOTESTFLAGS) ./charts/...)
 
-e2e-test: toolchain ## the e2e suite in e2e/ (needs root)
+# HERALD_HELM is the pinned Helm for the lab's helm install/upgrade/
+# uninstall test (e2e/lifecycle).
+e2e-test: toolchain helm ## the e2e suite in e2e/ (needs root)
 	@if [ ! -f e2e/go.mod ]; then \
 		echo "make: there is no e2e suite yet (e2e/, with the lab, arrives with issue #3): ran the unit tests only"; \
 		exit 0; \
@@ -123,8 +125,8 @@ e2e-test: toolchain ## the e2e suite in e2e/ (needs root)
 	fi; \
 	echo "cd e2e && $(GO) run ./cmd/herald-lab build   # the lab's Kubernetes binaries, cached in e2e/_cache"; \
 	(cd e2e && $(GO) run ./cmd/herald-lab build); \
-	echo "cd e2e && $(GO) test $(strip $(E2E_TESTFLAGS) ./...)"; \
-	cd e2e && $(GO) test $(strip $(E2E_TESTFLAGS) ./...)
+	echo "cd e2e && HERALD_HELM=$(HELM) $(GO) test $(strip $(E2E_TESTFLAGS) ./...)"; \
+	cd e2e && HERALD_HELM=$(HELM) $(GO) test $(strip $(E2E_TESTFLAGS) ./...)
 
 # The lab's command, built from e2e/cmd/herald-lab.
 HERALD_LAB := $(BIN)/herald-lab

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -102,7 +101,7 @@ func TestConfigEditsKeepTraffic(t *testing.T) {
 	probes := []*probe{startProbe(h.Layout.Client, l2IP), startProbe(h.Layout.Remote, bgpIP)}
 	defer func() {
 		for _, p := range probes {
-			p.stop()
+			p.Stop()
 		}
 	}()
 
@@ -150,7 +149,7 @@ func TestConfigEditsKeepTraffic(t *testing.T) {
 			}, func() { h.Apply(objects["community"]) }, ""},
 	}
 	for _, e := range edits {
-		t.Logf("%s: edit %q", probes[0].since(), e.name)
+		t.Logf("%s: edit %q", probes[0].Since(), e.name)
 		ok := t.Run(e.name, func(t *testing.T) {
 			b, h := b.on(t)
 			before := h.Kubectl("-n", heraldNS, "get", e.kind, e.obj, "-o", "jsonpath={.status.inForce.generation}")
@@ -192,7 +191,7 @@ func TestConfigEditsKeepTraffic(t *testing.T) {
 	}
 	// A controller that starts while an edit is refused reads the version
 	// in force from the status and decides as the one before it did.
-	t.Logf("%s: controller restart", probes[0].since())
+	t.Logf("%s: controller restart", probes[0].Since())
 	t.Run("controller restarted while an edit is refused", func(t *testing.T) {
 		b, h := b.on(t)
 		c := ctl{h}
@@ -219,14 +218,14 @@ func TestConfigEditsKeepTraffic(t *testing.T) {
 		})
 	})
 	for _, p := range probes {
-		p.stop()
-		sent, failed := p.result()
-		t.Logf("probe %s -> %s: %d requests every 20 ms, %d failed", p.ns, p.ip, sent, failed)
+		p.Stop()
+		sent, failed := p.Result()
+		t.Logf("probe %s -> %s: %d requests every 20 ms, %d failed", p.NS, p.IP, sent, failed)
 		if failed > 0 {
-			t.Errorf("%d of %d requests to %s failed: %s", failed, sent, p.ip, p.failures())
+			t.Errorf("%d of %d requests to %s failed: %s", failed, sent, p.IP, p.Failures())
 		}
 		if sent == 0 {
-			t.Errorf("the probe to %s sent nothing", p.ip)
+			t.Errorf("the probe to %s sent nothing", p.IP)
 		}
 	}
 }
@@ -263,88 +262,7 @@ func checkUnchanged(b bgpLab, c ctl, l2Svc, bgpSvc, l2IP, bgpIP string, l2Anns, 
 	}
 }
 
-// probe sends GET / to ip:80 from a namespace every 20 ms on a new
-// connection (1 s timeout each) until stopped, and keeps the failures.
-type probe struct {
-	ns, ip string
-	start  time.Time
-	done   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+// probe is harness.Probe: GET / every 20 ms, failures kept.
+type probe = harness.Probe
 
-	mu     sync.Mutex
-	sent   int
-	failed []string
-	okAt   []time.Duration // when each answered request was sent
-}
-
-func startProbe(ns, ip string) *probe {
-	start := time.Now()
-	p := &probe{ns: ns, ip: ip, start: start, done: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		// Bounded: at most 15 minutes of requests.
-		for time.Since(start) < 15*time.Minute {
-			select {
-			case <-p.done:
-				return
-			case <-tick.C:
-			}
-			at := time.Since(start)
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				ok, err := benchGet(p.ns, p.ip, time.Second)
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				p.sent++
-				if ok {
-					p.okAt = append(p.okAt, at)
-				}
-				if !ok {
-					p.failed = append(p.failed, fmt.Sprintf("%s: %v", at.Round(time.Millisecond), err))
-				}
-			}()
-		}
-	}()
-	return p
-}
-
-// since is the time since the probe started, as failures are stamped.
-func (p *probe) since() time.Duration { return time.Since(p.start).Round(time.Millisecond) }
-
-func (p *probe) stop() {
-	p.once.Do(func() { close(p.done) })
-	p.wg.Wait()
-}
-
-func (p *probe) result() (sent, failed int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.sent, len(p.failed)
-}
-
-// maxGap is the longest time between two answered requests (by send time).
-func (p *probe) maxGap() time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	at := slices.Clone(p.okAt)
-	slices.Sort(at)
-	var gap time.Duration
-	for i := 1; i < len(at); i++ {
-		gap = max(gap, at[i]-at[i-1])
-	}
-	return gap
-}
-
-func (p *probe) failures() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.failed) > 10 {
-		return strings.Join(p.failed[:10], "; ") + fmt.Sprintf("; and %d more", len(p.failed)-10)
-	}
-	return strings.Join(p.failed, "; ")
-}
+func startProbe(ns, ip string) *probe { return harness.StartProbe(ns, ip) }

@@ -3,8 +3,6 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -16,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/herald-lb/herald/e2e/harness"
-	"github.com/herald-lb/herald/e2e/lab/netns"
 )
 
 // TestBenchL2Failover measures, in the lab, how long the LAN client
@@ -363,22 +360,5 @@ func benchStream(clientNetns, ip string, interval, dur, failAt time.Duration, fa
 // benchGet sends one GET / to ip:80 from the namespace on a new
 // connection and tells whether the echo server answered within timeout.
 func benchGet(ns, ip string, timeout time.Duration) (bool, error) {
-	var c net.Conn
-	err := netns.Do(ns, func() (err error) {
-		c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, "80"), timeout)
-		return err
-	})
-	if err != nil {
-		return false, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := io.WriteString(c, "GET / HTTP/1.0\r\nHost: "+ip+"\r\n\r\n"); err != nil {
-		return false, err
-	}
-	b, err := io.ReadAll(c)
-	if err != nil && len(b) == 0 {
-		return false, err
-	}
-	return strings.Contains(string(b), "CLIENT VALUES:"), nil
+	return harness.EchoGet(ns, ip, timeout)
 }

@@ -64,7 +64,7 @@ func TestMemberlistKeyRotation(t *testing.T) {
 	}
 	defer func() {
 		for _, p := range probes {
-			p.stop()
+			p.Stop()
 		}
 	}()
 
@@ -106,11 +106,11 @@ func TestMemberlistKeyRotation(t *testing.T) {
 		t.Logf("%s: done, one cluster of %d, %s", st.name, len(nodes), time.Since(start).Round(time.Millisecond))
 	}
 	for _, p := range probes {
-		p.stop()
-		sent, failed := p.result()
-		t.Logf("probe -> %s: %d requests every 20 ms during the rotation, %d failed", p.ip, sent, failed)
+		p.Stop()
+		sent, failed := p.Result()
+		t.Logf("probe -> %s: %d requests every 20 ms during the rotation, %d failed", p.IP, sent, failed)
 		if failed > 0 {
-			t.Errorf("%d of %d requests to %s failed: %s", failed, sent, p.ip, p.failures())
+			t.Errorf("%d of %d requests to %s failed: %s", failed, sent, p.IP, p.Failures())
 		}
 	}
 	logs := ""

@@ -199,7 +199,7 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 		})
 		p := startProbe(h.Layout.Client, ip)
 		time.Sleep(dur)
-		p.stop()
+		p.Stop()
 		close(done)
 		wg.Wait()
 		cpu1, sp1 := machineCPU(), speakersCPU(pids)
@@ -213,8 +213,8 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 			delta = max(delta, after[n]-before[n])
 		}
 		res := result{load: load, changes: delta, minMembers: minMembers, macs: macs, throttle: throttle,
-			busy: cpu1.busySince(cpu0), speakerCPU: (sp1 - sp0) / elapsed.Seconds(), maxGap: p.maxGap()}
-		res.sent, res.failed = p.result()
+			busy: cpu1.busySince(cpu0), speakerCPU: (sp1 - sp0) / elapsed.Seconds(), maxGap: p.MaxGap()}
+		res.sent, res.failed = p.Result()
 		var events strings.Builder
 		for _, n := range nodes {
 			win := logSince(newBGPLab(h).speakerLogs(n), from, to)
@@ -247,7 +247,7 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 			t.Logf("%s: memberlist failure detection in the speakers' logs:\n%s", load, events.String())
 		}
 		if res.failed > 0 {
-			t.Logf("%s: failures: %s", load, p.failures())
+			t.Logf("%s: failures: %s", load, p.Failures())
 		}
 	}
 	var b strings.Builder

@@ -142,6 +142,13 @@ func Start(t *testing.T) *T {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	t.Cleanup(cancel)
+	return ForLab(t, ctx, lab)
+}
+
+// ForLab binds the helpers to a lab the test brought up itself (one
+// that is not the shared lab); the lab's logs are dumped if it fails.
+func ForLab(t *testing.T, ctx context.Context, lab *cluster.Lab) *T {
+	t.Helper()
 	h := &T{T: t, Ctx: ctx, Lab: lab, Layout: lab.Layout}
 	h.K = &kubectl.Kubectl{Path: lab.KubectlPath, Kubeconfig: lab.Kubeconfig, Log: t.Output()}
 	rc, err := kubeconfig.RESTConfig(lab.Kubeconfig)
@@ -214,7 +221,9 @@ func sharedLab() (*cluster.Lab, error) {
 // control plane, router, kubelets, containers.
 func (h *T) DumpLogs() {
 	var b strings.Builder
-	proc.WriteTail(&b, shared.logPath, 40)
+	if shared.logPath != "" { // the shared lab's bring-up log
+		proc.WriteTail(&b, shared.logPath, 40)
+	}
 	if h.Lab.ControlPlane != nil {
 		h.Lab.ControlPlane.WriteLogTails(&b, 80)
 	}

@@ -1,0 +1,124 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/herald-lb/herald/e2e/lab/netns"
+)
+
+// EchoGet sends one GET / to ip:80 from the namespace on a new
+// connection and tells whether the echo server answered.
+func EchoGet(ns, ip string, timeout time.Duration) (bool, error) {
+	var c net.Conn
+	err := netns.Do(ns, func() (err error) {
+		c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, "80"), timeout)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(c, "GET / HTTP/1.0\r\nHost: "+ip+"\r\n\r\n"); err != nil {
+		return false, err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil && len(b) == 0 {
+		return false, err
+	}
+	return strings.Contains(string(b), "CLIENT VALUES:"), nil
+}
+
+// Probe sends GET / to IP:80 from a namespace every 20 ms on a new
+// connection (1 s timeout each) until stopped, for at most 15 minutes,
+// and keeps the failures.
+type Probe struct {
+	NS, IP string
+	start  time.Time
+	done   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	mu     sync.Mutex
+	sent   int
+	failed []string
+	okAt   []time.Duration // when each answered request was sent
+}
+
+// StartProbe starts probing ip from ns.
+func StartProbe(ns, ip string) *Probe {
+	p := &Probe{NS: ns, IP: ip, start: time.Now(), done: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for time.Since(p.start) < 15*time.Minute {
+			select {
+			case <-p.done:
+				return
+			case <-tick.C:
+			}
+			at := time.Since(p.start)
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				ok, err := EchoGet(p.NS, p.IP, time.Second)
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				p.sent++
+				if ok {
+					p.okAt = append(p.okAt, at)
+				} else {
+					p.failed = append(p.failed, fmt.Sprintf("%s: %v", at.Round(time.Millisecond), err))
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+// Since is the time since the probe started, as failures are stamped.
+func (p *Probe) Since() time.Duration { return time.Since(p.start).Round(time.Millisecond) }
+
+// Stop ends the probe once its requests in flight are done.
+func (p *Probe) Stop() {
+	p.once.Do(func() { close(p.done) })
+	p.wg.Wait()
+}
+
+// Result counts the requests sent and failed.
+func (p *Probe) Result() (sent, failed int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent, len(p.failed)
+}
+
+// MaxGap is the longest time between two answered requests (by send time).
+func (p *Probe) MaxGap() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := slices.Clone(p.okAt)
+	slices.Sort(at)
+	var gap time.Duration
+	for i := 1; i < len(at); i++ {
+		gap = max(gap, at[i]-at[i-1])
+	}
+	return gap
+}
+
+// Failures lists the first ten failures.
+func (p *Probe) Failures() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.failed) > 10 {
+		return strings.Join(p.failed[:10], "; ") + fmt.Sprintf("; and %d more", len(p.failed)-10)
+	}
+	return strings.Join(p.failed, "; ")
+}

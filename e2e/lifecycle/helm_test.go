@@ -1,0 +1,494 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/herald-lb/herald/e2e/harness"
+	"github.com/herald-lb/herald/e2e/lab/cluster"
+	"github.com/herald-lb/herald/e2e/lab/controlplane"
+	"github.com/herald-lb/herald/e2e/lab/netns"
+	"github.com/herald-lb/herald/e2e/lab/topology"
+)
+
+const (
+	helmPrefix  = "hlhm"
+	helmNS      = "herald-system"
+	helmRelease = "herald"
+	// The node agents' ASN towards the lab router (AS cluster.RouterASN,
+	// which accepts any LAN address with `bgp listen range`).
+	helmNodeASN = 64513
+	upgradeTag  = "e2e-upgrade"
+)
+
+// TestHelm is issue #13's install lifecycle as a user runs it: helm
+// install into a bare lab, an L2 VIP and a BGP VIP answering, helm
+// upgrade to another image tag under a 20 ms probe of both, helm
+// uninstall leaving no herald rules, announcements or routes (CRDs kept).
+func TestHelm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short mode: brings a lab up")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the lab builds network namespaces")
+	}
+	if _, err := os.Stat(controlplane.DefaultEtcdPath); err != nil {
+		t.Fatalf("etcd not found at %s (apt-get install etcd-server): %v", controlplane.DefaultEtcdPath, err)
+	}
+	root := repoRoot(t)
+	helmBin := helmBinary(t, root)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+
+	h := upBareLab(t, ctx)
+	helm := helmRunner(t, ctx, helmBin, h.Lab.Kubeconfig)
+	values := labValues(t, h.Lab.APIServerURL)
+	chart := filepath.Join(root, "charts", "herald")
+
+	start := time.Now()
+	helm("install", helmRelease, chart, "-n", helmNS, "--create-namespace", "-f", values, "--wait", "--timeout", "5m")
+	t.Logf("TIMING helm install --wait: %s", time.Since(start).Round(time.Millisecond))
+	h.Kubectl("-n", helmNS, "rollout", "status", "--timeout=120s", "daemonset/herald-speaker")
+
+	// The configuration, as a user writes it, and an echo server behind
+	// an L2 Service and a BGP Service.
+	h.Apply(helmConfigYAML())
+	h.Apply(echoYAML("helm-echo", 2) + serviceYAML("helm-l2", "helm-echo", "helm-l2") + serviceYAML("helm-bgp", "helm-echo", "helm-bgp"))
+	h.Kubectl("rollout", "status", "--timeout=120s", "deployment/helm-echo")
+	l2IP, bgpIP := waitIP(h, "helm-l2"), waitIP(h, "helm-bgp")
+	t.Logf("L2 VIP %s, BGP VIP %s", l2IP, bgpIP)
+	h.Poll(time.Minute, "the L2 VIP answering the LAN client", func() (bool, string) {
+		ok, err := harness.EchoGet(h.Layout.Client, l2IP, 2*time.Second)
+		return ok, fmt.Sprint(err)
+	})
+	h.Poll(time.Minute, "the BGP VIP answering the client behind the router", func() (bool, string) {
+		ok, err := harness.EchoGet(h.Layout.Remote, bgpIP, 2*time.Second)
+		return ok, fmt.Sprint(err)
+	})
+	nodeIPs := map[string]bool{}
+	for _, n := range h.Layout.Nodes {
+		nodeIPs[n.IPv4.String()] = true
+		nodeIPs[n.IPv6.String()] = true
+	}
+	h.Poll(time.Minute, "FRR's route to the BGP VIP from every node", func() (bool, string) {
+		peers, raw := frrRoutePeers(h, bgpIP+"/32")
+		return len(peers) == len(h.Layout.Nodes), raw
+	})
+	for _, n := range h.Layout.Nodes {
+		if rules := heraldRules(h, n); len(rules) == 0 {
+			t.Fatalf("%s: no herald chains after the install: the uninstall check below would prove nothing", n.Name)
+		}
+	}
+
+	// helm upgrade to another tag while both VIPs are probed every 20 ms.
+	l2Probe, bgpProbe := harness.StartProbe(h.Layout.Client, l2IP), harness.StartProbe(h.Layout.Remote, bgpIP)
+	ipChanges := watchIPs(h, map[string]string{"helm-l2": l2IP, "helm-bgp": bgpIP})
+	time.Sleep(time.Second)
+	start = time.Now()
+	helm("upgrade", helmRelease, chart, "-n", helmNS, "-f", values, "--set", "image.tag="+upgradeTag, "--wait", "--timeout", "5m")
+	h.Kubectl("-n", helmNS, "rollout", "status", "--timeout=180s", "daemonset/herald-speaker")
+	h.Kubectl("-n", helmNS, "rollout", "status", "--timeout=120s", "deployment/herald-controller")
+	upgradeTook := time.Since(start)
+	time.Sleep(2 * time.Second) // the last pod's takeover settles under the probe
+	l2Probe.Stop()
+	bgpProbe.Stop()
+	changes := ipChanges()
+	t.Logf("TIMING helm upgrade --wait and the rollouts: %s", upgradeTook.Round(time.Millisecond))
+	for _, p := range []struct {
+		name string
+		p    *harness.Probe
+	}{{"L2 VIP " + l2IP, l2Probe}, {"BGP VIP " + bgpIP, bgpProbe}} {
+		sent, failed := p.p.Result()
+		t.Logf("TIMING upgrade, %s: %d requests every 20 ms, %d failed, max gap between answers %s %s",
+			p.name, sent, failed, p.p.MaxGap().Round(time.Millisecond), p.p.Failures())
+	}
+	if len(changes) > 0 {
+		t.Errorf("IP changes during the upgrade: %v", changes)
+	}
+	images := h.Kubectl("-n", helmNS, "get", "pods", "-o", "jsonpath={range .items[*]}{.metadata.name}={.spec.containers[0].image}{\"\\n\"}{end}")
+	if strings.Count(images, ":"+upgradeTag) != len(h.Layout.Nodes)+1 {
+		t.Errorf("after the upgrade, the pods' images are not all %s:\n%s", upgradeTag, images)
+	}
+
+	// helm uninstall: the speakers' logs are followed to show the proxy's
+	// decision.
+	logs := followLogs(h, "app.kubernetes.io/component=speaker")
+	start = time.Now()
+	helm("uninstall", helmRelease, "-n", helmNS, "--wait", "--timeout", "2m")
+	h.Poll(time.Minute, "herald's pods gone", func() (bool, string) {
+		out, err := h.K.Output(h.Ctx, "-n", helmNS, "get", "pods", "-o", "name")
+		return err == nil && strings.TrimSpace(out) == "", out
+	})
+	t.Logf("TIMING helm uninstall until herald's pods are gone: %s", time.Since(start).Round(time.Millisecond))
+	for pod, l := range logs() {
+		t.Logf("%s's proxy at uninstall:\n%s", pod, grepLines(l, "uninstall:", "restart:", "cleanup:"))
+	}
+	for _, n := range h.Layout.Nodes {
+		if rules := heraldRules(h, n); len(rules) > 0 {
+			t.Errorf("%s: herald's rules left after helm uninstall:\n%s", n.Name, strings.Join(rules, "\n"))
+		}
+	}
+	if out := h.Kubectl("get", "serviceannouncements", "-A", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("ServiceAnnouncements left after helm uninstall:\n%s", out)
+	}
+	h.Poll(30*time.Second, "FRR without any route from the nodes", func() (bool, string) {
+		var left []string
+		for _, family := range []string{"ipv4", "ipv6"} {
+			var table struct {
+				Routes map[string][]struct {
+					PeerID string `json:"peerId"`
+				} `json:"routes"`
+			}
+			if err := h.Lab.Router.VtyshJSON(h.Ctx, "show bgp "+family+" unicast json", &table); err != nil {
+				return false, err.Error()
+			}
+			for prefix, paths := range table.Routes {
+				for _, p := range paths {
+					if nodeIPs[p.PeerID] {
+						left = append(left, prefix+" from "+p.PeerID)
+					}
+				}
+			}
+		}
+		return len(left) == 0, fmt.Sprint(left)
+	})
+	crds := h.Kubectl("get", "crd", "-o", "name")
+	for _, c := range []string{"ipaddresspools", "l2advertisements", "bgpadvertisements", "bgppeers", "communities", "bfdprofiles", "serviceannouncements"} {
+		if !strings.Contains(crds, "/"+c+".herald.io") {
+			t.Errorf("CRD %s.herald.io gone after helm uninstall (Helm keeps a chart's CRDs)", c)
+		}
+	}
+	if out := h.Kubectl("-n", helmNS, "get", "ipaddresspools,l2advertisements,bgppeers,bgpadvertisements", "-o", "name"); strings.Count(out, "\n") < 4 {
+		t.Errorf("the configuration did not survive helm uninstall:\n%s", out)
+	}
+}
+
+// repoRoot is the repository's root: the directory above holding the
+// chart.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "charts", "herald", "Chart.yaml")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			t.Fatalf("no charts/herald above %s", dir)
+		}
+	}
+}
+
+// helmBinary is $HERALD_HELM (relative to the repository's root, as the
+// Makefile passes bin/helm), else the root's bin/helm; a missing one fails
+// the test, saying how to get it.
+func helmBinary(t *testing.T, root string) string {
+	t.Helper()
+	p, from := os.Getenv("HERALD_HELM"), "HERALD_HELM"
+	if p == "" {
+		p, from = "bin/helm", "the default"
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(root, p)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no helm at %s (%s): run `make helm` at the repository's root (it installs the pinned Helm into bin/helm), or set HERALD_HELM: %v", p, from, err)
+	}
+	return p
+}
+
+// upBareLab brings up a 2-node lab without herald (waiting for any other
+// lab on the machine) and takes it down at the end, checking that the
+// machine is as before.
+func upBareLab(t *testing.T, ctx context.Context) *harness.T {
+	t.Helper()
+	logf, err := os.CreateTemp("", "herald-e2e-"+helmPrefix+"-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	var before harness.MachineState
+	start := time.Now()
+	lab, err := cluster.Up(ctx, cluster.Options{
+		Prefix: helmPrefix, Nodes: 2, Bare: true,
+		StateDir:       filepath.Join(t.TempDir(), "lab"),
+		KillWithParent: true, WaitForOthers: true, Log: logf,
+		BeforeUp: func() (err error) {
+			before, err = harness.ObserveMachine(ctx, helmPrefix)
+			return err
+		},
+	})
+	if err != nil {
+		data, _ := os.ReadFile(logf.Name())
+		t.Fatalf("lab up: %v\n%s", err, data)
+	}
+	t.Logf("bare lab up in %s (including any wait for another lab); its log: %s", time.Since(start).Round(time.Millisecond), logf.Name())
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := lab.Down(dctx, cluster.DownOptions{Log: os.Stderr}); err != nil {
+			t.Errorf("lab down: %v", err)
+			return
+		}
+		after, err := harness.ObserveMachine(dctx, helmPrefix)
+		if err != nil {
+			t.Error(err)
+		} else if diff := before.Diff(after); diff != "" {
+			t.Errorf("the lab did not leave the machine as it found it:\n%s", diff)
+		}
+		if !t.Failed() {
+			_ = os.Remove(logf.Name())
+		}
+	})
+	return harness.ForLab(t, ctx, lab)
+}
+
+// helmRunner runs helm against the lab with its own cache and config
+// directories; a failure ends the test.
+func helmRunner(t *testing.T, ctx context.Context, bin, kubeconfig string) func(args ...string) {
+	home := t.TempDir()
+	return func(args ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", kubeconfig)...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+			"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
+		out, err := cmd.CombinedOutput()
+		t.Logf("helm %s:\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			t.Fatalf("helm %s: %v", args[0], err)
+		}
+	}
+}
+
+// labValues writes the chart values the lab needs (as
+// charts/testdata/values/lab.yaml): no kube-proxy, so the API server's
+// own address; the lab's pod network.
+func labValues(t *testing.T, apiServerURL string) string {
+	t.Helper()
+	u, err := url.Parse(apiServerURL)
+	if err != nil || u.Hostname() == "" || u.Port() == "" {
+		t.Fatalf("API server URL %q: %v", apiServerURL, err)
+	}
+	v := fmt.Sprintf("apiServer:\n  host: %s\n  port: %s\nproxy:\n  clusterCIDR: %s,%s\nspeaker:\n  logLevel: debug\n",
+		u.Hostname(), u.Port(), topology.ClusterCIDR, topology.ClusterCIDRv6)
+	p := filepath.Join(t.TempDir(), "lab-values.yaml")
+	if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func helmConfigYAML() string {
+	return fmt.Sprintf(`apiVersion: herald.io/v1beta1
+kind: IPAddressPool
+metadata: {name: helm-l2, namespace: %[1]s}
+spec: {addresses: [198.51.100.210-198.51.100.214], autoAssign: false}
+---
+apiVersion: herald.io/v1beta1
+kind: L2Advertisement
+metadata: {name: helm-l2, namespace: %[1]s}
+spec: {ipAddressPools: [helm-l2]}
+---
+apiVersion: herald.io/v1beta1
+kind: IPAddressPool
+metadata: {name: helm-bgp, namespace: %[1]s}
+spec: {addresses: [203.0.113.176/28], autoAssign: false}
+---
+apiVersion: herald.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: helm-bgp, namespace: %[1]s}
+spec: {ipAddressPools: [helm-bgp]}
+---
+apiVersion: herald.io/v1beta1
+kind: BGPPeer
+metadata: {name: helm-router, namespace: %[1]s}
+spec: {myASN: %[2]d, peerASN: %[3]d, peerAddress: %[4]s, holdTime: 9s, keepaliveTime: 3s, connectTime: 1s}
+`, helmNS, helmNodeASN, cluster.RouterASN, topology.RouterLANv4)
+}
+
+func echoYAML(name string, replicas int) string {
+	return fmt.Sprintf(`---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s, namespace: default}
+spec:
+  replicas: %[2]d
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers: [{name: echo, image: registry.k8s.io/echoserver:1.4}]
+`, name, replicas)
+}
+
+func serviceYAML(name, app, pool string) string {
+	return fmt.Sprintf(`---
+apiVersion: v1
+kind: Service
+metadata:
+  name: %s
+  namespace: default
+  annotations: {herald.io/address-pool: %s}
+spec:
+  type: LoadBalancer
+  selector: {app: %s}
+  ports: [{port: 80, targetPort: 8080, protocol: TCP}]
+`, name, pool, app)
+}
+
+func serviceIP(h *harness.T, name string) string {
+	out, _ := h.K.Output(h.Ctx, "get", "service", name, "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}")
+	return strings.TrimSpace(out)
+}
+
+func waitIP(h *harness.T, name string) string {
+	h.T.Helper()
+	var ip string
+	h.Poll(time.Minute, "an IP for Service "+name, func() (bool, string) {
+		ip = serviceIP(h, name)
+		return ip != "" && !strings.Contains(ip, " "), ip
+	})
+	return ip
+}
+
+// watchIPs samples the Services' IPs every 200 ms until the returned
+// function is called, which returns every change seen.
+func watchIPs(h *harness.T, want map[string]string) func() []string {
+	done := make(chan struct{})
+	var changes []string
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for end := time.Now().Add(15 * time.Minute); time.Now().Before(end); {
+			for svc, ip := range want {
+				if got := serviceIP(h, svc); got != ip {
+					changes = append(changes, fmt.Sprintf("%s: %q (want %s)", svc, got, ip))
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return func() []string {
+		close(done)
+		wg.Wait()
+		return changes
+	}
+}
+
+// frrRoutePeers are the peers FRR has a path to prefix from.
+func frrRoutePeers(h *harness.T, prefix string) ([]string, string) {
+	out, err := h.Lab.Router.Vtysh(h.Ctx, "show bgp ipv4 unicast "+prefix+" json")
+	if err != nil {
+		return nil, err.Error()
+	}
+	var r struct {
+		Paths []struct {
+			Peer struct {
+				PeerID string `json:"peerId"`
+			} `json:"peer"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return nil, out
+	}
+	var peers []string
+	for _, p := range r.Paths {
+		peers = append(peers, p.Peer.PeerID)
+	}
+	return peers, out
+}
+
+// heraldRules are the lines naming a HERALD chain in a node's nat, filter
+// and mangle tables, IPv4 and IPv6, through both iptables backends.
+func heraldRules(h *harness.T, n topology.Node) []string {
+	var out []string
+	for _, tool := range []string{"iptables-legacy-save", "iptables-nft-save", "ip6tables-legacy-save", "ip6tables-nft-save"} {
+		for _, table := range []string{"nat", "filter", "mangle"} {
+			save, err := netns.Run(h.Ctx, n.Netns, tool, "-t", table)
+			if err != nil && strings.Contains(save, "HERALD") {
+				h.T.Errorf("%s: %s -t %s: %v", n.Name, tool, table, err)
+			}
+			for _, l := range strings.Split(save, "\n") {
+				if strings.Contains(l, "HERALD") {
+					out = append(out, tool+" "+table+": "+l)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// followLogs streams the logs of the pods matching selector in herald's
+// namespace until they end (the pods are gone) or the returned function
+// is called (after at most 30 s more), which returns them by pod.
+func followLogs(h *harness.T, selector string) func() map[string]string {
+	pods, err := h.K.Output(h.Ctx, "-n", helmNS, "get", "pods", "-l", selector, "-o", "jsonpath={.items[*].metadata.name}")
+	if err != nil {
+		h.T.Logf("no logs followed: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(h.Ctx, 5*time.Minute)
+	var wg sync.WaitGroup
+	bufs := map[string]*bytes.Buffer{}
+	for _, pod := range strings.Fields(pods) {
+		var b bytes.Buffer
+		bufs[pod] = &b
+		cmd := exec.CommandContext(ctx, h.K.Path, "--kubeconfig", h.K.Kubeconfig, "-n", helmNS, "logs", "-f", "--tail=1", pod)
+		cmd.Stdout, cmd.Stderr = &b, &b
+		if err := cmd.Start(); err != nil {
+			h.T.Logf("kubectl logs -f %s: %v", pod, err)
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = cmd.Wait() }()
+	}
+	return func() map[string]string {
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+		}
+		cancel()
+		<-done
+		out := map[string]string{}
+		for pod, b := range bufs {
+			out[pod] = b.String()
+		}
+		return out
+	}
+}
+
+// grepLines keeps the lines holding any of words.
+func grepLines(s string, words ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "(no such line)"
+	}
+	return strings.Join(out, "\n")
+}
