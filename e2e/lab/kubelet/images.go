@@ -20,10 +20,13 @@ const (
 	HeraldImage ImageKind = "herald"
 )
 
-// HeraldImageName is the project's own image as manifests name it. The
-// image's entrypoint is /herald and it has no default arguments, so a
-// container's args are herald's arguments, and a command, if given, must
-// start with herald (/herald, /usr/bin/herald, ...).
+// HeraldImageName is the project's own image as manifests name it. Its
+// entrypoint is the herald binary (/usr/local/bin/herald in the
+// Dockerfile's image), so a container's args are herald's arguments. In
+// binary mode a command, if given, must start with herald (/herald,
+// /usr/bin/herald, ...) and any such path runs the host's binary; image
+// mode runs exactly the path the image has, so only "herald" (found
+// through PATH) or /usr/local/bin/herald work in both.
 const HeraldImageName = "ghcr.io/herald-lb/herald:dev"
 
 // HeraldRepository is herald's image without tag or digest. In binary

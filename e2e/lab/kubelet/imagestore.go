@@ -43,7 +43,7 @@ func (s imageStore) inspect(ctx context.Context, ref string) (imageConfig, error
 	out, err := cmd.Output()
 	if err != nil {
 		return imageConfig{}, &containerError{Reason: ReasonErrImagePull, Message: fmt.Sprintf(
-			"image %s is not in podman's local storage (image mode runs only local images; `make image` builds herald's): %s",
+			"image %q is not in podman's local storage (image mode runs only local images; `make image` builds herald's): %s",
 			ref, strings.TrimSpace(stderr.String()))}
 	}
 	return parseImageInspect(out)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,6 +78,7 @@ func (r ociRuntime) start(name, id string, o ociContainer, lower, logPath string
 			appendLog(logPath, "=== removing the bundle: %v", err)
 		}
 	}
+	weighCgroupRoot()
 	bundle, err := r.makeBundle(id, o, lower)
 	if err != nil {
 		cleanup()
@@ -294,6 +296,23 @@ func runtimeDown(ctx context.Context, stateDir, nodeNetns string, log io.Writer)
 
 // CgroupMount is where the cgroup hierarchies are mounted.
 var CgroupMount = "/sys/fs/cgroup"
+
+// weighCgroupRoot gives RuncCgroupRoot the CPU weight a kubelet gives
+// kubepods, a machine's worth of CPUs (cgroup v1's cpu.shares). That one
+// cgroup holds every container of the lab's nodes: at the default weight
+// of a single task it would starve them on a busy machine, where binary
+// mode's programs compete thread by thread with everything else.
+func weighCgroupRoot() {
+	cpu := filepath.Join(CgroupMount, "cpu")
+	if _, err := os.Stat(filepath.Join(cpu, "cpu.shares")); err != nil {
+		return // no cgroup v1 cpu hierarchy
+	}
+	dir := filepath.Join(cpu, RuncCgroupRoot)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.Itoa(1024*runtime.NumCPU())), 0o644)
+}
 
 // removeCgroups removes cgroup path (and any cgroups below it) in every
 // hierarchy, then its parent if that is left empty (other labs may still

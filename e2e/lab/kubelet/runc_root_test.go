@@ -170,6 +170,9 @@ func TestRuncContainer(t *testing.T) {
 		if cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); !strings.Contains(string(cg), "/"+RuncCgroupRoot+"/"+node+"/"+id+"\n") {
 			t.Errorf("cgroups:\n%s", cg)
 		}
+		if data, err := os.ReadFile(filepath.Join(CgroupMount, "cpu", RuncCgroupRoot, "cpu.shares")); err == nil && strings.TrimSpace(string(data)) == "1024" {
+			t.Errorf("the lab's cgroup has a single task's CPU weight")
+		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
