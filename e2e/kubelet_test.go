@@ -410,7 +410,7 @@ spec:
   containers:
   - name: herald
     image: herald:dev
-    command: [/herald, validate]
+    command: [herald, validate]
     args: [-f, /nonexistent/$(NODE_NAME)/$(POD_IP)/$(HOST_IP)/$(POD_NAME).yaml]
     env:
     - {name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
