@@ -68,7 +68,7 @@ type Input struct {
 // view.Reason* ones, which hold for every protocol).
 const (
 	ReasonNoAdvertisement    = "no L2Advertisement announces the IP's pool"
-	ReasonServiceNotSelected = "no L2Advertisement for the IP's pool selects the view.Service"
+	ReasonServiceNotSelected = "no L2Advertisement for the IP's pool selects the Service"
 )
 
 // Why an elected IP is not announced.

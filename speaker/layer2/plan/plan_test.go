@@ -270,7 +270,7 @@ func TestCompute(t *testing.T) {
 					t.Errorf("%+v", st["node2"].Announcements)
 				}
 			}},
-		{"a live member without a view.Node and a view.Node without a member", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		{"a live member without a Node and a Node without a member", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
 			in.Members = append(in.Members[:2], Member{Name: "stranger", Interfaces: []string{"eth0"}})
 		}, func(t *testing.T, st map[string]State) {
 			for _, ip := range st["node1"].IPs {
@@ -328,7 +328,7 @@ func TestIgnored(t *testing.T) {
 		t.Errorf("ignored:\n%+v\nwant\n%+v", st.Ignored, want)
 	}
 	if len(st.IPs) != 1 || st.IPs[0].Addr != addr("203.0.113.1") || !reflect.DeepEqual(st.IPs[0].Advertisements, []string{"web"}) {
-		t.Errorf("elected %+v, want only the tagged view.Service's IP", st.IPs)
+		t.Errorf("elected %+v, want only the tagged Service's IP", st.IPs)
 	}
 }
 
