@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -76,12 +77,26 @@ func StartProbe(ns, ip string) *Probe {
 				if ok {
 					p.okAt = append(p.okAt, at)
 				} else {
-					p.failed = append(p.failed, fmt.Sprintf("%s: %v", at.Round(time.Millisecond), err))
+					p.failed = append(p.failed, fmt.Sprintf("%s: %v (client's neighbor entry then: %s)", at.Round(time.Millisecond), err, neighbor(p.NS, p.IP)))
 				}
 			}()
 		}
 	}()
 	return p
+}
+
+// neighbor is the namespace's neighbor entry for ip, to tell a failed
+// request that went to a node's MAC from one that found none: which MAC,
+// and in which state, is the first question a rare lone failure raises.
+func neighbor(ns, ip string) string {
+	out, err := exec.Command("ip", "-n", ns, "neigh", "show", ip).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("ip neigh: %v", err)
+	}
+	if s := strings.TrimSpace(string(out)); s != "" {
+		return s
+	}
+	return "none"
 }
 
 // Since is the time since the probe started, as failures are stamped.
