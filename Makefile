@@ -36,7 +36,7 @@ STATICCHECK := $(BIN)/staticcheck
 HELM_VERSION ?= v3.22.0
 HELM := $(BIN)/helm
 
-.PHONY: help deps toolchain tools helm build generate manifests test unit-test chart-test e2e-test lab lab-down bench lint fuzz image clean
+.PHONY: help deps toolchain tools helm build generate manifests test unit-test chart-test e2e-test e2e-image-test lab lab-down bench lint fuzz image clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /  make \1\t/' | expand -t 22
@@ -127,6 +127,17 @@ e2e-test: toolchain helm ## the e2e suite in e2e/ (needs root)
 	(cd e2e && $(GO) run ./cmd/herald-lab build); \
 	echo "cd e2e && HERALD_HELM=$(HELM) $(GO) test $(strip $(E2E_TESTFLAGS) ./...)"; \
 	cd e2e && HERALD_HELM=$(HELM) $(GO) test $(strip $(E2E_TESTFLAGS) ./...)
+
+# e2e-image-test runs the lab's image mode: herald's pods run the image
+# `make image` built, under runc, with their securityContext and volumes,
+# so a capability, tool or file the image lacks fails here as on a node.
+# The tests are the user-facing ones: the walkthrough, layer 2, BGP and
+# the proxy.
+E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy)$$
+e2e-image-test: toolchain ## (root) make image, then the walkthrough and the L2, BGP and proxy e2e tests with herald's pods running that image under runc
+	@$(MAKE) image
+	(cd e2e && $(GO) run ./cmd/herald-lab build)
+	cd e2e && HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 30m -run '$(E2E_IMAGE_TESTS)' .
 
 # The lab's command, built from e2e/cmd/herald-lab.
 HERALD_LAB := $(BIN)/herald-lab
