@@ -91,6 +91,8 @@ type AnnouncementWriter struct {
 	// owner returns the Service's UID when it is in ns (owner
 	// references cannot cross namespaces), "" otherwise.
 	owner func(view.ServiceRef) types.UID
+	// pod, when set, also owns every object written (OwnedByPod).
+	pod   *metav1.OwnerReference
 	log   *slog.Logger
 	queue workqueue.TypedRateLimitingInterface[string]
 
@@ -123,6 +125,15 @@ func NewAnnouncementWriter(node, ns string, dyn dynamic.Interface, inf cache.Sha
 		DeleteFunc: w.objectChanged,
 	})
 	return w
+}
+
+// OwnedByPod makes the speaker's pod an owner of the objects it creates
+// from now on (call it before Run): when the pod is deleted and the
+// speaker could not remove them, the garbage collector does. An object
+// owned by a Service too (one in the same namespace) stays as long as
+// that Service does.
+func (w *AnnouncementWriter) OwnedByPod(name string, uid types.UID) {
+	w.pod = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: name, UID: uid}
 }
 
 func (w *AnnouncementWriter) objectChanged(obj any) {
@@ -290,6 +301,9 @@ func (w *AnnouncementWriter) reconcile(ctx context.Context, name string) error {
 			obj.OwnerReferences = []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Service", Name: want.Service.Name, UID: uid,
 			}}
+		}
+		if w.pod != nil {
+			obj.OwnerReferences = append(obj.OwnerReferences, *w.pod)
 		}
 		u, err := toUnstructured(obj)
 		if err != nil {

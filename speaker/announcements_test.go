@@ -72,7 +72,8 @@ type writerEnv struct {
 	inf cache.SharedIndexInformer
 }
 
-func newWriterEnv(t *testing.T, node string, uids map[string]types.UID) *writerEnv {
+// newWriterEnv: pod, when set, owns the objects written too.
+func newWriterEnv(t *testing.T, node, pod string, uids map[string]types.UID) *writerEnv {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -82,6 +83,9 @@ func newWriterEnv(t *testing.T, node string, uids map[string]types.UID) *writerE
 	inf := f.ForResource(AnnouncementGVR).Informer()
 	owner := func(r view.ServiceRef) types.UID { return uids[r.Namespace+"/"+r.Name] }
 	w := NewAnnouncementWriter(node, "herald-system", dyn, inf, owner, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if pod != "" {
+		w.OwnedByPod(pod, "uid-"+types.UID(pod))
+	}
 	f.Start(ctx.Done())
 	cache.WaitForCacheSync(ctx.Done(), inf.HasSynced)
 	go w.Run(ctx)
@@ -128,8 +132,26 @@ func ann(ns, name, node string, ips ...string) view.Announcement {
 	return a
 }
 
+// The speaker's pod owns what it writes, next to a Service of the same
+// namespace: the garbage collector removes the objects the speaker could
+// not (helm uninstall deletes its Role first).
+func TestAnnouncementWriterOwnedByPod(t *testing.T) {
+	e := newWriterEnv(t, "node1", "herald-speaker-x", map[string]types.UID{"herald-system/dns": "uid-dns"})
+	e.w.Set([]view.Announcement{ann("shop", "web", "node1", "198.51.100.200"), ann("herald-system", "dns", "node1", "198.51.100.201")})
+	webName := AnnouncementName(view.ServiceRef{Namespace: "shop", Name: "web"}, "node1")
+	dnsName := AnnouncementName(view.ServiceRef{Namespace: "herald-system", Name: "dns"}, "node1")
+	got := e.wait("both written", func(m map[string]v1beta1.ServiceAnnouncement) bool { return len(m) == 2 })
+	pod := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "herald-speaker-x", UID: "uid-herald-speaker-x"}
+	if or := got[webName].OwnerReferences; len(or) != 1 || or[0] != pod {
+		t.Errorf("web owner references = %v, want the pod", or)
+	}
+	if or := got[dnsName].OwnerReferences; len(or) != 2 || or[0].UID != "uid-dns" || or[1] != pod {
+		t.Errorf("dns owner references = %v, want the Service and the pod", or)
+	}
+}
+
 func TestAnnouncementWriter(t *testing.T) {
-	e := newWriterEnv(t, "node1", map[string]types.UID{"herald-system/dns": "uid-dns"})
+	e := newWriterEnv(t, "node1", "", map[string]types.UID{"herald-system/dns": "uid-dns"})
 	e.w.Set([]view.Announcement{
 		ann("shop", "web", "node1", "198.51.100.200", "2001:db8:0:1::200"),
 		ann("herald-system", "dns", "node1", "198.51.100.201"),

@@ -66,6 +66,12 @@ type Options struct {
 	// Ready, when set, is another check /readyz makes: the in-process
 	// proxy's health, set by the command line that runs both.
 	Ready func() error `json:"-"`
+	// PodNamespace, PodName and PodUID ($POD_NAMESPACE, $POD_NAME,
+	// $POD_UID from the downward API) are the speaker's pod, which owns
+	// its ServiceAnnouncements when they are in its namespace: the
+	// garbage collector removes them with the pod when the speaker could
+	// not (helm uninstall deletes its Role before it stops).
+	PodNamespace, PodName, PodUID string
 }
 
 // DefaultOptions are the flag defaults.
@@ -88,6 +94,9 @@ func DefaultOptions() Options {
 		BGPShutdownWait: time.Second,
 		HeartbeatPeriod: time.Second,
 		RecoveryHold:    30 * time.Second,
+		PodNamespace:    os.Getenv("POD_NAMESPACE"),
+		PodName:         os.Getenv("POD_NAME"),
+		PodUID:          os.Getenv("POD_UID"),
 	}
 }
 

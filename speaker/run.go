@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -136,6 +137,11 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		bgpMgr = bgp.NewManager(gobgp.New(log.With("component", "gobgp")), log.With("component", "bgp"))
 	}
 	writer := NewAnnouncementWriter(o.NodeName, o.Namespace, dyn, saInf.Informer(), src.ownerUID, log.With("component", "status"))
+	// Owner references cannot cross namespaces: one would make the
+	// garbage collector delete the objects at once.
+	if o.PodName != "" && o.PodUID != "" && o.PodNamespace == o.Namespace {
+		writer.OwnedByPod(o.PodName, types.UID(o.PodUID))
+	}
 
 	rec, stopEvents := daemon.Recorder(ctx, kube, clientscheme.Scheme, "speaker", o.NodeName)
 	defer stopEvents()

@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/herald-lb/herald/e2e/harness"
 	"github.com/herald-lb/herald/e2e/lab/cluster"
 	"github.com/herald-lb/herald/e2e/lab/controlplane"
+	"github.com/herald-lb/herald/e2e/lab/kubelet"
 	"github.com/herald-lb/herald/e2e/lab/netns"
 	"github.com/herald-lb/herald/e2e/lab/topology"
 )
@@ -120,9 +120,7 @@ func TestHelm(t *testing.T) {
 		t.Errorf("after the upgrade, the pods' images are not all %s:\n%s", upgradeTag, images)
 	}
 
-	// helm uninstall: the speakers' logs are followed to show the proxy's
-	// decision.
-	logs := followLogs(h, "app.kubernetes.io/component=speaker")
+	// helm uninstall.
 	start = time.Now()
 	helm("uninstall", helmRelease, "-n", helmNS, "--wait", "--timeout", "2m")
 	h.Poll(time.Minute, "herald's pods gone", func() (bool, string) {
@@ -130,17 +128,29 @@ func TestHelm(t *testing.T) {
 		return err == nil && strings.TrimSpace(out) == "", out
 	})
 	t.Logf("TIMING helm uninstall until herald's pods are gone: %s", time.Since(start).Round(time.Millisecond))
-	for pod, l := range logs() {
-		t.Logf("%s's proxy at uninstall:\n%s", pod, grepLines(l, "uninstall:", "restart:", "cleanup:"))
+	// Each node's last speaker removed its rules, the ones the upgrade
+	// replaced kept them.
+	removed, kept := 0, 0
+	for pod, l := range speakerDecisions(h) {
+		t.Logf("speaker %s's proxy when it stopped:\n%s", pod, l)
+		removed += strings.Count(l, "uninstall: removing herald's rules")
+		kept += strings.Count(l, "restart: keeping rules")
+	}
+	if removed != len(h.Layout.Nodes) || kept != len(h.Layout.Nodes) {
+		t.Errorf("the proxies removed their rules %d times and kept them %d times; want %d and %d (uninstall, upgrade)",
+			removed, kept, len(h.Layout.Nodes), len(h.Layout.Nodes))
 	}
 	for _, n := range h.Layout.Nodes {
 		if rules := heraldRules(h, n); len(rules) > 0 {
 			t.Errorf("%s: herald's rules left after helm uninstall:\n%s", n.Name, strings.Join(rules, "\n"))
 		}
 	}
-	if out := h.Kubectl("get", "serviceannouncements", "-A", "-o", "name"); strings.TrimSpace(out) != "" {
-		t.Errorf("ServiceAnnouncements left after helm uninstall:\n%s", out)
-	}
+	// The speakers delete theirs, or, their Role being gone already, the
+	// garbage collector does (their pods own them).
+	h.Poll(30*time.Second, "no ServiceAnnouncements", func() (bool, string) {
+		out, err := h.K.Output(h.Ctx, "get", "serviceannouncements", "-A", "-o", "name")
+		return err == nil && strings.TrimSpace(out) == "", out
+	})
 	h.Poll(30*time.Second, "FRR without any route from the nodes", func() (bool, string) {
 		var left []string
 		for _, family := range []string{"ipv4", "ipv6"} {
@@ -436,44 +446,24 @@ func heraldRules(h *harness.T, n topology.Node) []string {
 	return out
 }
 
-// followLogs streams the logs of the pods matching selector in herald's
-// namespace until they end (the pods are gone) or the returned function
-// is called (after at most 30 s more), which returns them by pod.
-func followLogs(h *harness.T, selector string) func() map[string]string {
-	pods, err := h.K.Output(h.Ctx, "-n", helmNS, "get", "pods", "-l", selector, "-o", "jsonpath={.items[*].metadata.name}")
-	if err != nil {
-		h.T.Logf("no logs followed: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(h.Ctx, 5*time.Minute)
-	var wg sync.WaitGroup
-	bufs := map[string]*bytes.Buffer{}
-	for _, pod := range strings.Fields(pods) {
-		var b bytes.Buffer
-		bufs[pod] = &b
-		cmd := exec.CommandContext(ctx, h.K.Path, "--kubeconfig", h.K.Kubeconfig, "-n", helmNS, "logs", "-f", "--tail=1", pod)
-		cmd.Stdout, cmd.Stderr = &b, &b
-		if err := cmd.Start(); err != nil {
-			h.T.Logf("kubectl logs -f %s: %v", pod, err)
-			continue
+// speakerDecisions reads the proxies' decisions at stop from the logs
+// the lab kubelets keep of every speaker pod, current or deleted: the
+// pod's name, the node's name and the decision lines, per pod.
+func speakerDecisions(h *harness.T) map[string]string {
+	out := map[string]string{}
+	for _, k := range h.Lab.Kubelets {
+		files, _ := filepath.Glob(filepath.Join(k.Config.StateDir, kubelet.PodsDir, helmNS+"_herald-speaker-*", "speaker.log"))
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				h.T.Errorf("speaker log: %v", err)
+				continue
+			}
+			pod := strings.SplitN(filepath.Base(filepath.Dir(f)), "_", 3)[1]
+			out[pod] = grepLines(string(data), "uninstall:", "restart: keeping rules")
 		}
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = cmd.Wait() }()
 	}
-	return func() map[string]string {
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-		}
-		cancel()
-		<-done
-		out := map[string]string{}
-		for pod, b := range bufs {
-			out[pod] = b.String()
-		}
-		return out
-	}
+	return out
 }
 
 // grepLines keeps the lines holding any of words.
