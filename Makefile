@@ -100,8 +100,9 @@ generate: toolchain ## regenerate deepcopy code and CRDs (config/crd/bases, the 
 manifests: toolchain ## render config/default and the proxy-only overlay into config/deploy and config/proxy-only
 	$(GO) test -count=1 -run '^TestRenderings$$' ./config/manifests -update
 
-test: unit-test chart-test ## unit tests, the chart's tests, then the e2e suite (root)
+test: unit-test chart-test ## unit tests, the chart's tests, the e2e suite (root), then its image-mode pass
 	@$(MAKE) e2e-test
+	@$(MAKE) e2e-image-test
 
 unit-test: toolchain ## go test ./... (no root needed)
 	$(GO) test $(strip $(GOTESTFLAGS) ./...)
@@ -132,7 +133,7 @@ e2e-test: toolchain helm ## the e2e suite in e2e/ (needs root)
 # `make image` built, under runc, with their securityContext and volumes,
 # so a capability, tool or file the image lacks fails here as on a node.
 # The tests are the user-facing ones: the walkthrough, layer 2, BGP and
-# the proxy.
+# the proxy. make test runs it after the binary-mode suite.
 E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy)$$
 e2e-image-test: toolchain ## (root) make image, then the walkthrough and the L2, BGP and proxy e2e tests with herald's pods running that image under runc
 	@$(MAKE) image
