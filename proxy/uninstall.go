@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -137,6 +138,9 @@ func WatchOwner(ctx context.Context, api OwnerAPI, namespace, pod string, log *s
 // resolve reads the pod's owner; true once known (or known absent).
 func (c *UninstallCheck) resolve(ctx context.Context) bool {
 	p, err := c.api.Pod(ctx, c.namespace, c.pod)
+	if err == nil && p == nil {
+		err = errors.New("no pod in the answer")
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {

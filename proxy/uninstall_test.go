@@ -146,6 +146,12 @@ func TestUninstallCheck(t *testing.T) {
 		t.Errorf("pod read at stop, DaemonSet gone: %+v", d)
 	}
 
+	// An answer without a pod keeps the rules.
+	f = &fakeOwner{dsErr: dsGone, watching: make(chan func(), 1)}
+	if d := WatchOwner(ctx, f, "herald-system", "herald-speaker-x", log).Decide(time.Second); d.Uninstall {
+		t.Errorf("no pod in the answer: %+v", d)
+	}
+
 	// Outside a pod nothing is asked.
 	f = &fakeOwner{}
 	if d := WatchOwner(ctx, f, "", "", log).Decide(time.Second); d.Uninstall || f.dsCalls != 0 {
