@@ -120,26 +120,54 @@ func TestHelm(t *testing.T) {
 		t.Errorf("after the upgrade, the pods' images are not all %s:\n%s", upgradeTag, images)
 	}
 
-	// helm uninstall.
-	start = time.Now()
+	// helm uninstall: each node's last speaker removes its rules, the
+	// ones the upgrade replaced kept them.
+	uninstallAndCheck(h, helm, nodeIPs)
+	removed, kept := decisions(h, "speaker")
+	if removed != len(h.Layout.Nodes) || kept != len(h.Layout.Nodes) {
+		t.Errorf("the proxies removed their rules %d times and kept them %d times; want %d and %d (uninstall, upgrade)",
+			removed, kept, len(h.Layout.Nodes), len(h.Layout.Nodes))
+	}
+	crds := h.Kubectl("get", "crd", "-o", "name")
+	for _, c := range []string{"ipaddresspools", "l2advertisements", "bgpadvertisements", "bgppeers", "communities", "bfdprofiles", "serviceannouncements"} {
+		if !strings.Contains(crds, "/"+c+".herald.io") {
+			t.Errorf("CRD %s.herald.io gone after helm uninstall (Helm keeps a chart's CRDs)", c)
+		}
+	}
+	if out := h.Kubectl("-n", helmNS, "get", "ipaddresspools,l2advertisements,bgppeers,bgpadvertisements", "-o", "name"); strings.Count(out, "\n") < 4 {
+		t.Errorf("the configuration did not survive helm uninstall:\n%s", out)
+	}
+
+	// The proxy on its own (proxy.mode=standalone, the speakers with
+	// --proxy=false) removes its rules at uninstall too.
+	helm("install", helmRelease, chart, "-n", helmNS, "-f", values, "--set", "proxy.mode=standalone", "--wait", "--timeout", "5m")
+	h.Kubectl("-n", helmNS, "rollout", "status", "--timeout=120s", "daemonset/herald-proxy")
+	h.Poll(time.Minute, "the standalone proxies' rules on every node", func() (bool, string) {
+		for _, n := range h.Layout.Nodes {
+			if len(heraldRules(h, n)) == 0 {
+				return false, n.Name + " has none"
+			}
+		}
+		return true, ""
+	})
+	uninstallAndCheck(h, helm, nodeIPs)
+	if removed, kept := decisions(h, "proxy"); removed != len(h.Layout.Nodes) || kept != 0 {
+		t.Errorf("the standalone proxies removed their rules %d times and kept them %d times; want %d and 0", removed, kept, len(h.Layout.Nodes))
+	}
+}
+
+// uninstallAndCheck runs helm uninstall and checks that herald left no
+// rules on the nodes, no ServiceAnnouncements and no route at the router.
+func uninstallAndCheck(h *harness.T, helm func(...string), nodeIPs map[string]bool) {
+	t := h.T
+	t.Helper()
+	start := time.Now()
 	helm("uninstall", helmRelease, "-n", helmNS, "--wait", "--timeout", "2m")
 	h.Poll(time.Minute, "herald's pods gone", func() (bool, string) {
 		out, err := h.K.Output(h.Ctx, "-n", helmNS, "get", "pods", "-o", "name")
 		return err == nil && strings.TrimSpace(out) == "", out
 	})
 	t.Logf("TIMING helm uninstall until herald's pods are gone: %s", time.Since(start).Round(time.Millisecond))
-	// Each node's last speaker removed its rules, the ones the upgrade
-	// replaced kept them.
-	removed, kept := 0, 0
-	for pod, l := range speakerDecisions(h) {
-		t.Logf("speaker %s's proxy when it stopped:\n%s", pod, l)
-		removed += strings.Count(l, "uninstall: removing herald's rules")
-		kept += strings.Count(l, "restart: keeping rules")
-	}
-	if removed != len(h.Layout.Nodes) || kept != len(h.Layout.Nodes) {
-		t.Errorf("the proxies removed their rules %d times and kept them %d times; want %d and %d (uninstall, upgrade)",
-			removed, kept, len(h.Layout.Nodes), len(h.Layout.Nodes))
-	}
 	for _, n := range h.Layout.Nodes {
 		if rules := heraldRules(h, n); len(rules) > 0 {
 			t.Errorf("%s: herald's rules left after helm uninstall:\n%s", n.Name, strings.Join(rules, "\n"))
@@ -172,15 +200,6 @@ func TestHelm(t *testing.T) {
 		}
 		return len(left) == 0, fmt.Sprint(left)
 	})
-	crds := h.Kubectl("get", "crd", "-o", "name")
-	for _, c := range []string{"ipaddresspools", "l2advertisements", "bgpadvertisements", "bgppeers", "communities", "bfdprofiles", "serviceannouncements"} {
-		if !strings.Contains(crds, "/"+c+".herald.io") {
-			t.Errorf("CRD %s.herald.io gone after helm uninstall (Helm keeps a chart's CRDs)", c)
-		}
-	}
-	if out := h.Kubectl("-n", helmNS, "get", "ipaddresspools,l2advertisements,bgppeers,bgpadvertisements", "-o", "name"); strings.Count(out, "\n") < 4 {
-		t.Errorf("the configuration did not survive helm uninstall:\n%s", out)
-	}
 }
 
 // repoRoot is the repository's root: the directory above holding the
@@ -446,24 +465,25 @@ func heraldRules(h *harness.T, n topology.Node) []string {
 	return out
 }
 
-// speakerDecisions reads the proxies' decisions at stop from the logs
-// the lab kubelets keep of every speaker pod, current or deleted: the
-// pod's name, the node's name and the decision lines, per pod.
-func speakerDecisions(h *harness.T) map[string]string {
-	out := map[string]string{}
+// decisions counts the proxies' decisions at stop in the logs the lab
+// kubelets keep of every pod of component (speaker or proxy), current or
+// deleted, and logs them.
+func decisions(h *harness.T, component string) (removed, kept int) {
 	for _, k := range h.Lab.Kubelets {
-		files, _ := filepath.Glob(filepath.Join(k.Config.StateDir, kubelet.PodsDir, helmNS+"_herald-speaker-*", "speaker.log"))
+		files, _ := filepath.Glob(filepath.Join(k.Config.StateDir, kubelet.PodsDir, helmNS+"_herald-"+component+"-*", component+".log"))
 		for _, f := range files {
 			data, err := os.ReadFile(f)
 			if err != nil {
-				h.T.Errorf("speaker log: %v", err)
+				h.T.Errorf("%s log: %v", component, err)
 				continue
 			}
-			pod := strings.SplitN(filepath.Base(filepath.Dir(f)), "_", 3)[1]
-			out[pod] = grepLines(string(data), "uninstall:", "restart: keeping rules")
+			l := grepLines(string(data), "uninstall:", "restart: keeping rules")
+			h.T.Logf("%s %s's proxy when it stopped:\n%s", component, filepath.Base(filepath.Dir(f)), l)
+			removed += strings.Count(l, "uninstall: removing herald's rules")
+			kept += strings.Count(l, "restart: keeping rules")
 		}
 	}
-	return out
+	return removed, kept
 }
 
 // grepLines keeps the lines holding any of words.
