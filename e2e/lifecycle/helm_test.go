@@ -91,6 +91,12 @@ func TestHelm(t *testing.T) {
 	}
 
 	// helm upgrade to another tag while both VIPs are probed every 20 ms.
+	// In binary mode every tag is this tree's binary; image mode runs real
+	// tags, so the tag is given to the image under test.
+	if h.Lab.ImageMode {
+		podman(t, ctx, "tag", kubelet.HeraldImageName, kubelet.HeraldRepository+":"+upgradeTag)
+		t.Cleanup(func() { podman(t, context.Background(), "untag", kubelet.HeraldRepository+":"+upgradeTag) })
+	}
 	l2Probe, bgpProbe := harness.StartProbe(h.Layout.Client, l2IP), harness.StartProbe(h.Layout.Remote, bgpIP)
 	ipChanges := watchIPs(h, map[string]string{"helm-l2": l2IP, "helm-bgp": bgpIP})
 	time.Sleep(time.Second)
@@ -202,6 +208,13 @@ func uninstallAndCheck(h *harness.T, helm func(...string), nodeIPs map[string]bo
 	})
 }
 
+func podman(t *testing.T, ctx context.Context, args ...string) {
+	t.Helper()
+	if out, err := exec.CommandContext(ctx, "podman", args...).CombinedOutput(); err != nil {
+		t.Fatalf("podman %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
 // repoRoot is the repository's root: the directory above holding the
 // chart.
 func repoRoot(t *testing.T) string {
@@ -263,7 +276,8 @@ func upBareLab(t *testing.T, ctx context.Context) *harness.T {
 		data, _ := os.ReadFile(logf.Name())
 		t.Fatalf("lab up: %v\n%s", err, data)
 	}
-	t.Logf("bare lab up in %s (including any wait for another lab); its log: %s", time.Since(start).Round(time.Millisecond), logf.Name())
+	t.Logf("bare lab up in %s (including any wait for another lab), image mode %v; its log: %s",
+		time.Since(start).Round(time.Millisecond), lab.ImageMode, logf.Name())
 	t.Cleanup(func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
