@@ -19,6 +19,7 @@ import (
 	"github.com/herald-lb/herald/e2e/lab/kubelet"
 	"github.com/herald-lb/herald/e2e/lab/netns"
 	"github.com/herald-lb/herald/e2e/lab/topology"
+	"github.com/herald-lb/herald/e2e/lab/walkthrough"
 )
 
 const (
@@ -32,7 +33,8 @@ const (
 )
 
 // TestHelm is issue #13's install lifecycle as a user runs it: helm
-// install into a bare lab, an L2 VIP and a BGP VIP answering, helm
+// install into a bare lab, the "Using Source IP" walkthrough passing on
+// it, an L2 VIP and a BGP VIP answering, helm
 // upgrade to another image tag under a 20 ms probe of both, helm
 // uninstall leaving no herald rules, announcements or routes (CRDs kept).
 func TestHelm(t *testing.T) {
@@ -59,6 +61,20 @@ func TestHelm(t *testing.T) {
 	helm("install", helmRelease, chart, "-n", helmNS, "--create-namespace", "-f", values, "--wait", "--timeout", "5m")
 	t.Logf("TIMING helm install --wait: %s", time.Since(start).Round(time.Millisecond))
 	h.Kubectl("-n", helmNS, "rollout", "status", "--timeout=120s", "daemonset/herald-speaker")
+
+	// The acceptance story on what helm installed: every step of "Using
+	// Source IP" passes (none may wait for a missing component).
+	results := walkthrough.Run(h.Ctx, walkthrough.Env{Layout: h.Layout, Kubectl: h.K, Out: t.Output()})
+	pass, fail, notYet := walkthrough.Summary(results)
+	for _, r := range results {
+		if r.Verdict != walkthrough.Pass {
+			t.Errorf("walkthrough after helm install: step %q: %s: %s", r.Step, r.Verdict, r.Detail)
+		}
+	}
+	t.Logf("walkthrough after helm install: %d passed, %d failed, %d not yet possible", pass, fail, notYet)
+	if t.Failed() {
+		t.FailNow()
+	}
 
 	// The configuration, as a user writes it, and an echo server behind
 	// an L2 Service and a BGP Service.
