@@ -15,7 +15,6 @@ import (
 
 	"github.com/herald-lb/herald/e2e/harness"
 	"github.com/herald-lb/herald/e2e/lab/cluster"
-	"github.com/herald-lb/herald/e2e/lab/controlplane"
 	"github.com/herald-lb/herald/e2e/lab/kubelet"
 	"github.com/herald-lb/herald/e2e/lab/netns"
 	"github.com/herald-lb/herald/e2e/lab/topology"
@@ -38,15 +37,7 @@ const (
 // upgrade to another image tag under a 20 ms probe of both, helm
 // uninstall leaving no herald rules, announcements or routes (CRDs kept).
 func TestHelm(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short mode: brings a lab up")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the lab builds network namespaces")
-	}
-	if _, err := os.Stat(controlplane.DefaultEtcdPath); err != nil {
-		t.Fatalf("etcd not found at %s (apt-get install etcd-server): %v", controlplane.DefaultEtcdPath, err)
-	}
+	needLab(t)
 	root := repoRoot(t)
 	helmBin := helmBinary(t, root)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)

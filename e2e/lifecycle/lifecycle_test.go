@@ -24,15 +24,7 @@ import (
 const prefix = "hlcli"
 
 func TestHeraldLabCLI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short mode: brings a lab up")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the lab builds network namespaces")
-	}
-	if _, err := os.Stat(controlplane.DefaultEtcdPath); err != nil {
-		t.Fatalf("etcd not found at %s (apt-get install etcd-server): %v", controlplane.DefaultEtcdPath, err)
-	}
+	needLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	bin := filepath.Join(t.TempDir(), "herald-lab")
@@ -224,4 +216,19 @@ func alive(pid int) bool {
 	s := string(data)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// needLab skips a test that brings a lab up in short mode or without root
+// (the lab builds network namespaces) and fails it when etcd is missing.
+func needLab(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("short mode: brings a lab up")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the lab builds network namespaces")
+	}
+	if _, err := os.Stat(controlplane.DefaultEtcdPath); err != nil {
+		t.Fatalf("etcd not found at %s (apt-get install etcd-server): %v", controlplane.DefaultEtcdPath, err)
+	}
 }
