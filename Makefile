@@ -100,12 +100,14 @@ generate: toolchain ## regenerate deepcopy code and CRDs (config/crd/bases, the 
 manifests: toolchain ## render config/default and the proxy-only overlay into config/deploy and config/proxy-only
 	$(GO) test -count=1 -run '^TestRenderings$$' ./config/manifests -update
 
-test: unit-test chart-test ## unit tests, the chart's tests, the e2e suite (root), then its image-mode pass
+test: unit-test ## unit tests (the chart's included), the e2e suite (root), then its image-mode pass
 	@$(MAKE) e2e-test
 	@$(MAKE) e2e-image-test
 
-unit-test: toolchain ## go test ./... (no root needed)
-	$(GO) test $(strip $(GOTESTFLAGS) ./...)
+# unit-test gives the chart's tests the pinned Helm, so under make they run
+# rather than skip (a bare `go test ./...` without Helm skips them, saying so).
+unit-test: toolchain helm ## go test ./... with the pinned Helm for the chart's tests (no root needed)
+	HERALD_HELM=$(HELM) $(GO) test $(strip $(GOTESTFLAGS) ./...)
 
 # chart-test runs the chart's tests with the pinned Helm: HERALD_HELM makes
 # them run (go test ./... alone skips them, saying so) and fail if it is

@@ -129,7 +129,7 @@ func helmBinary(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("HERALD_HELM")
 	if p == "" {
-		t.Skip("HERALD_HELM is not set: the chart's helm tests need Helm; `make chart-test` (part of `make test`) installs the pinned one into bin/ and sets it")
+		t.Skip("HERALD_HELM is not set: the chart's helm tests need Helm; `make unit-test` and `make chart-test` (and so `make test`) install the pinned one into bin/ and set it")
 	}
 	if strings.Contains(p, "/") && !filepath.IsAbs(p) {
 		p = filepath.Join(root, p)

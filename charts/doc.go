@@ -4,8 +4,8 @@
 // golden files in testdata/golden for the value sets in testdata/values,
 // which decode as Kubernetes objects and run the same pods with the same
 // privileges and grants as the matching kustomization (checked when
-// HERALD_HELM names a helm binary: `make chart-test`, part of `make test`,
-// installs the pinned Helm and sets it; without it those tests skip, saying
+// HERALD_HELM names a helm binary: `make unit-test` (part of `make test`) and `make chart-test`
+// install the pinned Helm and set it; without it those tests skip, saying
 // so). `HERALD_HELM=bin/helm go test ./charts -update` rewrites the golden
 // files.
 package charts
