@@ -85,6 +85,14 @@ func (r ociRuntime) start(name, id string, o ociContainer, lower, logPath string
 		return nil, err
 	}
 	pidFile := filepath.Join(bundle, "pid")
+	// A container that exits at once takes its bundle, and with it the
+	// PID file, along before the poll below may have read it: read the
+	// file on the way out, before the bundle goes.
+	var pidAtExit []byte
+	atExit := func() {
+		pidAtExit, _ = os.ReadFile(pidFile)
+		cleanup()
+	}
 	logStart := fileSize(logPath)
 	cmd := exec.Command(r.runc, "--root", r.root, "run", "--bundle", bundle, "--pid-file", pidFile, id)
 	cmd.Dir = bundle
@@ -92,13 +100,14 @@ func (r ociRuntime) start(name, id string, o ociContainer, lower, logPath string
 	// then ends as on a stopped node; Down sweeps one that does not.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGTERM}
 	header := fmt.Sprintf("starting %s under runc (container %s, netns %s)", strings.Join(o.Args, " "), id, o.NetnsPath)
-	p, err := runCmd(cmd, logPath, header, cleanup)
+	p, err := runCmd(cmd, logPath, header, atExit)
 	if err != nil {
 		cleanup()
 		return nil, err
 	}
 	p.runcID = id
-	pid, err := waitPIDFile(pidFile, p.exited)
+	// pidAtExit is written before p.exited closes, and read only after.
+	pid, err := waitPIDFile(pidFile, p.exited, func() []byte { return pidAtExit })
 	if err != nil {
 		_ = p.cmd.Process.Kill() // only if it hangs: it has not exited
 		<-p.exited
@@ -135,7 +144,9 @@ func (r ociRuntime) makeBundle(id string, o ociContainer, lower string) (string,
 
 // waitPIDFile waits for runc to write the container's PID, which it does
 // once the container's process runs; nothing comes if runc exits first.
-func waitPIDFile(path string, exited <-chan struct{}) (int, error) {
+// atExit gives what the file held when runc exited (the file itself may
+// be gone by then).
+func waitPIDFile(path string, exited <-chan struct{}, atExit func() []byte) (int, error) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if data, err := os.ReadFile(path); err == nil && len(data) > 0 {
@@ -144,7 +155,7 @@ func waitPIDFile(path string, exited <-chan struct{}) (int, error) {
 		select {
 		case <-exited:
 			// It may have written the file just before exiting.
-			if data, err := os.ReadFile(path); err == nil && len(data) > 0 {
+			if data := atExit(); len(data) > 0 {
 				return strconv.Atoi(strings.TrimSpace(string(data)))
 			}
 			return 0, errors.New("runc exited before the container started")

@@ -173,6 +173,10 @@ func TestRuncContainer(t *testing.T) {
 		if data, err := os.ReadFile(filepath.Join(CgroupMount, "cpu", RuncCgroupRoot, "cpu.shares")); err == nil && strings.TrimSpace(string(data)) == "1024" {
 			t.Errorf("the lab's cgroup has a single task's CPU weight")
 		}
+		// The program prints, then waits for a signal: kill it only once
+		// its output is in the log, or the kill can win the race with
+		// its first write and the log check below fails for nothing.
+		logged := waitLogged(filepath.Join(logDir, "c.log"), "hello from the host")
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -183,8 +187,8 @@ func TestRuncContainer(t *testing.T) {
 		if out, _ := exec.Command("ip", "netns", "pids", ns).Output(); strings.TrimSpace(string(out)) != "" {
 			t.Errorf("processes left in %s: %s", ns, out)
 		}
-		if log, _ := os.ReadFile(filepath.Join(logDir, "c.log")); !strings.Contains(string(log), "hello from the host") {
-			t.Errorf("the container's output is not in its log:\n%s", log)
+		if log, _ := os.ReadFile(filepath.Join(logDir, "c.log")); !logged || !strings.Contains(string(log), "hello from the host") {
+			t.Errorf("the container's output is not in its log after 10 s:\n%s", log)
 		}
 	})
 
@@ -195,6 +199,11 @@ func TestRuncContainer(t *testing.T) {
 			c.SecurityContext = &v1.SecurityContext{Capabilities: &v1.Capabilities{Drop: []v1.Capability{"ALL"}, Add: []v1.Capability{"NET_RAW"}}}
 		})
 		p, _ := start(t, o)
+		// Until the program handles SIGTERM, PID 1 of a namespace ignores
+		// it: stop only once it has said it is running.
+		if !waitLogged(filepath.Join(logDir, "c.log"), "ctrhelper [sleep] uid 65534") {
+			t.Fatal("the program did not start within 10 s")
+		}
 		if m, _ := statusCaps(p.rec.PID, "CapEff"); m != 0 {
 			t.Errorf("CapEff %#x for a non-root user", m)
 		}
@@ -237,7 +246,7 @@ func TestRuncContainer(t *testing.T) {
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("runc run --detach: %v", err)
 		}
-		pid, err := waitPIDFile(filepath.Join(bundle, "pid"), nil)
+		pid, err := waitPIDFile(filepath.Join(bundle, "pid"), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,4 +317,14 @@ func alive(pid int) bool {
 	s := string(data)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// waitLogged says whether text appears in the log at path within 10 s.
+func waitLogged(path, text string) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if log, _ := os.ReadFile(path); strings.Contains(string(log), text) {
+			return true
+		}
+	}
+	return false
 }

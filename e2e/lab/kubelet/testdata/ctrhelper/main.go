@@ -15,6 +15,10 @@ import (
 )
 
 func main() {
+	// Handle SIGTERM before the first line is printed, so a test that
+	// has seen the line knows a stop now ends the program with 143.
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM)
 	fmt.Println("ctrhelper", os.Args[1:], "uid", os.Getuid(), "gid", os.Getgid())
 	if len(os.Args) < 2 {
 		os.Exit(2)
@@ -33,8 +37,6 @@ func main() {
 	}
 	// As PID 1 of its namespace a process gets only the signals it
 	// handles: exit like an unhandled SIGTERM would.
-	c := make(chan os.Signal, 1)
-	signal.Notify(c, syscall.SIGTERM)
 	<-c
 	os.Exit(143)
 }
