@@ -32,7 +32,8 @@ import (
 // the election, so the backend never fails with the announcer. Figures
 // are printed, never asserted. HERALD_BENCH_TRIALS sets the trials per
 // kind (default 20); HERALD_LAB_NODES the lab's size (make bench runs it
-// at 3 and at 10 nodes).
+// at 3 and at 10 nodes); HERALD_BENCH_SPEAKER_ARGS flags added to the
+// speakers' for the run, to weigh timer settings against failover time.
 //
 // Every trial starts with every speaker back in the memberlist cluster:
 // a speaker killed in the trial before restarts only after the kubelet's
@@ -45,6 +46,10 @@ func TestBenchL2Failover(t *testing.T) {
 	s := l2{h}
 	const name = "bl2"
 	s.readySpeakers(2 * time.Minute)
+	extra := strings.Fields(os.Getenv("HERALD_BENCH_SPEAKER_ARGS"))
+	if len(extra) > 0 {
+		s.speakerArgs(extra)
+	}
 	nodeOf := s.macOwners()
 	t.Cleanup(func() {
 		_, _ = h.K.Run(h.Ctx, "delete", "service", name, "--ignore-not-found")
@@ -198,7 +203,12 @@ func TestBenchL2Failover(t *testing.T) {
 	if v := os.Getenv("HERALD_LAB_NODES"); v != "" {
 		nodes = "HERALD_LAB_NODES=" + v + " "
 	}
-	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 %sHERALD_BENCH_TRIALS=%d go test -count=1 -timeout 90m -run 'TestBenchL2Failover$' -v .\n", nodes, trials)
+	args := ""
+	if len(extra) > 0 {
+		fmt.Fprintf(&b, "BENCH speakers run with the extra flags %s\n", strings.Join(extra, " "))
+		args = "HERALD_BENCH_SPEAKER_ARGS='" + strings.Join(extra, " ") + "' "
+	}
+	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 %s%sHERALD_BENCH_TRIALS=%d go test -count=1 -timeout 90m -run 'TestBenchL2Failover$' -v .\n", nodes, args, trials)
 	t.Log("\n" + b.String())
 }
 
