@@ -1,9 +1,11 @@
 package harness
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
@@ -15,6 +17,18 @@ import (
 
 // EchoGet sends one GET / to ip:80 from the namespace on a new
 // connection and tells whether the echo server answered.
+//
+// The client closes the connection, not the server (HTTP/1.1, the body
+// read to its Content-Length): TIME_WAIT then stays on the client, never
+// in the echo pod. Under SNAT (MASQUERADE --random-fully, as kube-proxy
+// does it) the node may hand a new connection a source port whose tuple
+// the pod still holds in TIME_WAIT, and with per-connection TCP
+// timestamp offsets the pod's PAWS check refuses about half of those
+// SYNs. The client resets and resends its SYN within ~10 ms, but a
+// second such refusal waits for the 1 s SYN retransmission, which is the
+// probe's whole budget. That is the kernel's and any NAT's behaviour,
+// not herald's, and it would fail a lone request in a few thousand
+// (measured: 46 PAWS refusals in 24,000 HTTP/1.0 requests).
 func EchoGet(ns, ip string, timeout time.Duration) (bool, error) {
 	var c net.Conn
 	err := netns.Do(ns, func() (err error) {
@@ -26,11 +40,16 @@ func EchoGet(ns, ip string, timeout time.Duration) (bool, error) {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := io.WriteString(c, "GET / HTTP/1.0\r\nHost: "+ip+"\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+ip+"\r\n\r\n"); err != nil {
 		return false, err
 	}
-	b, err := io.ReadAll(c)
-	if err != nil && len(b) == 0 {
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
 		return false, err
 	}
 	return strings.Contains(string(b), "CLIENT VALUES:"), nil
