@@ -364,9 +364,10 @@ func (h *T) Kubelet(node string) *cluster.Kubelet {
 	return nil
 }
 
-// HTTPGetFrom sends GET url from inside the network namespace ns.
-func HTTPGetFrom(ns, url string) (string, error) {
-	tr := &http.Transport{
+// NetnsTransport is an HTTP transport whose connections are opened
+// inside the network namespace ns, one per request.
+func NetnsTransport(ns string) *http.Transport {
+	return &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
 			err := netns.Do(ns, func() (err error) {
@@ -377,6 +378,11 @@ func HTTPGetFrom(ns, url string) (string, error) {
 		},
 		DisableKeepAlives: true,
 	}
+}
+
+// HTTPGetFrom sends GET url from inside the network namespace ns.
+func HTTPGetFrom(ns, url string) (string, error) {
+	tr := NetnsTransport(ns)
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(url)
 	if err != nil {

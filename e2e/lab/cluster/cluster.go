@@ -382,6 +382,14 @@ func (l *Lab) startKubelets() error {
 		if err := kubelet.WriteNodeKubeconfig(cfg.Kubeconfig, n.Name, l.APIServerURL, ca); err != nil {
 			return err
 		}
+		// The kubelet API (exec, logs, port-forward): a serving
+		// certificate of the cluster CA, and the same CA for the API
+		// server's client certificate.
+		cfg.TLSCertFile, cfg.TLSKeyFile = filepath.Join(cfg.StateDir, "kubelet.crt"), filepath.Join(cfg.StateDir, "kubelet.key")
+		cfg.ClientCAFile = filepath.Join(cfg.StateDir, "client-ca.crt")
+		if err := kubelet.WriteServingCert(cfg, ca); err != nil {
+			return err
+		}
 		k := &Kubelet{Config: cfg, Log: filepath.Join(cfg.StateDir, "lab-kubelet.log")}
 		l.Kubelets = append(l.Kubelets, k)
 		l.State.Kubelets = append(l.State.Kubelets, KubeletState{Node: n.Name, StateDir: cfg.StateDir, Log: k.Log})

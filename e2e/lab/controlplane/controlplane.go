@@ -429,6 +429,10 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		"--client-ca-file=" + pkiFile("ca.crt"),
 		"--kubelet-client-certificate=" + pkiFile("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key=" + pkiFile("apiserver-kubelet-client.key"),
+		// Verify the lab kubelets' serving certificates (signed by the
+		// cluster CA for their InternalIPs), reached at those addresses.
+		"--kubelet-certificate-authority=" + pkiFile("ca.crt"),
+		"--kubelet-preferred-address-types=InternalIP",
 		"--service-cluster-ip-range=" + cfg.ServiceCIDR,
 		"--service-account-issuer=" + DefaultServiceAccountIssuer,
 		"--service-account-key-file=" + pkiFile("sa.pub"),

@@ -37,6 +37,9 @@ type container struct {
 	status   v1.ContainerStatus
 	proc     *process
 	stopping bool
+	// runs are the last two runs that started, the latest last: the
+	// kubelet API's logs (current and previous).
+	runs []*process
 }
 
 func newContainer(w *podWorker, spec v1.Container) *container {
@@ -147,6 +150,11 @@ func (c *container) run() {
 			continue
 		}
 		c.proc = p
+		if n := len(c.runs); n > 0 {
+			c.runs = []*process{c.runs[n-1], p}
+		} else {
+			c.runs = []*process{p}
+		}
 		started := metav1.NewTime(p.startedAt).Rfc3339Copy()
 		c.status.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: started}}
 		c.status.Started = ptr(true)

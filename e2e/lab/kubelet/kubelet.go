@@ -70,6 +70,7 @@ const (
 	DefaultPodBridge         = "cbr0"
 	DefaultHeartbeatInterval = 10 * time.Second
 	DefaultMaxPods           = 110
+	DefaultPort              = 10250
 	// LeaseDuration is the Lease's leaseDurationSeconds (the real
 	// kubelet's default).
 	LeaseDuration = 40
@@ -119,12 +120,25 @@ type Config struct {
 	// <StateDir>/images).
 	ImageMode bool
 	ImageDir  string
+	// TLSCertFile and TLSKeyFile are the kubelet API's serving
+	// certificate (WriteServingCert), ClientCAFile the CA its clients'
+	// certificates must chain to. Without them the kubelet serves no API
+	// (a kubelet started on its own by a unit of the lab, not the lab).
+	TLSCertFile  string
+	TLSKeyFile   string
+	ClientCAFile string
+	// Port is the kubelet API's port on every address of the node's
+	// namespace (default 10250, the real kubelet's).
+	Port int
 	// HeartbeatInterval defaults to 10s; MaxPods to 110.
 	HeartbeatInterval time.Duration
 	MaxPods           int
 	// Log receives what the kubelet does. Nil: os.Stderr.
 	Log io.Writer
 }
+
+// servesAPI tells whether the kubelet serves the kubelet API.
+func (k *Kubelet) servesAPI() bool { return k.cfg.TLSCertFile != "" }
 
 // dualStack tells whether the node has IPv6 too.
 func (c *Config) dualStack() bool { return c.PodCIDRv6.IsValid() }
@@ -171,6 +185,12 @@ func (c *Config) validate() error {
 	}
 	if c.MaxPods <= 0 {
 		c.MaxPods = DefaultMaxPods
+	}
+	if c.Port <= 0 {
+		c.Port = DefaultPort
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") || (c.TLSCertFile == "") != (c.ClientCAFile == "") {
+		return errors.New("kubelet: the API needs all of a serving certificate, its key and a client CA, or none")
 	}
 	if c.KubeletVersion == "" {
 		c.KubeletVersion = "v0.0.0-lab"
@@ -280,6 +300,13 @@ func Run(ctx context.Context, cfg Config) error {
 	defer broadcaster.Shutdown()
 	k.recorder = broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
 
+	if k.servesAPI() {
+		if err := k.serveAPI(ctx); err != nil {
+			return err
+		}
+	} else {
+		k.logf("no serving certificate: not serving the kubelet API")
+	}
 	start := time.Now()
 	if err := k.registerNode(ctx); err != nil {
 		if ctx.Err() != nil {

@@ -192,6 +192,10 @@ func (k *Kubelet) updateNodeStatus(ctx context.Context) error {
 		Addresses: k.nodeAddresses(),
 		NodeInfo:  k.nodeInfo(),
 	}
+	if k.servesAPI() {
+		// Where the API server reaches the kubelet API.
+		st.DaemonEndpoints.KubeletEndpoint.Port = int32(k.cfg.Port)
+	}
 	patch, err := json.Marshal(map[string]any{"status": st})
 	if err != nil {
 		return err

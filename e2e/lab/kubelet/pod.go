@@ -41,7 +41,8 @@ type podWorker struct {
 	notify  chan struct{}
 
 	// Owned by run (containers read sandbox once it is set, before they
-	// start).
+	// start); run sets sandbox, sandboxGone and containers under mu too,
+	// for the kubelet API.
 	sandbox      *sandbox
 	sandboxGone  bool
 	containers   []*container
@@ -220,13 +221,17 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod, removed bool) (done b
 			_ = w.syncStatus(ctx, pod, false)
 			return false, 5 * time.Second
 		}
-		w.sandbox = sb
 		w.lastPodIP, w.lastPodIPv6 = sb.ip, sb.ip6
 		w.k.logf("pod %s: sandbox ready: netns %s, IPs %s %s", w.key, sb.netns, sb.ip, sb.ip6)
+		var containers []*container
 		for _, spec := range pod.Spec.Containers {
-			c := newContainer(w, spec)
-			w.containers = append(w.containers, c)
+			containers = append(containers, newContainer(w, spec))
 		}
+		// Under mu for the kubelet API (apiView); run itself reads them
+		// without: it is their only writer.
+		w.mu.Lock()
+		w.sandbox, w.containers = sb, containers
+		w.mu.Unlock()
 		for _, c := range w.containers {
 			go c.run()
 		}
@@ -295,8 +300,21 @@ func (w *podWorker) teardown() error {
 	if err := w.k.teardownSandbox(w.uid, w.sandbox); err != nil {
 		return err
 	}
+	w.mu.Lock()
 	w.sandboxGone = true
+	w.mu.Unlock()
 	return nil
+}
+
+// apiView is what the kubelet API needs of the pod: its sandbox (nil
+// before it is set up and after it is removed) and its containers.
+func (w *podWorker) apiView() (*sandbox, []*container) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sandboxGone {
+		return nil, w.containers
+	}
+	return w.sandbox, w.containers
 }
 
 // syncStatus sends the pod's status if it differs from what the API

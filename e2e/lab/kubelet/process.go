@@ -3,10 +3,12 @@ package kubelet
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +41,13 @@ type process struct {
 	// runcID is set in image mode: cmd is then `runc run` of that
 	// container and rec the container's first process.
 	runcID string
+
+	// The run's output in the container's log file: from logStart (past
+	// the kubelet's header line) to logEnd, which is -1 while the run
+	// lasts and is set before the kubelet's closing line is appended.
+	logPath  string
+	logStart int64
+	logEnd   atomic.Int64
 }
 
 // startProcess starts program in the named network namespace with output
@@ -69,11 +78,16 @@ func runCmd(cmd *exec.Cmd, logPath, header string, afterExit func()) (*process, 
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "=== %s: %s\n", time.Now().Format(time.RFC3339Nano), header)
+	logStart, err := logf.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return nil, err
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &process{cmd: cmd, exited: make(chan struct{}), startedAt: time.Now()}
+	p := &process{cmd: cmd, exited: make(chan struct{}), startedAt: time.Now(), logPath: logPath, logStart: logStart}
+	p.logEnd.Store(-1)
 	go func() {
 		_ = cmd.Wait()
 		p.finishedAt = time.Now()
@@ -89,6 +103,7 @@ func runCmd(cmd *exec.Cmd, logPath, header string, afterExit func()) (*process, 
 		if afterExit != nil {
 			afterExit()
 		}
+		p.logEnd.Store(fileSize(logPath))
 		if lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 			fmt.Fprintf(lf, "=== %s: exited: %s\n", p.finishedAt.Format(time.RFC3339Nano), cmd.ProcessState)
 			lf.Close()

@@ -85,6 +85,12 @@ func (c Config) Args() []string {
 	if c.ImageMode {
 		args = append(args, "--image-mode", "--image-dir="+c.ImageDir)
 	}
+	if c.TLSCertFile != "" {
+		args = append(args, "--tls-cert-file="+c.TLSCertFile, "--tls-private-key-file="+c.TLSKeyFile, "--client-ca-file="+c.ClientCAFile)
+	}
+	if c.Port > 0 {
+		args = append(args, "--port="+strconv.Itoa(c.Port))
+	}
 	return args
 }
 
@@ -127,6 +133,10 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", DefaultHeartbeatInterval, "Lease and node status renewal interval")
 	fs.IntVar(&c.MaxPods, "max-pods", DefaultMaxPods, "pods capacity")
 	fs.BoolVar(&c.ImageMode, "image-mode", false, "run images (all but the echo server's) from podman's local storage under runc instead of the host's binaries")
+	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "the kubelet API's serving certificate (none: no kubelet API)")
+	fs.StringVar(&c.TLSKeyFile, "tls-private-key-file", "", "the serving certificate's key")
+	fs.StringVar(&c.ClientCAFile, "client-ca-file", "", "CA that signs the certificates of the kubelet API's clients (the API server's)")
+	fs.IntVar(&c.Port, "port", DefaultPort, "the kubelet API's port")
 	fs.StringVar(&c.ImageDir, "image-dir", "", "image mode's cache of unpacked images, shared by the lab's kubelets (default STATE-DIR/images)")
 }
 

@@ -1,0 +1,190 @@
+package kubelet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/utils/exec"
+)
+
+// defaultPath is the PATH an exec'd command gets when the container's
+// environment has none (a binary-mode program's spec rarely sets one):
+// the one container runtimes default to.
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// execTarget is where a command for a running container runs.
+//
+// In binary mode the container is a host program in the pod's network
+// namespace and its own mount namespace (/sys remounted, volumes bound):
+// the command enters both namespaces of the program's process with
+// nsenter and gets the program's environment, so it sees what the
+// program sees; it runs as root with all capabilities, on the host's
+// filesystem, as `herald-lab exec pod/...` does. In image mode it runs
+// inside the container with `runc exec`: the container's root
+// filesystem, namespaces, user, capabilities and environment.
+type execTarget struct {
+	// pid is the container's first process.
+	pid int
+	// runcRoot and runcID name an image-mode container.
+	runcRoot, runcID string
+	// dir is the working directory in binary mode (the pod's directory,
+	// the program's own).
+	dir string
+}
+
+// command is the command line that runs cmd at the target.
+func (t execTarget) command(cmd []string, tty bool) []string {
+	if t.runcID != "" {
+		args := []string{"runc", "--root", t.runcRoot, "exec"}
+		if tty {
+			args = append(args, "--tty")
+		}
+		return append(append(args, t.runcID), cmd...)
+	}
+	return append([]string{"nsenter", "--target", strconv.Itoa(t.pid), "--mount", "--net", "--"}, cmd...)
+}
+
+// env is the environment an exec'd command starts with: in binary mode
+// the program's (runc exec takes the container's itself).
+func (t execTarget) env() ([]string, error) {
+	if t.runcID != "" {
+		return []string{defaultPath}, nil
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(t.pid) + "/environ")
+	if err != nil {
+		return nil, fmt.Errorf("reading the container's environment: %w", err)
+	}
+	env := splitEnviron(data)
+	for _, kv := range env {
+		if len(kv) >= 5 && kv[:5] == "PATH=" {
+			return env, nil
+		}
+	}
+	return append(env, defaultPath), nil
+}
+
+// splitEnviron splits /proc/<pid>/environ (NUL-terminated entries).
+func splitEnviron(data []byte) []string {
+	var out []string
+	for _, kv := range bytes.Split(data, []byte{0}) {
+		if len(kv) > 0 {
+			out = append(out, string(kv))
+		}
+	}
+	return out
+}
+
+// run runs cmd at the target with the given streams (any may be nil),
+// in a terminal when tty is set, and returns once it has exited and its
+// output is written. A non-zero exit is a utilexec.ExitError, which the
+// streaming server reports to the client as the command's exit code.
+func (t execTarget) run(ctx context.Context, cmd []string, in io.Reader, out, errOut io.Writer, tty bool, resize <-chan remotecommand.TerminalSize) error {
+	if len(cmd) == 0 {
+		return errors.New("no command")
+	}
+	argv := t.command(cmd, tty)
+	env, err := t.env()
+	if err != nil {
+		return err
+	}
+	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	c.Env, c.Dir = env, t.dir
+	c.WaitDelay = 2 * time.Second // after a cancel, do not wait on output forever
+	if tty {
+		err = runInTerminal(c, in, out, resize)
+	} else {
+		err = runWithPipes(c, in, out, errOut)
+	}
+	return exitCodeError(err)
+}
+
+// exitCodeError turns a command's non-zero exit into the
+// utilexec.ExitError the streaming server passes on as an exit code
+// (128+N for a command killed by signal N, as a shell says).
+func exitCodeError(err error) error {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return err
+	}
+	code := ee.ExitCode()
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		code = 128 + int(ws.Signal())
+	}
+	return utilexec.CodeExitError{Err: err, Code: code}
+}
+
+// runWithPipes runs c with plain streams. Stdin is copied by its own
+// goroutine so that a client that never closes it does not hold up Wait
+// once the command has exited.
+func runWithPipes(c *exec.Cmd, in io.Reader, out, errOut io.Writer) error {
+	c.Stdout, c.Stderr = out, errOut
+	var stdin io.WriteCloser
+	if in != nil {
+		var err error
+		if stdin, err = c.StdinPipe(); err != nil {
+			return err
+		}
+	}
+	if err := c.Start(); err != nil {
+		return err
+	}
+	if stdin != nil {
+		go func() {
+			_, _ = io.Copy(stdin, in)
+			stdin.Close()
+		}()
+	}
+	return c.Wait()
+}
+
+// runInTerminal runs c on a new pseudo-terminal as its controlling
+// terminal (stdout and stderr both go to out, as on a real terminal) and
+// applies the client's window size changes to it.
+func runInTerminal(c *exec.Cmd, in io.Reader, out io.Writer, resize <-chan remotecommand.TerminalSize) error {
+	master, slave, err := openPTY()
+	if err != nil {
+		return err
+	}
+	defer master.Close()
+	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	err = c.Start()
+	slave.Close() // the command holds it now
+	if err != nil {
+		return err
+	}
+	if resize != nil {
+		go func() {
+			for size := range resize {
+				_ = setWindowSize(master, size.Width, size.Height)
+			}
+		}()
+	}
+	if in != nil {
+		go func() { _, _ = io.Copy(master, in) }()
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		if out == nil {
+			out = io.Discard
+		}
+		// Ends with EIO once every holder of the terminal has closed it.
+		_, _ = io.Copy(out, master)
+	}()
+	err = c.Wait()
+	select {
+	case <-copied:
+	case <-time.After(2 * time.Second): // a background child still holds it
+	}
+	return err
+}
