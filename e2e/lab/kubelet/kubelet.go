@@ -31,12 +31,22 @@
 // server's from podman's local storage under runc instead, with the
 // pod's securityContext and volumes (imagemode.go, runc.go).
 //
+// Given a serving certificate (Config.TLSCertFile), it serves the kubelet
+// API on the node's InternalIPs, port 10250, over TLS, and advertises the
+// port in the Node's status: exec, containerLogs, portForward, run and
+// healthz, so kubectl exec, logs and port-forward work through the API
+// server (server.go). Clients are authenticated and authorized as by a
+// real kubelet in Webhook mode (serverauth.go). Each container's stdout
+// and stderr go to one log file, <pod dir>/<container>.log, which holds
+// every run; the API returns a run's part of it.
+//
 // Everything it creates is recorded in a state file first, so Down can
-// remove it after a crash. It does not do volumes, init containers, exec
-// or gRPC probes, liveness or startup probes, resource limits, logs or
-// exec through the API (no kubelet API server), or, in binary mode,
-// images beyond KnownImages; a pod asking for an unknown image stays Pending with its
-// container Waiting in ErrImagePull, with a message that says why.
+// remove it after a crash. It does not do init containers, exec or gRPC
+// probes, liveness or startup probes, resource limits, attach, stats or
+// metrics, log timestamps or stdout apart from stderr, or, in binary
+// mode, images beyond KnownImages; a pod asking for an unknown image
+// stays Pending with its container Waiting in ErrImagePull, with a
+// message that says why.
 package kubelet
 
 import (
@@ -127,8 +137,8 @@ type Config struct {
 	TLSCertFile  string
 	TLSKeyFile   string
 	ClientCAFile string
-	// Port is the kubelet API's port on every address of the node's
-	// namespace (default 10250, the real kubelet's).
+	// Port is the kubelet API's port on the node's InternalIPs (default
+	// 10250, the real kubelet's).
 	Port int
 	// HeartbeatInterval defaults to 10s; MaxPods to 110.
 	HeartbeatInterval time.Duration
