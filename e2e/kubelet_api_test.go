@@ -20,7 +20,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/herald-lb/herald/e2e/harness"
@@ -189,9 +188,9 @@ func TestKubeletAPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		admin, err := rest.TLSConfigFor(rc)
+		admin, err := tls.X509KeyPair(rc.CertData, rc.KeyData)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("the admin kubeconfig's client certificate: %v", err)
 		}
 		nobody, err := ca.Issue(pki.CertSpec{CommonName: "kubelet-api-e2e-nobody", Client: true})
 		if err != nil {
@@ -209,7 +208,7 @@ func TestKubeletAPI(t *testing.T) {
 		}{
 			{"no client certificate", nil, 401, "Unauthorized"},
 			{"a user without nodes/proxy", []tls.Certificate{nobodyCert}, 403, "Forbidden (user=kubelet-api-e2e-nobody, verb=get, resource=nodes, subresource(s)=[healthz proxy])"},
-			{"cluster admin", admin.Certificates, 200, "ok"},
+			{"cluster admin", []tls.Certificate{admin}, 200, "ok"},
 			{"a certificate of another CA", []tls.Certificate{strangerCert}, 0, ""},
 		} {
 			// The client checks the kubelet's serving certificate for the

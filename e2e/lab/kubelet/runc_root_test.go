@@ -140,6 +140,28 @@ func TestRuncContainer(t *testing.T) {
 		}
 	})
 
+	// What the kubelet API's exec does in image mode: runc exec, in the
+	// container, with and without a terminal.
+	t.Run("exec", func(t *testing.T) {
+		p, id := start(t, container(t, func(_ *v1.Pod, c *v1.Container) { c.Args = []string{"sleep"} }))
+		if !waitLogged(filepath.Join(logDir, "c.log"), "ctrhelper [sleep]") {
+			t.Fatal("the program did not start within 10 s")
+		}
+		target := execTarget{pid: p.rec.PID, runcRoot: r.root, runcID: id}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var out strings.Builder
+		err := target.run(ctx, []string{"/ctrhelper", "exit", "5"}, nil, &out, &out, false, nil)
+		if code := exitCode(t, err); code != 5 || out.String() != "ctrhelper [exit 5] uid 0 gid 0\n" {
+			t.Errorf("exec: exit code %d (want 5), output %q", code, out.String())
+		}
+		out.Reset()
+		err = target.run(ctx, []string{"/ctrhelper", "readlink", "/proc/self/fd/0"}, nil, &out, nil, true, nil)
+		if got := strings.ReplaceAll(out.String(), "\r\n", "\n"); err != nil || !strings.Contains(got, "readlink: /dev/pts/0 <nil>\n") {
+			t.Errorf("exec with a terminal: %v, output %q, want stdin on the container's terminal", err, got)
+		}
+	})
+
 	t.Run("capabilities, hostPath, netns, read-only root, SIGKILL", func(t *testing.T) {
 		o := container(t, func(_ *v1.Pod, c *v1.Container) {
 			c.Args = []string{"cat", "/mnt/host/hello"}

@@ -4,6 +4,7 @@
 //	ctrhelper exit N    exits with N
 //	ctrhelper sleep     waits for a signal
 //	ctrhelper cat FILE  prints FILE, then waits for a signal
+//	ctrhelper readlink PATH  prints where the symlink PATH points, and exits
 package main
 
 import (
@@ -34,6 +35,10 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Printf("%s", data)
+	case "readlink":
+		target, err := os.Readlink(os.Args[2])
+		fmt.Println("readlink:", target, err)
+		os.Exit(0)
 	}
 	// As PID 1 of its namespace a process gets only the signals it
 	// handles: exit like an unhandled SIGTERM would.
