@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -15,11 +16,6 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/utils/exec"
 )
-
-// defaultPath is the PATH an exec'd command gets when the container's
-// environment has none (a binary-mode program's spec rarely sets one):
-// the one container runtimes default to.
-const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // execTarget is where a command for a running container runs.
 //
@@ -53,23 +49,53 @@ func (t execTarget) command(cmd []string, tty bool) []string {
 	return append([]string{"nsenter", "--target", strconv.Itoa(t.pid), "--mount", "--net", "--"}, cmd...)
 }
 
+// waitEntered waits, in binary mode, until the container's process is no
+// longer `ip netns exec`, which starts it: until then the process may not
+// have entered the pod's network namespace or made its mount namespace.
+// A program is Running as soon as ip runs, so an exec can come that
+// early.
+func (t execTarget) waitEntered(ctx context.Context) error {
+	if t.runcID != "" {
+		return nil
+	}
+	ipPath, err := exec.LookPath("ip")
+	if err != nil {
+		return err
+	}
+	if p, err := filepath.EvalSymlinks(ipPath); err == nil {
+		ipPath = p
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		exe, err := os.Readlink("/proc/" + strconv.Itoa(t.pid) + "/exe")
+		if err != nil {
+			return fmt.Errorf("the container's process %d: %w", t.pid, err)
+		}
+		if exe != ipPath {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the container's process %d is still entering its namespaces after 5s", t.pid)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // env is the environment an exec'd command starts with: in binary mode
-// the program's (runc exec takes the container's itself).
+// the program's (which has a PATH, see containerEnv); nil, the
+// kubelet's, for runc, which gives the command the container's.
 func (t execTarget) env() ([]string, error) {
 	if t.runcID != "" {
-		return []string{defaultPath}, nil
+		return nil, nil
 	}
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(t.pid) + "/environ")
 	if err != nil {
 		return nil, fmt.Errorf("reading the container's environment: %w", err)
 	}
-	env := splitEnviron(data)
-	for _, kv := range env {
-		if len(kv) >= 5 && kv[:5] == "PATH=" {
-			return env, nil
-		}
-	}
-	return append(env, defaultPath), nil
+	return splitEnviron(data), nil
 }
 
 // splitEnviron splits /proc/<pid>/environ (NUL-terminated entries).
@@ -90,6 +116,9 @@ func splitEnviron(data []byte) []string {
 func (t execTarget) run(ctx context.Context, cmd []string, in io.Reader, out, errOut io.Writer, tty bool, resize <-chan remotecommand.TerminalSize) error {
 	if len(cmd) == 0 {
 		return errors.New("no command")
+	}
+	if err := t.waitEntered(ctx); err != nil {
+		return err
 	}
 	argv := t.command(cmd, tty)
 	env, err := t.env()

@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,5 +102,25 @@ func TestProcessStop(t *testing.T) {
 	// The whole group went, the shell's sleep too.
 	if out, _ := exec.Command("ip", "netns", "pids", ns).Output(); strings.TrimSpace(string(out)) != "" {
 		t.Errorf("processes left in %s: %s", ns, out)
+	}
+}
+
+// TestExecInProcess: the kubelet API's binary-mode exec runs in the
+// program's network and mount namespaces (its own /sys) with its
+// environment, and passes the exit code on.
+func TestExecInProcess(t *testing.T) {
+	ns := testNetns(t)
+	dir := t.TempDir()
+	p, err := startProcess("c", ns, "/bin/sh", []string{"-c", "exec sleep 60"}, []string{"PATH=" + DefaultPath, "A=from-the-container"}, dir, filepath.Join(dir, "c.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.stop(time.Second) })
+	// At once: exec waits for the process to be in its namespaces.
+	var out strings.Builder
+	target := execTarget{pid: p.rec.PID, dir: dir}
+	err = target.run(context.Background(), []string{"sh", "-c", "echo $A; ls /sys/class/net; exit 6"}, nil, &out, &out, false, nil)
+	if code := exitCode(t, err); code != 6 || out.String() != "from-the-container\nlo\n" {
+		t.Errorf("exit code %d (want 6), output %q", code, out.String())
 	}
 }
