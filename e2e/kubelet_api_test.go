@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -202,16 +203,25 @@ func TestKubeletAPI(t *testing.T) {
 		other, _ := pki.NewCA("not-the-lab-ca")
 		stranger, _ := other.Issue(pki.CertSpec{CommonName: "herald-lab-admin", Organizations: []string{"system:masters"}, Client: true})
 		strangerCert, _ := stranger.TLSCertificate()
+		// A token is checked with a TokenReview: the default service
+		// account's is valid, but grants nothing on nodes.
+		tr, err := lab.CS.CoreV1().ServiceAccounts("default").CreateToken(ctx, "default", &authv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, tc := range []struct {
 			name   string
 			cert   *tls.Certificate
+			token  string
 			status int
 			body   string
 		}{
-			{"no client certificate", nil, 401, "Unauthorized"},
-			{"a user without nodes/proxy", &nobodyCert, 403, "Forbidden (user=kubelet-api-e2e-nobody, verb=get, resource=nodes, subresource(s)=[healthz proxy])"},
-			{"cluster admin", &admin, 200, "ok"},
-			{"a certificate of another CA", &strangerCert, 0, ""},
+			{"no client certificate", nil, "", 401, "Unauthorized"},
+			{"a user without nodes/proxy", &nobodyCert, "", 403, "Forbidden (user=kubelet-api-e2e-nobody, verb=get, resource=nodes, subresource(s)=[healthz proxy])"},
+			{"cluster admin", &admin, "", 200, "ok"},
+			{"a certificate of another CA", &strangerCert, "", 0, ""},
+			{"a service account's token", nil, tr.Status.Token, 403, "Forbidden (user=system:serviceaccount:default:default, verb=get, resource=nodes, subresource(s)=[healthz proxy])"},
+			{"a token nobody issued", nil, "not-a-token", 401, "Unauthorized"},
 		} {
 			// The client checks the kubelet's serving certificate for the
 			// node's InternalIP against the lab CA, and presents its
@@ -222,7 +232,7 @@ func TestKubeletAPI(t *testing.T) {
 				}
 				return tc.cert, nil
 			}}
-			status, body, err := getFromNetns(lab.Layout.Client, url, cfg)
+			status, body, err := getFromNetns(lab.Layout.Client, url, cfg, tc.token)
 			switch {
 			case tc.status == 0 && err == nil:
 				t.Errorf("%s: got an answer (%d %q), want the TLS handshake refused", tc.name, status, body)
@@ -346,12 +356,20 @@ func waitTimeout(cmd *exec.Cmd, d time.Duration) error {
 	}
 }
 
-// getFromNetns sends GET url over TLS from inside network namespace ns.
-func getFromNetns(ns, url string, cfg *tls.Config) (int, string, error) {
+// getFromNetns sends GET url over TLS from inside network namespace ns,
+// with a bearer token unless it is empty.
+func getFromNetns(ns, url string, cfg *tls.Config, token string) (int, string, error) {
 	tr := harness.NetnsTransport(ns)
 	tr.TLSClientConfig = cfg
 	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		return 0, "", err
 	}

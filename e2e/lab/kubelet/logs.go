@@ -81,15 +81,13 @@ func boolParam(q url.Values, name string) (bool, error) {
 type logSegment struct {
 	path  string
 	start int64
-	// end is where the run's output ends, or -1 while it runs; done is
-	// closed once the run is over.
-	end  func() int64
-	done <-chan struct{}
+	// end is where the run's output ends, or -1 while it runs.
+	end func() int64
 }
 
 // segment is p's output.
 func (p *process) segment() logSegment {
-	return logSegment{path: p.logPath, start: p.logStart, end: p.logEnd.Load, done: p.exited}
+	return logSegment{path: p.logPath, start: p.logStart, end: p.logEnd.Load}
 }
 
 // logPoll is how often a followed log is checked for more output.

@@ -66,12 +66,10 @@ func segmentFile(t *testing.T, output string, ended bool) (logSegment, string) {
 	}
 	start := int64(len("earlier run\n" + header))
 	end := int64(-1)
-	done := make(chan struct{})
 	if ended {
 		end = start + int64(len(output))
-		close(done)
 	}
-	return logSegment{path: path, start: start, end: func() int64 { return end }, done: done}, path
+	return logSegment{path: path, start: start, end: func() int64 { return end }}, path
 }
 
 func readLog(t *testing.T, seg logSegment, o logOptions) string {
@@ -122,8 +120,7 @@ func TestWriteLogFollow(t *testing.T) {
 	seg, path := segmentFile(t, "first\n", false)
 	var end atomic.Int64
 	end.Store(-1)
-	done := make(chan struct{})
-	seg.end, seg.done = end.Load, done
+	seg.end = end.Load
 
 	var b syncBuffer
 	finished := make(chan error, 1)
@@ -143,7 +140,6 @@ func TestWriteLogFollow(t *testing.T) {
 	end.Store(fi.Size())
 	f.WriteString("=== exited\n")
 	f.Close()
-	close(done)
 	select {
 	case err := <-finished:
 		if err != nil {
