@@ -124,7 +124,8 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	fs.StringVar(&o.SecretName, "memberlist-secret", o.SecretName, "Secret in --namespace whose key "+lbapi.MemberlistSecretKey+" the memberlist encryption key is derived from")
 	fs.DurationVar(&o.Timers.ProbeInterval, "memberlist-probe-interval", o.Timers.ProbeInterval, "time between failure-detection probes; a dead speaker is noticed after about 4.5 of these")
 	fs.DurationVar(&o.Timers.ProbeTimeout, "memberlist-probe-timeout", o.Timers.ProbeTimeout, "wait for a probe's answer before asking others to probe")
-	fs.IntVar(&o.Timers.SuspicionMult, "memberlist-suspicion-mult", o.Timers.SuspicionMult, "suspicion time in probe intervals (scaled by log10 of the cluster size) before a suspect is declared dead")
+	fs.IntVar(&o.Timers.SuspicionMult, "memberlist-suspicion-mult", o.Timers.SuspicionMult, "suspicion time in probe intervals (scaled by log10 of the cluster size) before a suspect is declared dead, when other members confirm the suspicion; above 2, memberlist waits for (mult-2) confirmations, at most (cluster size-2)")
+	fs.IntVar(&o.Timers.SuspicionMaxTimeoutMult, "memberlist-suspicion-max-mult", o.Timers.SuspicionMaxTimeoutMult, "how many times the suspicion time an unconfirmed suspicion lasts (one member alone could not reach the suspect): the time the suspect has to refute it")
 	fs.DurationVar(&o.Timers.GossipInterval, "memberlist-gossip-interval", o.Timers.GossipInterval, "time between gossip rounds")
 	fs.BoolVar(&o.IgnoreExcludeLB, "ignore-exclude-lb", false, "let nodes labelled node.kubernetes.io/exclude-from-external-load-balancers announce")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address serving /metrics, /healthz and /readyz")
@@ -215,6 +216,9 @@ func (o Options) Validate() error {
 	}
 	if t.SuspicionMult < 1 {
 		bad("memberlist-suspicion-mult", "must be at least 1, got %d", t.SuspicionMult)
+	}
+	if t.SuspicionMaxTimeoutMult < 1 {
+		bad("memberlist-suspicion-max-mult", "must be at least 1, got %d", t.SuspicionMaxTimeoutMult)
 	}
 	if t.GossipInterval <= 0 || t.GossipInterval > time.Minute {
 		bad("memberlist-gossip-interval", "must be positive and at most 1m, got %s", t.GossipInterval)

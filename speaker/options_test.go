@@ -24,11 +24,11 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("defaults: %+v", o)
 	}
 	o, err = ParseFlags([]string{"--proxy=false", "--memberlist-port=7947", "--memberlist-probe-interval=200ms",
-		"--memberlist-probe-timeout=80ms", "--ignore-exclude-lb", "--log-level=debug"}, io.Discard)
+		"--memberlist-probe-timeout=80ms", "--memberlist-suspicion-max-mult=4", "--ignore-exclude-lb", "--log-level=debug"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Proxy || o.Port != 7947 || o.Timers.ProbeInterval != 200*time.Millisecond || !o.IgnoreExcludeLB || o.LogLevel.String() != "DEBUG" {
+	if o.Proxy || o.Port != 7947 || o.Timers.ProbeInterval != 200*time.Millisecond || o.Timers.SuspicionMaxTimeoutMult != 4 || !o.IgnoreExcludeLB || o.LogLevel.String() != "DEBUG" {
 		t.Errorf("flags: %+v", o)
 	}
 	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
@@ -48,6 +48,8 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--memberlist-advertise-address=0.0.0.0"}, "--memberlist-advertise-address"},
 		{[]string{"--memberlist-bind-address=x"}, "--memberlist-bind-address"},
 		{[]string{"--memberlist-probe-timeout=1s"}, "--memberlist-probe-timeout"},
+		{[]string{"--memberlist-suspicion-mult=0"}, "--memberlist-suspicion-mult"},
+		{[]string{"--memberlist-suspicion-max-mult=0"}, "--memberlist-suspicion-max-mult"},
 		{[]string{"--log-level=loud"}, "--log-level"},
 		{[]string{"--metrics-addr=nope"}, "--metrics-addr"},
 		{[]string{"--node-name="}, "--node-name"},

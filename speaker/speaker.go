@@ -131,10 +131,13 @@ type Speaker struct {
 	// recoveryTimer runs a sync when recovery ends.
 	recoveryTimer *time.Timer
 
-	// Owned by the loop.
 	// joined: some sync saw another live member; until then being alone
-	// is the start-up join, not an isolation that counts this node out.
-	joined  bool
+	// is the start-up join, not an isolation that counts this node out,
+	// and a refuted death concerns the previous process on this node.
+	// Written by the loop, read by the memberlist callback too.
+	joined atomic.Bool
+
+	// Owned by the loop.
 	state   l2plan.State
 	meta    members.Meta
 	metaSet bool
@@ -334,7 +337,7 @@ func (s *Speaker) Sync() {
 		lonely = lonely && m.Name == s.d.Node
 	}
 	isolated := s.d.Isolated != nil && s.d.Isolated(lonely)
-	if (isolated || s.state.Isolated) && s.joined {
+	if (isolated || s.state.Isolated) && s.joined.Load() {
 		// Until the sync that ends an isolation: the hold starts then.
 		// A speaker still joining after its start is alone too, but
 		// the others never counted it out and moved nothing away from
@@ -343,7 +346,7 @@ func (s *Speaker) Sync() {
 		s.d.Recovery.CountedOut()
 	}
 	if !lonely {
-		s.joined = true
+		s.joined.Store(true)
 	}
 	meta.Recovering = s.recovering()
 	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) {
@@ -411,10 +414,22 @@ func (s *Speaker) Sync() {
 	}
 }
 
-// DeclaredDead is the memberlist callback for a refuted death: the
-// others moved this node's addresses away, so it recovers before it
-// claims them back.
-func (s *Speaker) DeclaredDead() {
+// DeclaredDead is the memberlist callback for a refuted death (from is
+// the member that declared it): the others moved this node's addresses
+// away, so it recovers before it claims them back.
+//
+// Not when the death is the previous process's on this node, which the
+// others still remember when a speaker restarts: a leave it announced
+// itself (from is this node), or anything refuted before this speaker
+// first saw another member, which is during its start-up join, when
+// the others hand it their state. A restart is no flap; counting it
+// would make every speaker recovering after a rolling update, and the
+// addresses would move as their holds end one by one.
+func (s *Speaker) DeclaredDead(from string) {
+	if from == s.d.Node || !s.joined.Load() {
+		s.d.Log.Info("refuted the death of this node's previous speaker process, which the others remembered; this one is not counted out", "from", from)
+		return
+	}
 	s.d.Recovery.CountedOut()
 	s.Trigger()
 }

@@ -419,6 +419,41 @@ func TestStartupJoinIsNoRecovery(t *testing.T) {
 	}
 }
 
+// A restarted speaker refutes the death (or the leave) the others still
+// remember of the process before it. That is no flap: it must win its
+// IPs at once, not sit out a recovery hold (after a rolling update every
+// speaker would be recovering, and addresses would move as the holds
+// ended one by one). A death refuted after it joined does count.
+func TestRestartRefuteIsNoRecovery(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...)
+	l := newLab(t, "node1", nodes...)
+	l.sp.d.Recovery = recovery.NewTracker(30*time.Second, nil)
+	l.service("web", false, ip)
+	// During the start-up join, before any sync saw another member: the
+	// previous process's death, as node2 declared it.
+	l.sp.DeclaredDead("node2")
+	l.sp.Sync()
+	if r, _ := l.sp.d.Recovery.Recovering(); r {
+		t.Fatal("recovering after refuting the previous process's death during the start-up join")
+	}
+	// Its own leave, refuted even after joining.
+	l.sp.DeclaredDead("node1")
+	l.sp.Sync()
+	if r, _ := l.sp.d.Recovery.Recovering(); r {
+		t.Fatal("recovering after refuting the previous process's own leave")
+	}
+	if !l.sp.Announcements().Announcing(addr(ip), "eth0") {
+		t.Fatalf("restarted, yet not announcing %s, which it wins", ip)
+	}
+	// Declared dead by node3 once joined: a real flap.
+	l.sp.DeclaredDead("node3")
+	l.sp.Sync()
+	if r, _ := l.sp.d.Recovery.Recovering(); !r {
+		t.Fatal("not recovering after a death refuted while in the cluster")
+	}
+}
+
 // A speaker the cluster declared dead (it refuted, so it is back) leaves
 // its IPs with the next node for the recovery hold, claims them back only
 // after the hold and after the others can know, and still wins what no
@@ -436,7 +471,7 @@ func TestRecoveringSpeakerLeavesItsIPs(t *testing.T) {
 		t.Fatalf("node1 does not announce %s, which it wins", ip)
 	}
 
-	l.sp.DeclaredDead()
+	l.sp.DeclaredDead("node2")
 	l.sp.Sync()
 	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
 		t.Fatal("declared dead, yet still announcing: the others moved the IP away")
@@ -465,7 +500,7 @@ func TestRecoveringSpeakerLeavesItsIPs(t *testing.T) {
 
 	// Declared dead again 20 s later: the hold starts over.
 	now = now.Add(20 * time.Second)
-	l.sp.DeclaredDead()
+	l.sp.DeclaredDead("node2")
 	now = now.Add(29 * time.Second)
 	l.sp.Sync()
 	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
@@ -486,7 +521,7 @@ func TestRecoveringSpeakerLeavesItsIPs(t *testing.T) {
 	}
 
 	// Recovering and the only candidate left: it announces.
-	l.sp.DeclaredDead()
+	l.sp.DeclaredDead("node2")
 	l.cluster.Remove("node2")
 	l.cluster.Remove("node3")
 	l.sp.Sync()

@@ -48,13 +48,17 @@ type Config struct {
 	// Log receives memberlist's own log lines at their level; nil
 	// discards them.
 	Log *slog.Logger
-	// OnDeclaredDead is called when another member declared this one
-	// dead and this one refuted it (it was paused or cut off long enough
-	// to miss the suspicion). It must not block.
-	OnDeclaredDead func()
+	// OnDeclaredDead is called when this member refuted a message
+	// declaring it dead, with the name of the member that sent it: the
+	// cluster counted it out (it was paused or cut off long enough to
+	// miss the suspicion), or, right after a start, the others still
+	// remembered the previous process on this node as dead or left (from
+	// is this node's own name for a graceful leave). It must not block.
+	OnDeclaredDead func(from string)
 }
 
-// Timers tune failure detection (SWIM, as memberlist implements it).
+// Timers tune failure detection (SWIM with Lifeguard, as memberlist
+// implements it).
 //
 // A hard-dead node is declared dead after
 //
@@ -67,14 +71,27 @@ type Config struct {
 // one interval (in the worst case one member's round takes (N-1)
 // intervals, but another member usually gets there first). A probe fails
 // when neither the direct ping (ProbeTimeout) nor the indirect and TCP
-// pings are answered by the end of the interval. SuspicionMult 2 makes
-// memberlist expect no confirmations (k = SuspicionMult-2 = 0), so the
-// suspicion timer is its minimum from the start.
+// pings are answered by the end of the interval.
 //
-// With the defaults (100 ms interval, 50 ms timeout, multiplier 2,
-// 50 ms gossip) and N ≤ 10: ≈ 100 + 100 + 200 + 50 ms ≈ 450 ms, below a
-// second even with a slow first probe; at N = 100 the suspicion doubles
-// (log10 100 = 2) to ≈ 650 ms. DetectionEstimate computes it.
+// The suspicion time above is its minimum, reached when other members
+// confirm the suspicion: memberlist expects k = SuspicionMult-2
+// confirmations (none when fewer than k+2 members), and a suspicion with
+// fewer lasts up to SuspicionMaxTimeoutMult times as long, shrinking as
+// confirmations arrive (Lifeguard's dynamic suspicion). A dead node is
+// suspected by every survivor that probes it, so the confirmations come
+// within an interval or two; a member that alone could not reach the
+// suspect — itself starved of CPU, or cut off — waits long enough for the
+// suspect to refute. The default multiplier 3 (k = 1) buys exactly that
+// at the cost of one probe interval over multiplier 2, which expects no
+// confirmation and declared a speaker dead on a single starved prober's
+// word (measured: TestBenchL2UnderCPUStress).
+//
+// With the defaults (100 ms interval, 50 ms timeout, multiplier 3 with
+// at most 6× for an unconfirmed suspicion, 50 ms gossip) and N ≤ 10:
+// ≈ 100 + 100 + 300 + 50 ms ≈ 550 ms, below a second even with a slow
+// first probe, while a lone suspicion lasts 1.8 s; at N = 100 the
+// suspicion doubles (log10 100 = 2) to ≈ 850 ms. DetectionEstimate
+// computes it.
 //
 // The cost is one ping and one ack per member per 100 ms, negligible on a
 // LAN. A member answering slower than ProbeTimeout plus the rest of the
@@ -91,11 +108,12 @@ type Timers struct {
 	// IndirectChecks is how many members ping a suspect for us
 	// (default 3), so one lost packet does not make a node suspect.
 	IndirectChecks int
-	// SuspicionMult scales the suspicion time (default 2, the least
-	// memberlist allows without confirmations).
+	// SuspicionMult scales the suspicion time and sets the confirmations
+	// memberlist expects, SuspicionMult-2 (default 3: one).
 	SuspicionMult int
-	// SuspicionMaxTimeoutMult bounds the suspicion time when memberlist
-	// waits for confirmations (default 6; unused with SuspicionMult 2).
+	// SuspicionMaxTimeoutMult is how many times the suspicion time a
+	// suspicion lasts without confirmations (default 6; unused with
+	// SuspicionMult 2 or below, which expects none).
 	SuspicionMaxTimeoutMult int
 	// GossipInterval is the time between gossip rounds (default 50ms),
 	// how fast a death or a metadata update spreads.
@@ -121,13 +139,13 @@ type Timers struct {
 }
 
 // DefaultTimers are tuned for a LAN: a hard-dead node is detected in about
-// half a second (see Timers).
+// 0.55 s, a lone starved prober's suspicion lasts 1.8 s (see Timers).
 func DefaultTimers() Timers {
 	return Timers{
 		ProbeInterval:           100 * time.Millisecond,
 		ProbeTimeout:            50 * time.Millisecond,
 		IndirectChecks:          3,
-		SuspicionMult:           2,
+		SuspicionMult:           3,
 		SuspicionMaxTimeoutMult: 6,
 		GossipInterval:          50 * time.Millisecond,
 		GossipNodes:             3,
@@ -197,10 +215,11 @@ func (t Timers) validate() error {
 // DetectionEstimate is the expected time for the survivors of an n-member
 // cluster to see a hard-dead member dead when it is probed within the
 // first interval: the sum explained at Timers. It is arithmetic, not a
-// guarantee, and assumes the minimum suspicion time; with SuspicionMult
-// above 2 and enough members memberlist starts the suspicion at up to
+// guarantee, and assumes the minimum suspicion time, which a dead member
+// reaches once the survivors confirm each other's suspicion (with
+// SuspicionMult above 2 and enough members memberlist starts it at
 // SuspicionMaxTimeoutMult times that and shortens it as confirmations
-// arrive.
+// arrive).
 func (t Timers) DetectionEstimate(n int) time.Duration {
 	t = t.withDefaults()
 	scale := math.Max(1, math.Log10(math.Max(1, float64(n))))

@@ -65,10 +65,10 @@ func TestDetectionEstimate(t *testing.T) {
 		n    int
 		want time.Duration
 	}{
-		{1, 450 * time.Millisecond},
-		{3, 450 * time.Millisecond},
-		{10, 450 * time.Millisecond},
-		{100, 650 * time.Millisecond},
+		{1, 550 * time.Millisecond},
+		{3, 550 * time.Millisecond},
+		{10, 550 * time.Millisecond},
+		{100, 850 * time.Millisecond},
 	} {
 		if got := d.DetectionEstimate(c.n); got != c.want {
 			t.Errorf("DetectionEstimate(%d) = %v, want %v", c.n, got, c.want)

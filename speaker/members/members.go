@@ -481,12 +481,27 @@ func (e *eventQueue) close() {
 // it out.
 type logWriter struct {
 	l            *slog.Logger
-	declaredDead func()
+	declaredDead func(from string)
 }
 
 // refutingDead starts the line memberlist (state.go, deadNode) logs when
-// another member declared this one dead.
+// another member declared this one dead: "Refuting a dead message (from:
+// NAME)", NAME being the member that sent the dead message.
 const refutingDead = "Refuting a dead message"
+
+// refutedFrom is the sender named in a refutingDead line, "" when the
+// line has none.
+func refutedFrom(line string) string {
+	_, rest, ok := strings.Cut(line, "(from: ")
+	if !ok {
+		return ""
+	}
+	from, _, ok := strings.Cut(rest, ")")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(from)
+}
 
 func (w logWriter) Write(p []byte) (int, error) {
 	line := strings.TrimRight(string(p), "\n")
@@ -500,7 +515,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 	line = strings.TrimPrefix(line, "memberlist: ")
 	w.l.Log(context.Background(), level, line, "component", "memberlist")
 	if w.declaredDead != nil && strings.HasPrefix(line, refutingDead) {
-		w.declaredDead()
+		w.declaredDead(refutedFrom(line))
 	}
 	return len(p), nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -124,18 +125,20 @@ func TestMetaRecoveringCompatible(t *testing.T) {
 // memberlist reports a refuted death only in its log; the writer turns
 // that line into the callback and nothing else into it.
 func TestLogWriterReportsDeclaredDead(t *testing.T) {
-	n := 0
-	w := logWriter{l: slog.New(slog.DiscardHandler), declaredDead: func() { n++ }}
+	var from []string
+	w := logWriter{l: slog.New(slog.DiscardHandler), declaredDead: func(f string) { from = append(from, f) }}
 	for _, line := range []string{
 		"[WARN] memberlist: Refuting a suspect message (from: node2)\n",
 		"[INFO] memberlist: Suspect node3 has failed, no acks received\n",
 		"[WARN] memberlist: Refuting a dead message (from: node2)\n",
+		"[WARN] memberlist: Refuting a dead message (from: node-a.example)\n",
+		"[WARN] memberlist: Refuting a dead message\n",
 	} {
 		if _, err := w.Write([]byte(line)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n != 1 {
-		t.Fatalf("declaredDead called %d times, want once (for the dead message only)", n)
+	if want := []string{"node2", "node-a.example", ""}; !slices.Equal(from, want) {
+		t.Fatalf("declaredDead called with %q, want %q (the dead messages only, with their senders)", from, want)
 	}
 }
