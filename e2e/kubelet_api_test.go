@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/herald-lb/herald/e2e/harness"
+	"github.com/herald-lb/herald/e2e/lab/cluster"
 	"github.com/herald-lb/herald/e2e/lab/kubeconfig"
 	"github.com/herald-lb/herald/e2e/lab/kubelet"
 	"github.com/herald-lb/herald/e2e/lab/pki"
@@ -178,6 +179,26 @@ func TestKubeletAPI(t *testing.T) {
 			if !strings.Contains(string(body), "real path="+p+"\n") || !strings.Contains(string(body), "client_address=127.0.0.1\n") {
 				t.Errorf("GET %s through kubectl port-forward: %s", p, body)
 			}
+		}
+	})
+
+	// In image mode herald's pods run under runc: exec goes inside the
+	// container (its own PID namespace, where herald is PID 1).
+	t.Run("image-mode", func(t *testing.T) {
+		if !lab.Lab.ImageMode {
+			t.Skipf("binary mode: herald's pods run the host's binary (%s=1 runs them from the image)", cluster.ImageModeEnv)
+		}
+		hp, err := lab.CS.CoreV1().Pods("herald-system").List(ctx, metav1.ListOptions{})
+		if err != nil || len(hp.Items) == 0 {
+			t.Fatalf("herald's pods: %v (%d)", err, len(hp.Items))
+		}
+		name := hp.Items[0].Name
+		stdout, _, code := runKubectl(t, lab, nil, "exec", "-n", "herald-system", name, "--", "sh", "-c", `tr '\0' ' ' < /proc/1/cmdline; echo; exit 3`)
+		if f := strings.Fields(stdout); code != 3 || len(f) == 0 || !strings.HasSuffix(f[0], "herald") {
+			t.Errorf("exec in %s: exit code %d (want 3), PID 1 %q (want herald)", name, code, stdout)
+		}
+		if out := lab.Kubectl("logs", "-n", "herald-system", "--tail=3", name); strings.TrimSpace(out) == "" {
+			t.Errorf("kubectl logs of %s: nothing", name)
 		}
 	})
 
