@@ -114,7 +114,9 @@ func (k *Kubelet) serveAPI(ctx context.Context) error {
 	}
 	go func() {
 		<-ctx.Done()
-		_ = srv.Close() // also ends hijacked streams' listeners; streams end with their pods
+		// Listeners and open requests; hijacked streams (exec,
+		// port-forward) end when the kubelet process does.
+		_ = srv.Close()
 	}()
 	k.logf("kubelet API serving on port %d of %v", k.cfg.Port, k.nodeIPs())
 	return nil
