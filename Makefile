@@ -134,10 +134,11 @@ e2e-test: toolchain helm ## the e2e suite in e2e/ (needs root)
 # e2e-image-test runs the lab's image mode: herald's pods run the image
 # `make image` built, under runc, with their securityContext and volumes,
 # so a capability, tool or file the image lacks fails here as on a node.
-# The tests are the user-facing ones: the walkthrough, layer 2, BGP and
-# the proxy. make test runs it after the binary-mode suite.
-E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy)$$
-e2e-image-test: toolchain ## (root) make image, then the walkthrough and the L2, BGP and proxy e2e tests with herald's pods running that image under runc
+# The tests are the user-facing ones: the walkthrough, layer 2, BGP, the
+# proxy, and the kubelet API (kubectl exec and logs inside a herald
+# container). make test runs it after the binary-mode suite.
+E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI)$$
+e2e-image-test: toolchain ## (root) make image, then the walkthrough and the L2, BGP, proxy and kubelet API e2e tests with herald's pods running that image under runc
 	@$(MAKE) image
 	(cd e2e && $(GO) run ./cmd/herald-lab build)
 	cd e2e && HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 30m -run '$(E2E_IMAGE_TESTS)' .

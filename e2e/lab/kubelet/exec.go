@@ -91,11 +91,19 @@ func (t execTarget) env() ([]string, error) {
 	if t.runcID != "" {
 		return nil, nil
 	}
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(t.pid) + "/environ")
-	if err != nil {
-		return nil, fmt.Errorf("reading the container's environment: %w", err)
+	// Read empty while the process is in the middle of an execve (sh
+	// exec'ing its program): the kernel switches the process to the new
+	// program before it lays out the new environment. Every program the
+	// lab starts has one (PATH at least), so empty means "not yet".
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(t.pid) + "/environ")
+		if err != nil {
+			return nil, fmt.Errorf("reading the container's environment: %w", err)
+		}
+		if len(data) > 0 || time.Now().After(deadline) {
+			return splitEnviron(data), nil
+		}
 	}
-	return splitEnviron(data), nil
 }
 
 // splitEnviron splits /proc/<pid>/environ (NUL-terminated entries).
