@@ -122,7 +122,7 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	fs.StringVar(&bind, "memberlist-bind-address", "", "address memberlist listens on (default: the advertise address)")
 	fs.IntVar(&o.Port, "memberlist-port", o.Port, "memberlist UDP and TCP port; every speaker must use the same")
 	fs.StringVar(&o.SecretName, "memberlist-secret", o.SecretName, "Secret in --namespace whose key "+lbapi.MemberlistSecretKey+" the memberlist encryption key is derived from")
-	fs.DurationVar(&o.Timers.ProbeInterval, "memberlist-probe-interval", o.Timers.ProbeInterval, "time between failure-detection probes; a dead speaker is noticed after about 4.5 of these")
+	fs.DurationVar(&o.Timers.ProbeInterval, "memberlist-probe-interval", o.Timers.ProbeInterval, "time between failure-detection probes; a dead speaker is noticed after about 5.5 of these (with the default suspicion multiplier)")
 	fs.DurationVar(&o.Timers.ProbeTimeout, "memberlist-probe-timeout", o.Timers.ProbeTimeout, "wait for a probe's answer before asking others to probe")
 	fs.IntVar(&o.Timers.SuspicionMult, "memberlist-suspicion-mult", o.Timers.SuspicionMult, "suspicion time in probe intervals (scaled by log10 of the cluster size) before a suspect is declared dead, when other members confirm the suspicion; above 2, memberlist waits for (mult-2) confirmations, at most (cluster size-2)")
 	fs.IntVar(&o.Timers.SuspicionMaxTimeoutMult, "memberlist-suspicion-max-mult", o.Timers.SuspicionMaxTimeoutMult, "how many times the suspicion time an unconfirmed suspicion lasts (one member alone could not reach the suspect): the time the suspect has to refute it")
