@@ -228,4 +228,7 @@ replace (
 	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.34.10
 )
 
-tool k8s.io/kubernetes/test/images/agnhost
+tool (
+	github.com/onsi/ginkgo/v2/ginkgo
+	k8s.io/kubernetes/test/images/agnhost
+)
