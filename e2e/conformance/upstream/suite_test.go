@@ -1,9 +1,5 @@
-// Package upstream builds the e2e.test binary `make conformance` runs:
-// Kubernetes' own e2e framework and its sig-network tests, from the
-// pinned k8s.io/kubernetes module, with nothing of herald's in them. Only
-// the test sources the focused run selects are linked in (the network
-// package), which keeps the build to a few minutes; the framework,
-// flags, reporting and suite setup are upstream's.
+//go:build e2eupstream
+
 package upstream
 
 import (

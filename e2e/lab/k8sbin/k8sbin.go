@@ -152,19 +152,30 @@ func CacheKey(moduleDir string) (version, key string, err error) {
 		rel, _ := filepath.Rel(moduleDir, m)
 		files = append(files, rel)
 	}
-	h := sha256.New()
 	// The build recipe: how the binary is built is as much part of it as
 	// the sources.
-	fmt.Fprintf(h, "recipe %q %q\n", BuildEnv, BuildArgs(version, time.Unix(0, 0), "k8s"))
+	recipe := fmt.Sprintf("recipe %q %q\n", BuildEnv, BuildArgs(version, time.Unix(0, 0), "k8s"))
+	sum, err := hashFiles(moduleDir, recipe, files)
+	if err != nil {
+		return "", "", err
+	}
+	return version, version + "-" + sum, nil
+}
+
+// hashFiles is the first 16 hex digits of sha256 over recipe and the
+// named files of moduleDir (names and contents).
+func hashFiles(moduleDir, recipe string, files []string) (string, error) {
+	h := sha256.New()
+	h.Write([]byte(recipe))
 	for _, f := range files {
 		data, err := os.ReadFile(filepath.Join(moduleDir, f))
 		if err != nil {
-			return "", "", err
+			return "", err
 		}
 		fmt.Fprintf(h, "%s %d\n", filepath.ToSlash(f), len(data))
 		h.Write(data)
 	}
-	return version, version + "-" + hex.EncodeToString(h.Sum(nil))[:16], nil
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
 // Ensure returns the multi-call binary for the current pin, building it
@@ -356,20 +367,33 @@ func build(ctx context.Context, opts Options, version, out string) error {
 	fmt.Fprintf(log, "k8sbin: building the multi-call Kubernetes binary (kubernetes %s: %s) into %s\n",
 		version, strings.Join(Components, ", "), out)
 	fmt.Fprintf(log, "k8sbin: a cold build takes several minutes; later runs use the cache until e2e/go.mod, go.sum, %s or the build flags change\n", MainPackage)
+	tmp := out + ".tmp"
+	args := BuildArgs(version, releaseDate(ctx, opts.ModuleDir, env), tmp)
+	return goWithProgress(ctx, opts, env, args, "./"+MainPackage, out)
+}
 
-	// Build date from the module's release time.
-	date := time.Unix(0, 0)
+// releaseDate is the pinned kubernetes module's release time (the build
+// date the binaries report), or the epoch when go list cannot tell.
+func releaseDate(ctx context.Context, moduleDir string, env []string) time.Time {
 	list := exec.CommandContext(ctx, "go", "list", "-m", "-json", "k8s.io/kubernetes")
-	list.Dir, list.Env = opts.ModuleDir, env
+	list.Dir, list.Env = moduleDir, env
 	if js, err := list.Output(); err == nil {
 		var mi moduleInfo
 		if json.Unmarshal(js, &mi) == nil && mi.Time != nil {
-			date = *mi.Time
+			return *mi.Time
 		}
 	}
-	// How many packages the main depends on, for the progress lines.
+	return time.Unix(0, 0)
+}
+
+// goWithProgress runs the go command args (a -v build of pkg whose -o is
+// out+".tmp") in the module directory, printing a progress line every
+// Options.ProgressEvery, and renames the result to out once it succeeded.
+func goWithProgress(ctx context.Context, opts Options, env, args []string, pkg, out string) error {
+	log := opts.Log
+	// How many packages pkg depends on, for the progress lines.
 	total := 0
-	deps := exec.CommandContext(ctx, "go", "list", "-deps", "./"+MainPackage)
+	deps := exec.CommandContext(ctx, "go", "list", "-deps", "-test", pkg)
 	deps.Dir, deps.Env = opts.ModuleDir, env
 	if o, err := deps.Output(); err == nil {
 		total = bytes.Count(o, []byte("\n"))
@@ -377,7 +401,7 @@ func build(ctx context.Context, opts Options, version, out string) error {
 
 	tmp := out + ".tmp"
 	_ = os.Remove(tmp)
-	cmd := exec.CommandContext(ctx, "go", BuildArgs(version, date, tmp)...)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir, cmd.Env = opts.ModuleDir, append(env, BuildEnv...)
 	// go build -v prints each package it compiles on stderr; count them for
 	// progress and keep everything else (errors) for the failure message.
@@ -448,7 +472,7 @@ loop:
 		if len(tail) > 60 {
 			tail = tail[len(tail)-60:]
 		}
-		return fmt.Errorf("go build ./%s in %s: %w\n%s", MainPackage, opts.ModuleDir, err, strings.Join(tail, "\n"))
+		return fmt.Errorf("go %s %s in %s: %w\n%s", args[0], pkg, opts.ModuleDir, err, strings.Join(tail, "\n"))
 	}
 	if err := os.Rename(tmp, out); err != nil {
 		return err

@@ -1,0 +1,127 @@
+package conformance
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseJUnit(t *testing.T) {
+	f, err := os.Open("testdata/junit_01.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := ParseJUnit(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Result{
+		{Name: "[sig-network] LoadBalancers should handle load balancer cleanup finalizer for service [Slow]", Outcome: Skip, Reason: "Only supported for providers [gce gke] (not local)", Time: 500 * time.Millisecond},
+		{Name: "[sig-network] Services should be rejected when no endpoints exist", Outcome: Fail, Reason: "[FAILED] Expected error connecting to 10.96.0.12:80, got none", Time: 60250 * time.Millisecond},
+		{Name: "[sig-network] Services should check NodePort out-of-range", Outcome: Fail, Reason: "timedout: [TIMEDOUT] A suite timeout occurred", Time: 27 * time.Second},
+		{Name: "[sig-network] Services should serve a basic endpoint from pods [Conformance]", Outcome: Pass, Time: 12500 * time.Millisecond},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestParseJUnitRejectsGarbage(t *testing.T) {
+	if _, err := ParseJUnit(strings.NewReader("not xml")); err == nil {
+		t.Fatal("no error for a report that is not XML")
+	}
+}
+
+func TestCompareAndTable(t *testing.T) {
+	ref := Run{Proxy: "kube-proxy", Results: []Result{
+		{Name: "a", Outcome: Pass},
+		{Name: "b", Outcome: Pass},
+		{Name: "c", Outcome: Skip, Reason: "no SSH"},
+		{Name: "d", Outcome: Fail, Reason: "boom | bang"},
+	}}
+	her := Run{Proxy: "herald", Results: []Result{
+		{Name: "a", Outcome: Pass},
+		{Name: "b", Outcome: Fail, Reason: "timed out"},
+		{Name: "c", Outcome: Skip, Reason: "no SSH"},
+		{Name: "d", Outcome: Pass},
+	}}
+	rows := Compare([]string{"a", "b", "c", "d", "e"}, ref, her)
+	if len(rows) != 5 || rows[4].Results[0].Outcome != NotRun || rows[4].Results[1].Outcome != NotRun {
+		t.Fatalf("rows %+v", rows)
+	}
+	reg := Regressions(rows)
+	if len(reg) != 1 || reg[0].Name != "b" {
+		t.Fatalf("regressions %+v, want only b", reg)
+	}
+	if tot := Totals(rows, 1); tot[Pass] != 2 || tot[Fail] != 1 || tot[Skip] != 1 || tot[NotRun] != 1 {
+		t.Fatalf("herald totals %v", tot)
+	}
+	var b strings.Builder
+	WriteTable(&b, rows, ref, her)
+	out := b.String()
+	for _, want := range []string{
+		"| test | kube-proxy | herald |",
+		"| b | pass | fail: timed out |",
+		"| c | skip: no SSH | skip: no SSH |",
+		`| d | fail: boom \| bang | pass |`,
+		"| pass | 2 | 2 |",
+		"1 test(s) passed with kube-proxy and not with the other proxy:",
+		"- b: herald fail: timed out",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestLabSkips(t *testing.T) {
+	if r := LabSkipReason("[sig-network] Networking Granular Checks: Services should function for node-Service: sctp [Feature:SCTPConnectivity]"); r == "" {
+		t.Error("SCTP test not skipped")
+	}
+	if r := LabSkipReason("[sig-network] Services should serve a basic endpoint from pods [Conformance]"); r != "" {
+		t.Errorf("a plain Services test is skipped: %s", r)
+	}
+	names := []string{
+		"[sig-network] Services should serve a basic endpoint from pods [Conformance]",
+		"[sig-network] DNS should provide DNS for services [Conformance]",
+		"[sig-apps] CronJob should not schedule jobs when suspended [Slow] [Conformance]",
+		"[sig-network] LoadBalancers should be able to change the type and ports of a TCP service [Slow]",
+	}
+	got, err := Select(names, Focus, SkipPattern())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{names[0], names[3]}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("selected %q, want %q", got, want)
+	}
+}
+
+func TestParseList(t *testing.T) {
+	out := "The following spec names can be used with 'ginkgo run --focus/skip':\n" +
+		"    ../../root/go/pkg/mod/k8s.io/kubernetes@v1.34.10/test/e2e/network/service.go:812: [sig-network] Services should serve a basic endpoint from pods [Conformance]\n" +
+		"    x.go:1: [sig-network] Networking Granular Checks: Services should update nodePort: http [Slow]\n\n"
+	got := ParseList(out)
+	want := []string{"[sig-network] Services should serve a basic endpoint from pods [Conformance]", "[sig-network] Networking Granular Checks: Services should update nodePort: http [Slow]"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestCommand(t *testing.T) {
+	o := RunOptions{E2ETest: "/c/e2e.test", Ginkgo: "/c/ginkgo", Procs: 3, Kubeconfig: "/k", Kubectl: "/kubectl", ReportDir: "/r", Focus: "F", Skip: "S", Timeout: time.Hour}
+	got := strings.Join(o.Command(), " ")
+	want := "/c/ginkgo run --procs=3 --focus=F --no-color --timeout=1h0m0s --poll-progress-after=5m --skip=S /c/e2e.test -- --kubeconfig=/k --provider=local --kubectl-path=/kubectl --report-dir=/r"
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	o.Ginkgo = ""
+	got = strings.Join(o.Command(), " ")
+	want = "/c/e2e.test --ginkgo.focus=F --ginkgo.no-color --ginkgo.timeout=1h0m0s --ginkgo.poll-progress-after=5m --ginkgo.skip=S --kubeconfig=/k --provider=local --kubectl-path=/kubectl --report-dir=/r"
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}

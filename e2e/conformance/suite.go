@@ -1,0 +1,106 @@
+// Package conformance runs Kubernetes' own sig-network e2e tests (the
+// e2e.test binary built from the pinned module, e2e/conformance/upstream)
+// against the lab, once with kube-proxy as the service proxy and once
+// with herald's, and compares the two lists: every test that passes with
+// kube-proxy must pass with herald.
+package conformance
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Focus selects the tests issue #14 names: sig-network's Services tests,
+// the Networking checks that go through Services, the LoadBalancer and
+// ESIPP (externalTrafficPolicy: Local) tests, which herald can serve as
+// the load-balancer provider, the proxy's conntrack and kube-proxy
+// tests, and every [Conformance] test of sig-network. Session affinity
+// tests are among the Services, Networking and LoadBalancers ones.
+var Focus = strings.Join([]string{
+	`\[sig-network\] Services `,
+	`\[sig-network\] Networking Granular Checks: Services `,
+	`\[sig-network\] Networking should check kube-proxy urls`,
+	`\[sig-network\] LoadBalancers`,
+	`\[sig-network\] Conntrack `,
+	`\[sig-network\] KubeProxy `,
+	`\[sig-network\] .*\[Conformance\]`,
+}, "|")
+
+// LabSkip is a test the lab cannot run, and why. Each is something a real
+// cluster has and the lab does not (listed in docs/testing.md); none is a
+// choice of herald's, and every skip applies to both proxies alike.
+type LabSkip struct {
+	Pattern string // a regexp on the test's full name
+	Reason  string
+}
+
+// LabSkips are the tests skipped for the lab's sake.
+var LabSkips = []LabSkip{
+	{`\[Feature:SCTPConnectivity\]`, "SCTP: the lab's pods are processes in network namespaces and its kernel loads no sctp module; upstream runs these only where the feature is declared"},
+	{`\[sig-network\] DNS `, "no cluster DNS: the lab runs no CoreDNS (its pods get the host's resolv.conf)"},
+	{`Services should work after restarting apiserver \[Disruptive\]`, "restarts the API server over SSH to the control-plane host; the lab has no SSH"},
+	{`Services should work after restarting kube-proxy \[Disruptive\]`, "restarts kube-proxy over SSH to a node; the lab has no SSH"},
+	{`Networking should recreate its iptables rules if they are deleted \[Disruptive\]`, "deletes iptables rules over SSH on a node; the lab has no SSH"},
+}
+
+// SkipPattern is the ginkgo skip pattern of LabSkips.
+func SkipPattern() string {
+	parts := make([]string, len(LabSkips))
+	for i, s := range LabSkips {
+		parts[i] = s.Pattern
+	}
+	return strings.Join(parts, "|")
+}
+
+// LabSkipReason is why the lab skips the test, or "" when it runs.
+func LabSkipReason(name string) string {
+	for _, s := range LabSkips {
+		if regexp.MustCompile(s.Pattern).MatchString(name) {
+			return s.Reason
+		}
+	}
+	return ""
+}
+
+// Select is the selection among names (e2e.test --list-tests): the tests
+// focus matches, without those skip matches. Ginkgo applies the same
+// patterns to the same full names.
+func Select(names []string, focus, skip string) ([]string, error) {
+	f, err := regexp.Compile(focus)
+	if err != nil {
+		return nil, err
+	}
+	var s *regexp.Regexp
+	if skip != "" {
+		if s, err = regexp.Compile(skip); err != nil {
+			return nil, err
+		}
+	}
+	var out []string
+	for _, n := range names {
+		if f.MatchString(n) && (s == nil || !s.MatchString(n)) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// ParseList reads `e2e.test --list-tests` output: one "file:line: name"
+// per test, after a header line.
+func ParseList(out string) []string {
+	var names []string
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		// The location ends in ":<line>: ".
+		i := strings.Index(line, ": [")
+		if i < 0 {
+			continue
+		}
+		loc := line[:i]
+		if j := strings.LastIndexByte(loc, ':'); j < 0 || strings.Trim(loc[j+1:], "0123456789") != "" {
+			continue
+		}
+		names = append(names, line[i+2:])
+	}
+	return names
+}
