@@ -34,6 +34,9 @@
 #   HERALD_IMAGE_GOPROXY  a GOPROXY for the build instead of the module cache
 #   HERALD_DEBIAN_MIRROR  where mmdebstrap gets packages (http://deb.debian.org/debian)
 #   HERALD_IMAGE_REBASE   1: make the base images again even if present
+#   HERALD_IMAGE_BASE_ONLY  debian: make only the debian stand-in (where
+#                         missing) and stop; all: both base images, then stop.
+#                         e2e/lab/e2eimages (make e2e-images) uses debian.
 set -Eeuo pipefail
 
 START=$SECONDS
@@ -52,6 +55,12 @@ SECURITY_MIRROR=${MIRROR%/debian}/debian-security
 DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim
 # What podman needs here: see the header, point 3.
 RUNTIME_FLAGS=(--runtime runc --ulimit nofile=1024:1024 --ulimit nproc=4096:4096)
+
+BASE_ONLY=${HERALD_IMAGE_BASE_ONLY:-}
+case $BASE_ONLY in
+'' | debian | all) ;;
+*) die "HERALD_IMAGE_BASE_ONLY=$BASE_ONLY: want debian or all" ;;
+esac
 
 [[ $(id -u) -eq 0 ]] || die "run as root: podman here runs rootful (root's storage, runc)"
 for tool in podman runc mmdebstrap go git; do
@@ -132,6 +141,12 @@ if need_base "$DEBIAN_IMAGE"; then
 else
 	log "base $DEBIAN_IMAGE present ($(label "$DEBIAN_IMAGE" io.herald.base || true))"
 fi
+# base_only_done: the end of a HERALD_IMAGE_BASE_ONLY run.
+base_only_done() {
+	log "base images only (HERALD_IMAGE_BASE_ONLY=$BASE_ONLY): done in $((SECONDS - START)) s"
+	exit 0
+}
+[[ $BASE_ONLY != debian ]] || base_only_done
 if need_base "$GOLANG_IMAGE" "$GO_FULL"; then
 	rootfs
 	# The official golang image's layout: Go in /usr/local/go, GOPATH /go,
@@ -149,6 +164,7 @@ else
 fi
 cleanup
 WORK=
+[[ $BASE_ONLY != all ]] || base_only_done
 
 REVISION=$(git -C "$REPO_ROOT" rev-parse HEAD 2>/dev/null || true)
 if [[ -n $REVISION && -n $(git -C "$REPO_ROOT" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
