@@ -87,33 +87,113 @@ func Main(m *testing.M, opts Options) int {
 	code := m.Run()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
-	if shared.lab == nil {
-		return code
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	start := time.Now()
-	dir := shared.lab.StateDir
-	if err := shared.lab.Down(ctx, cluster.DownOptions{Log: os.Stderr}); err != nil {
-		fmt.Fprintf(os.Stderr, "harness: lab down: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(os.Stderr, "harness: lab %q down in %s (up took %s)\n", opts.Prefix, time.Since(start).Round(time.Millisecond), shared.started.Round(time.Millisecond))
-	after, err := ObserveMachine(ctx, opts.Prefix)
-	if err != nil {
+	if err := downShared(); err != nil {
 		fmt.Fprintf(os.Stderr, "harness: %v\n", err)
 		return 1
 	}
-	if diff := shared.before.Diff(after); diff != "" {
-		fmt.Fprintf(os.Stderr, "harness: FAIL: the lab did not leave the machine as it found it:\n%s", diff)
-		return 1
+	return code
+}
+
+// downShared takes the shared lab down, if it is up, and checks that the
+// machine is as before it came up; the next Start brings it up again.
+// The caller holds shared.mu.
+func downShared() error {
+	lab := shared.lab
+	if lab == nil {
+		return nil
 	}
-	if _, err := os.Stat(dir); err == nil {
-		fmt.Fprintf(os.Stderr, "harness: FAIL: the lab's state directory %s is still there\n", dir)
-		return 1
+	shared.lab, shared.err = nil, nil
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := lab.Down(ctx, cluster.DownOptions{Log: os.Stderr}); err != nil {
+		return fmt.Errorf("lab down: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "harness: lab %q down in %s (up took %s)\n", lab.Prefix, time.Since(start).Round(time.Millisecond), shared.started.Round(time.Millisecond))
+	if err := checkMachine(ctx, lab.Prefix, shared.before); err != nil {
+		return err
+	}
+	if _, err := os.Stat(lab.StateDir); err == nil {
+		return fmt.Errorf("FAIL: the lab's state directory %s is still there", lab.StateDir)
 	}
 	_ = os.Remove(shared.logPath)
-	return code
+	return nil
+}
+
+// checkMachine fails when the machine's namespaces, links, mounts or
+// processes of the lab prefix differ from before.
+func checkMachine(ctx context.Context, prefix string, before MachineState) error {
+	after, err := ObserveMachine(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	if diff := before.Diff(after); diff != "" {
+		return fmt.Errorf("FAIL: the lab did not leave the machine as it found it:\n%s", diff)
+	}
+	return nil
+}
+
+// UpOwnLab brings up a lab of the test's own with opts (the harness sets
+// StateDir, KillWithParent, WaitForOthers, Log and BeforeUp; the Prefix
+// must differ from the shared lab's) and takes it down when the test
+// ends, also after a failure, checking that the machine is as before.
+// One lab runs on a machine at a time, so a shared lab this test binary
+// holds goes down first (checked the same way; the next Start brings it
+// up again): run such tests first or last to spare a restart.
+func UpOwnLab(t *testing.T, ctx context.Context, opts cluster.Options) *T {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the lab builds network namespaces and runs pods in them")
+	}
+	if _, err := os.Stat(controlplane.DefaultEtcdPath); err != nil {
+		t.Fatalf("etcd not found at %s (apt-get install etcd-server, or run bash hack/bootstrap.sh): %v", controlplane.DefaultEtcdPath, err)
+	}
+	shared.mu.Lock()
+	err := downShared()
+	shared.mu.Unlock()
+	if err != nil {
+		t.Fatalf("taking the shared lab down first: %v", err)
+	}
+	logf, err := os.CreateTemp("", "herald-e2e-"+opts.Prefix+"-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	var before MachineState
+	opts.StateDir = filepath.Join(t.TempDir(), "lab")
+	opts.KillWithParent, opts.WaitForOthers, opts.Log = true, true, logf
+	opts.BeforeUp = func() (err error) {
+		before, err = ObserveMachine(ctx, opts.Prefix)
+		return err
+	}
+	start := time.Now()
+	lab, err := cluster.Up(ctx, opts)
+	if err != nil {
+		data, _ := os.ReadFile(logf.Name())
+		t.Fatalf("lab up: %v\n%s", err, data)
+	}
+	t.Logf("lab %q up in %s (%s of it waiting for the machine and building), %d nodes, service proxy %s, image mode %v; its log: %s",
+		opts.Prefix, time.Since(start).Round(time.Millisecond), (time.Since(start) - lab.Timings.Total).Round(time.Millisecond),
+		lab.Nodes, lab.Proxy, lab.ImageMode, logf.Name())
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		start := time.Now()
+		if err := lab.Down(dctx, cluster.DownOptions{Log: t.Output()}); err != nil {
+			t.Errorf("lab down: %v", err)
+			return
+		}
+		t.Logf("lab %q down in %s", opts.Prefix, time.Since(start).Round(time.Millisecond))
+		if err := checkMachine(dctx, opts.Prefix, before); err != nil {
+			t.Error(err)
+		}
+		if !t.Failed() {
+			_ = os.Remove(logf.Name())
+		}
+	})
+	h := ForLab(t, ctx, lab)
+	h.upLog = logf.Name()
+	return h
 }
 
 // T is the shared lab seen from one test.
@@ -124,6 +204,8 @@ type T struct {
 	Layout topology.Layout
 	K      *kubectl.Kubectl
 	CS     kubernetes.Interface
+	// upLog is the lab's bring-up log, if the harness brought it up.
+	upLog string
 }
 
 // Start returns the shared lab, bringing it up on first use. It skips the
@@ -142,7 +224,9 @@ func Start(t *testing.T) *T {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	t.Cleanup(cancel)
-	return ForLab(t, ctx, lab)
+	h := ForLab(t, ctx, lab)
+	h.upLog = shared.logPath
+	return h
 }
 
 // ForLab binds the helpers to a lab the test brought up itself (one
@@ -221,8 +305,8 @@ func sharedLab() (*cluster.Lab, error) {
 // control plane, router, kubelets, containers.
 func (h *T) DumpLogs() {
 	var b strings.Builder
-	if shared.logPath != "" { // the shared lab's bring-up log
-		proc.WriteTail(&b, shared.logPath, 40)
+	if h.upLog != "" {
+		proc.WriteTail(&b, h.upLog, 40)
 	}
 	if h.Lab.ControlPlane != nil {
 		h.Lab.ControlPlane.WriteLogTails(&b, 80)

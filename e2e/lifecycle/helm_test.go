@@ -258,51 +258,13 @@ func helmBinary(t *testing.T, root string) string {
 	return p
 }
 
-// upBareLab brings up a 2-node lab without herald (waiting for any other
-// lab on the machine) and takes it down at the end, checking that the
-// machine is as before.
+// upBareLab brings up a 2-node lab without herald and without a service
+// proxy until helm installs herald's (waiting for any other lab on the
+// machine) and takes it down at the end, checking that the machine is as
+// before.
 func upBareLab(t *testing.T, ctx context.Context) *harness.T {
 	t.Helper()
-	logf, err := os.CreateTemp("", "herald-e2e-"+helmPrefix+"-*.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	var before harness.MachineState
-	start := time.Now()
-	lab, err := cluster.Up(ctx, cluster.Options{
-		Prefix: helmPrefix, Nodes: 2, Bare: true,
-		StateDir:       filepath.Join(t.TempDir(), "lab"),
-		KillWithParent: true, WaitForOthers: true, Log: logf,
-		BeforeUp: func() (err error) {
-			before, err = harness.ObserveMachine(ctx, helmPrefix)
-			return err
-		},
-	})
-	if err != nil {
-		data, _ := os.ReadFile(logf.Name())
-		t.Fatalf("lab up: %v\n%s", err, data)
-	}
-	t.Logf("bare lab up in %s (including any wait for another lab), image mode %v; its log: %s",
-		time.Since(start).Round(time.Millisecond), lab.ImageMode, logf.Name())
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if err := lab.Down(dctx, cluster.DownOptions{Log: os.Stderr}); err != nil {
-			t.Errorf("lab down: %v", err)
-			return
-		}
-		after, err := harness.ObserveMachine(dctx, helmPrefix)
-		if err != nil {
-			t.Error(err)
-		} else if diff := before.Diff(after); diff != "" {
-			t.Errorf("the lab did not leave the machine as it found it:\n%s", diff)
-		}
-		if !t.Failed() {
-			_ = os.Remove(logf.Name())
-		}
-	})
-	return harness.ForLab(t, ctx, lab)
+	return harness.UpOwnLab(t, ctx, cluster.Options{Prefix: helmPrefix, Nodes: 2, Bare: true, Proxy: cluster.ProxyHerald})
 }
 
 // helmRunner runs helm against the lab with its own cache and config

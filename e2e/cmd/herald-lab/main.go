@@ -1,7 +1,7 @@
 // Command herald-lab drives the lab: a Kubernetes cluster on one machine,
 // nodes and pods as network namespaces (package lab/cluster).
 //
-//	herald-lab up [--nodes N] [--bare] [--image-mode]
+//	herald-lab up [--nodes N] [--bare] [--image-mode] [--proxy herald|kube-proxy]
 //	                                       build what is missing, bring a lab up, return
 //	herald-lab status                       what runs, what is missing
 //	herald-lab exec TARGET -- CMD [ARG...]  run CMD in node1.., client, router, remote, pod/[NS/]NAME
@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -39,7 +38,8 @@ const defaultState = "/tmp/herald-lab/controlplane"
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
-  herald-lab up [--nodes N] [--bare] [--image-mode] [--prefix P] [--state DIR] [--e2e DIR]
+  herald-lab up [--nodes N] [--bare] [--image-mode] [--proxy herald|kube-proxy]
+                [--prefix P] [--state DIR] [--e2e DIR] [--wait] [--reuse]
   herald-lab status [--state DIR]
   herald-lab exec [--state DIR] TARGET -- CMD [ARG...]
       TARGET: node1..nodeN, client, router, remote, pod/NAME, pod/NAMESPACE/NAME
@@ -190,35 +190,28 @@ func stateFlag(fs *flag.FlagSet) *string {
 
 func up(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
-	nodes := fs.Int("nodes", cluster.DefaultNodes, fmt.Sprintf("number of nodes (1-%d)", topology.MaxNodes))
-	bare := fs.Bool("bare", false, "a cluster without herald (CRDs are still installed)")
-	imageMode := fs.Bool("image-mode", false, "run herald's pods from its image (podman's local storage, `make image`) under runc instead of the host's binary; also "+cluster.ImageModeEnv+"=1")
-	prefix := fs.String("prefix", cluster.DefaultPrefix, "starts the name of every namespace and link the lab makes")
-	state := fs.String("state", "", "state directory (default /tmp/herald-lab/PREFIX)")
-	e2e := fs.String("e2e", "", "the e2e module directory (default: found from the current directory)")
-	wait := fs.Bool("wait", false, "wait for another lab on this machine to go down instead of refusing")
-	reuse := fs.Bool("reuse", false, "when a healthy lab is up in the state directory, use it instead of refusing")
+	opts := cluster.Options{Log: os.Stderr}
+	opts.BindFlags(fs)
+	reuse := fs.Bool("reuse", false, "when a healthy lab with the same service proxy is up in the state directory, use it instead of refusing")
 	_ = fs.Parse(args)
-	if *state == "" {
-		*state = cluster.DefaultStateDir(*prefix)
+	if opts.StateDir == "" {
+		opts.StateDir = cluster.DefaultStateDir(opts.Prefix)
 	}
 	if *reuse {
-		if s, err := cluster.ReadState(*state); err == nil {
-			if bad := cluster.Unhealthy(s); len(bad) > 0 {
-				return fmt.Errorf("the lab in %s is not healthy (%s): run herald-lab down, then up", *state, strings.Join(bad, ", "))
+		if s, err := cluster.ReadState(opts.StateDir); err == nil {
+			if err := cluster.CheckReuse(s, opts); err != nil {
+				return err
 			}
-			fmt.Printf("reusing the lab in %s (%d nodes, API server %s)\n", *state, s.Nodes, s.APIServerURL)
+			fmt.Printf("reusing the lab in %s (%d nodes, service proxy %s, API server %s)\n", opts.StateDir, s.Nodes, s.ProxyOf(), s.APIServerURL)
 			return nil
 		}
 	}
 	start := time.Now()
-	l, err := cluster.Up(ctx, cluster.Options{
-		Prefix: *prefix, Nodes: *nodes, Bare: *bare, ImageMode: *imageMode, StateDir: *state, ModuleDir: *e2e, WaitForOthers: *wait, Log: os.Stderr,
-	})
+	l, err := cluster.Up(ctx, opts)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("lab up in %s: %d nodes, API server %s\n", l.Timings.Total, l.Nodes, l.APIServerURL)
+	fmt.Printf("lab up in %s: %d nodes, service proxy %s, API server %s\n", l.Timings.Total, l.Nodes, l.Proxy, l.APIServerURL)
 	if waited := time.Since(start) - l.Timings.Total - l.Timings.Programs; waited > time.Second {
 		fmt.Printf("  (after %s building programs and %s waiting for another lab)\n", l.Timings.Programs, waited.Round(time.Millisecond))
 	}
@@ -262,8 +255,8 @@ func status(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("lab %q (%s since %s): %d nodes, API server %s\nkubeconfig: %s\n",
-		s.Prefix, s.Phase, s.CreatedAt.Format("2006-01-02 15:04:05"), s.Nodes, s.APIServerURL, s.Kubeconfig)
+	fmt.Printf("lab %q (%s since %s): %d nodes, service proxy %s, API server %s\nkubeconfig: %s\n",
+		s.Prefix, s.Phase, s.CreatedAt.Format("2006-01-02 15:04:05"), s.Nodes, s.ProxyOf(), s.APIServerURL, s.Kubeconfig)
 	if cp, err := controlplane.ReadState(s.ControlPlaneDir); err == nil {
 		for _, p := range cp.Processes {
 			fmt.Printf("  %-26s pid %-8d %s\n", p.Name, p.PID, aliveWord(p.Alive()))

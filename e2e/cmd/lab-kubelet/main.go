@@ -5,10 +5,13 @@
 //	lab-kubelet --node-name=node1 --node-netns=hlab-node1 --node-ip=198.51.100.11 \
 //	  --pod-cidr=198.18.1.0/24 --pod-gateway=198.18.1.1 --netns-prefix=hlab \
 //	  --kubeconfig=node1.kubeconfig --state-dir=/tmp/herald-lab/node1 \
-//	  --echoserver=e2e/_cache/lab/bin/echoserver --herald=e2e/_cache/lab/bin/herald
+//	  --echoserver=e2e/_cache/lab/bin/echoserver --herald=e2e/_cache/lab/bin/herald \
+//	  --kube-proxy=e2e/_cache/bin/kube-proxy --kubelet-version=v1.34.10
 //
 // With --image-mode it runs herald's pods from podman's local images
-// under runc instead of the --herald binary.
+// under runc instead of the --herald binary; kube-proxy's image
+// (registry.k8s.io/kube-proxy at --kubelet-version) is the --kube-proxy
+// binary in both modes.
 //
 // `lab-kubelet down --state-dir=DIR` removes what a crashed kubelet left.
 // `lab-kubelet mount-exec --bind SRC:DST... -- PROGRAM ARGS` is what the

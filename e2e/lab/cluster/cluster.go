@@ -36,6 +36,9 @@ const (
 	// ImageModeEnv=1 selects image mode (Options.ImageMode), also for the
 	// e2e tests' labs.
 	ImageModeEnv = "HERALD_LAB_IMAGE"
+	// ProxyEnv chooses the service proxy (Options.Proxy) when the
+	// options leave it empty, also for the e2e tests' labs.
+	ProxyEnv = "HERALD_LAB_PROXY"
 )
 
 // DefaultStateDir is where `herald-lab` keeps a lab of the given prefix.
@@ -54,8 +57,14 @@ type Options struct {
 	// ModuleDir is the e2e module (for building the lab's programs);
 	// empty: found from the current directory.
 	ModuleDir string
-	// Bare leaves herald out: a plain cluster.
+	// Bare leaves herald out: a plain cluster (with Proxy herald, one
+	// without a service proxy).
 	Bare bool
+	// Proxy is the service proxy: ProxyHerald (herald's, in its
+	// speakers) or ProxyKubeProxy (kube-proxy as a DaemonSet, herald's
+	// speakers with their proxy off). Empty: $HERALD_LAB_PROXY, else
+	// herald.
+	Proxy string
 	// ImageMode runs herald's pods from its image in podman's local
 	// storage under runc (kubelet.Config.ImageMode) instead of the host's
 	// binary. HERALD_LAB_IMAGE=1 in the environment turns it on.
@@ -79,6 +88,7 @@ type State struct {
 	Nodes     int       `json:"nodes"`
 	Bare      bool      `json:"bare"`
 	ImageMode bool      `json:"imageMode,omitempty"`
+	Proxy     string    `json:"proxy,omitempty"` // Options.Proxy; see ProxyOf
 	StateDir  string    `json:"stateDir"`
 	CreatedAt time.Time `json:"createdAt"`
 	// Phase is "starting" until Up finished, then "up".
@@ -148,7 +158,7 @@ type Lab struct {
 
 // Timings are how long Up's steps took.
 type Timings struct {
-	Programs, Network, ControlPlane, NodesReady, CRDs, Router, Herald time.Duration
+	Programs, Network, ControlPlane, NodesReady, CRDs, Router, KubeProxy, Herald time.Duration
 	// Total runs from taking the machine's lab lock to the lab being up.
 	Total time.Duration
 }
@@ -187,6 +197,11 @@ func (o *Options) setDefaults() error {
 	if os.Getenv(ImageModeEnv) == "1" {
 		o.ImageMode = true
 	}
+	proxy, err := resolveProxy(o.Proxy, os.Getenv(ProxyEnv))
+	if err != nil {
+		return err
+	}
+	o.Proxy = proxy
 	if o.ModuleDir == "" {
 		dir, err := k8sbin.FindModuleDir("")
 		if err != nil {
@@ -194,7 +209,7 @@ func (o *Options) setDefaults() error {
 		}
 		o.ModuleDir = dir
 	}
-	_, err := topology.Plan(o.Prefix, o.Nodes)
+	_, err = topology.Plan(o.Prefix, o.Nodes)
 	return err
 }
 
@@ -212,7 +227,7 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	}
 	l := &Lab{log: opts.Log, killWithParent: opts.KillWithParent}
 	l.Prefix, l.Nodes, l.Bare, l.StateDir, l.ModuleDir = opts.Prefix, opts.Nodes, opts.Bare, opts.StateDir, opts.ModuleDir
-	l.ImageMode = opts.ImageMode
+	l.ImageMode, l.Proxy = opts.ImageMode, opts.Proxy
 	if l.ImageMode && !l.Bare {
 		if err := checkImage(ctx, kubelet.HeraldImageName); err != nil {
 			return nil, err
@@ -343,6 +358,13 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	l.Timings.Router = since(start)
 	l.logf("FRR up in the router namespace in %s (AS %d; vtysh --vty_socket %s)", l.Timings.Router, RouterASN, l.FRRDir)
 	l.logf("herald CRDs installed in %s", l.Timings.CRDs)
+	if l.Proxy == ProxyKubeProxy {
+		start = time.Now()
+		if err := l.installKubeProxy(ctx); err != nil {
+			return nil, err
+		}
+		l.Timings.KubeProxy = since(start)
+	}
 	if !opts.Bare {
 		start = time.Now()
 		if err := l.installHerald(ctx); err != nil {
@@ -374,7 +396,7 @@ func (l *Lab) startKubelets() error {
 		cfg.StateDir = filepath.Join(l.StateDir, "nodes", n.Name)
 		cfg.Kubeconfig = filepath.Join(cfg.StateDir, "kubeconfig")
 		cfg.KubeletVersion = l.K8s.Version
-		cfg.Programs = kubelet.Programs{EchoServer: l.Bins.Path(labbin.EchoServer), Herald: l.Bins.Path(labbin.Herald)}
+		cfg.Programs = kubelet.Programs{EchoServer: l.Bins.Path(labbin.EchoServer), Herald: l.Bins.Path(labbin.Herald), KubeProxy: l.K8s.Tool("kube-proxy")}
 		cfg.ImageMode, cfg.ImageDir = l.ImageMode, filepath.Join(l.StateDir, imagesDir)
 		if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 			return err
@@ -476,29 +498,35 @@ func DeployDir(e2eModuleDir string) string {
 }
 
 // installHerald applies herald's install manifests, which run the
-// controller and the speakers as pods of the lab's kubelets. The lab has
-// no service proxy until herald's own runs, so the `kubernetes` Service's
-// ClusterIP leads nowhere: the ConfigMap herald-apiserver, which the
-// manifests load into herald's containers (docs/install.md), points them
-// at the API server itself; the ConfigMap herald-proxy gives the proxy the
-// lab's pod network. Up returns once the controller is available and
-// every node's speaker is ready (its proxy has written the node's rules).
+// controller and the speakers as pods of the lab's kubelets: config/deploy
+// with herald's proxy, or with kube-proxy the no-proxy overlay
+// (`kubectl apply -k`), so herald still assigns and announces
+// LoadBalancer IPs. Without herald's proxy running, the `kubernetes`
+// Service's ClusterIP may lead nowhere yet: the ConfigMap
+// herald-apiserver, which the manifests load into herald's containers
+// (docs/install.md), points them at the API server itself; the ConfigMap
+// herald-proxy gives herald's proxy the lab's pod network. Up returns once
+// the controller is available and every node's speaker is ready (with
+// herald's proxy: it has written the node's rules).
 func (l *Lab) installHerald(ctx context.Context) error {
-	dir := DeployDir(l.ModuleDir)
+	apply, dir := []string{"apply", "-f"}, DeployDir(l.ModuleDir)
+	if l.Proxy == ProxyKubeProxy {
+		apply, dir = []string{"apply", "-k"}, NoProxyDir(l.ModuleDir)
+	}
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		l.logf("herald: no install manifests yet (%s arrives with the controller, issue #4): CRDs only", dir)
 		return nil
 	}
 	start := time.Now()
 	k := l.kubectlClient()
-	cm, err := apiServerConfigMap(l.APIServerURL)
+	cm, err := apiServerConfigMap(l.APIServerURL, l.Proxy == ProxyHerald)
 	if err != nil {
 		return err
 	}
 	if _, err := k.RunStdin(ctx, strings.NewReader(cm), "apply", "-f", "-"); err != nil {
 		return err
 	}
-	if _, err := k.Run(ctx, "apply", "-f", dir); err != nil {
+	if _, err := k.Run(ctx, append(apply, dir)...); err != nil {
 		return err
 	}
 	if _, err := k.Run(ctx, "-n", HeraldNamespace, "wait", "--for=condition=Available", "--timeout=120s", "deployment/"+HeraldController); err != nil {
@@ -528,15 +556,15 @@ const (
 )
 
 // apiServerConfigMap is herald's namespace, the ConfigMap
-// herald-apiserver with the API server's address and port, and the
-// ConfigMap herald-proxy with the lab's pod network (the proxy's
-// --cluster-cidr).
-func apiServerConfigMap(apiServerURL string) (string, error) {
+// herald-apiserver with the API server's address and port, and with
+// herald's proxy the ConfigMap herald-proxy with the lab's pod network
+// (the proxy's --cluster-cidr).
+func apiServerConfigMap(apiServerURL string, heraldProxy bool) (string, error) {
 	u, err := url.Parse(apiServerURL)
 	if err != nil || u.Hostname() == "" || u.Port() == "" {
 		return "", fmt.Errorf("the API server URL %q has no host and port", apiServerURL)
 	}
-	return fmt.Sprintf(`apiVersion: v1
+	m := fmt.Sprintf(`apiVersion: v1
 kind: Namespace
 metadata:
   name: %[1]s
@@ -549,15 +577,19 @@ metadata:
 data:
   KUBERNETES_SERVICE_HOST: %[2]q
   KUBERNETES_SERVICE_PORT: %[3]q
----
+`, HeraldNamespace, u.Hostname(), u.Port())
+	if heraldProxy {
+		m += fmt.Sprintf(`---
 apiVersion: v1
 kind: ConfigMap
 metadata:
   name: herald-proxy
-  namespace: %[1]s
+  namespace: %s
 data:
-  HERALD_CLUSTER_CIDR: %[4]q
-`, HeraldNamespace, u.Hostname(), u.Port(), topology.ClusterCIDR.String()+","+topology.ClusterCIDRv6.String()), nil
+  HERALD_CLUSTER_CIDR: %q
+`, HeraldNamespace, strings.Join(clusterCIDRs(), ","))
+	}
+	return m, nil
 }
 
 // startRouter runs FRR (zebra, bgpd, bfdd) in the router namespace.

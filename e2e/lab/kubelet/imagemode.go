@@ -43,9 +43,13 @@ func (k *Kubelet) setupImageMode() error {
 	return nil
 }
 
-// usesImage tells whether the kubelet runs image through runc.
+// usesImage tells whether the kubelet runs image through runc. The echo
+// server and kube-proxy stay host programs: the lab has no kube-proxy
+// image (nothing is pulled), and building one would only wrap the same
+// multi-call binary that binary mode runs.
 func (k *Kubelet) usesImage(image string) bool {
-	return k.cfg.ImageMode && KnownImages[image] != EchoServerImage
+	kind, _ := imageKind(image)
+	return k.cfg.ImageMode && kind != EchoServerImage && kind != KubeProxyImage
 }
 
 // launch is how one run of a container starts: a program (binary mode)

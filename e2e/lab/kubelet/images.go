@@ -18,6 +18,9 @@ const (
 	EchoServerImage ImageKind = "echoserver"
 	// HeraldImage runs the herald binary built from this repository.
 	HeraldImage ImageKind = "herald"
+	// KubeProxyImage runs kube-proxy from the lab's multi-call
+	// Kubernetes binary (the release pinned in e2e/go.mod).
+	KubeProxyImage ImageKind = "kube-proxy"
 )
 
 // HeraldImageName is the project's own image as manifests name it. Its
@@ -35,8 +38,18 @@ const HeraldImageName = "ghcr.io/herald-lb/herald:dev"
 // runs the real tags.
 const HeraldRepository = "ghcr.io/herald-lb/herald"
 
+// KubeProxyRepository is upstream's kube-proxy image without tag. The
+// lab kubelet runs the tag of its own release (Programs.KubeProxyVersion,
+// KubeProxyImageName) as Programs.KubeProxy; other tags are ErrImagePull,
+// as the lab has no other kube-proxy.
+const KubeProxyRepository = "registry.k8s.io/kube-proxy"
+
+// KubeProxyImageName is the kube-proxy image of a Kubernetes release,
+// e.g. registry.k8s.io/kube-proxy:v1.34.10.
+func KubeProxyImageName(version string) string { return KubeProxyRepository + ":" + version }
+
 // KnownImages maps the image references the lab kubelet runs to programs;
-// imageKind adds every tag of HeraldRepository.
+// imageKind adds every tag of HeraldRepository and KubeProxyRepository.
 var KnownImages = map[string]ImageKind{
 	"registry.k8s.io/echoserver:1.4": EchoServerImage,
 	"k8s.gcr.io/echoserver:1.4":      EchoServerImage,
@@ -68,11 +81,26 @@ func imageKind(image string) (ImageKind, bool) {
 	if k, ok := KnownImages[image]; ok {
 		return k, true
 	}
-	rest, ok := strings.CutPrefix(image, HeraldRepository)
-	if ok && len(rest) > 1 && (rest[0] == ':' || rest[0] == '@') && !strings.Contains(rest, "/") {
+	if _, ok := imageTag(image, HeraldRepository); ok {
 		return HeraldImage, true
 	}
+	if _, ok := imageTag(image, KubeProxyRepository); ok {
+		return KubeProxyImage, true
+	}
 	return "", false
+}
+
+// imageTag is the tag (or @digest) of image when image is repository
+// with one.
+func imageTag(image, repository string) (string, bool) {
+	rest, ok := strings.CutPrefix(image, repository)
+	if !ok || len(rest) < 2 || (rest[0] != ':' && rest[0] != '@') || strings.Contains(rest, "/") {
+		return "", false
+	}
+	if rest[0] == '@' {
+		return rest, true
+	}
+	return rest[1:], true
 }
 
 // knownImageList names the known images for messages.
@@ -89,6 +117,11 @@ func knownImageList() string {
 type Programs struct {
 	EchoServer string
 	Herald     string
+	// KubeProxy is kube-proxy of release KubeProxyVersion (the lab's
+	// Kubernetes release; Config.validate defaults it to the kubelet's
+	// version, as both come from the same multi-call binary).
+	KubeProxy        string
+	KubeProxyVersion string
 }
 
 // command resolves what runs for container c: the binary and its
@@ -98,8 +131,8 @@ func (p Programs) command(c *v1.Container, env map[string]string) (string, []str
 	kind, ok := imageKind(c.Image)
 	if !ok {
 		return "", nil, &containerError{Reason: ReasonErrImagePull, Message: fmt.Sprintf(
-			"the lab kubelet cannot run image %q: there is no registry or container runtime in the lab; it runs only %s and any tag of %s",
-			c.Image, knownImageList(), HeraldRepository)}
+			"the lab kubelet cannot run image %q: there is no registry or container runtime in the lab; it runs only %s, any tag of %s and %s",
+			c.Image, knownImageList(), HeraldRepository, p.kubeProxyImages())}
 	}
 	expand := func(list []string) []string {
 		out := make([]string, len(list))
@@ -130,8 +163,39 @@ func (p Programs) command(c *v1.Container, env map[string]string) (string, []str
 			args = append(cmd[1:], args...)
 		}
 		return p.Herald, args, nil
+	case KubeProxyImage:
+		return p.kubeProxyCommand(c, expand)
 	}
 	return "", nil, fmt.Errorf("image kind %q", kind)
+}
+
+// kubeProxyImages names the kube-proxy images the kubelet runs, for
+// messages.
+func (p Programs) kubeProxyImages() string {
+	if p.KubeProxyVersion == "" {
+		return "any tag of " + KubeProxyRepository
+	}
+	return KubeProxyImageName(p.KubeProxyVersion)
+}
+
+// kubeProxyCommand runs the kube-proxy image. The image holds the binary
+// at /usr/local/bin/kube-proxy and a DaemonSet names it in command (as
+// kubeadm's does), so the command must run kube-proxy; the lab runs its
+// own kube-proxy with the rest of command and args.
+func (p Programs) kubeProxyCommand(c *v1.Container, expand func([]string) []string) (string, []string, error) {
+	if p.KubeProxy == "" {
+		return "", nil, &containerError{Reason: ReasonCreateContainerError, Message: "the lab kubelet has no kube-proxy binary (--kube-proxy)"}
+	}
+	if tag, _ := imageTag(c.Image, KubeProxyRepository); p.KubeProxyVersion != "" && tag != p.KubeProxyVersion {
+		return "", nil, &containerError{Reason: ReasonErrImagePull, Message: fmt.Sprintf(
+			"the lab kubelet cannot run image %q: it runs only %s, the lab's own release; there is no other kube-proxy in the lab", c.Image, p.kubeProxyImages())}
+	}
+	cmd := expand(c.Command)
+	if len(cmd) == 0 || path.Base(cmd[0]) != "kube-proxy" {
+		return "", nil, &containerError{Reason: ReasonCreateContainerError, Message: fmt.Sprintf(
+			"image %s: the lab runs only its kube-proxy, for a command that names it (/usr/local/bin/kube-proxy); command %q", c.Image, cmd)}
+	}
+	return p.KubeProxy, append(cmd[1:], expand(c.Args)...), nil
 }
 
 // Expand replaces $(NAME) in s with env's NAME, as Kubernetes expands

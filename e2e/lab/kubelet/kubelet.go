@@ -190,6 +190,9 @@ func (c *Config) validate() error {
 	if c.PodBridge == "" {
 		c.PodBridge = DefaultPodBridge
 	}
+	if c.Programs.KubeProxyVersion == "" {
+		c.Programs.KubeProxyVersion = c.KubeletVersion
+	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = DefaultHeartbeatInterval
 	}

@@ -65,6 +65,7 @@ func (c Config) Args() []string {
 		"--state-dir=" + c.StateDir,
 		"--echoserver=" + c.Programs.EchoServer,
 		"--herald=" + c.Programs.Herald,
+		"--kube-proxy=" + c.Programs.KubeProxy,
 		"--kubelet-version=" + c.KubeletVersion,
 	}
 	if c.dualStack() {
@@ -128,6 +129,7 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.StateDir, "state-dir", "", "state directory")
 	fs.StringVar(&c.Programs.EchoServer, "echoserver", "", "the echoserver binary (for echoserver:1.4 images)")
 	fs.StringVar(&c.Programs.Herald, "herald", "", "the herald binary (for "+HeraldImageName+")")
+	fs.StringVar(&c.Programs.KubeProxy, "kube-proxy", "", "the kube-proxy binary (for "+KubeProxyRepository+" at --kubelet-version)")
 	fs.StringVar(&c.KubeletVersion, "kubelet-version", "", "version reported in the Node's nodeInfo")
 	fs.BoolVar(&c.APIFromHost, "api-from-host", false, "reach the API server from the kubelet's own namespace, not the node's")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", DefaultHeartbeatInterval, "Lease and node status renewal interval")

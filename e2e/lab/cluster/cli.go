@@ -1,0 +1,45 @@
+package cluster
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/herald-lb/herald/e2e/lab/topology"
+)
+
+// BindFlags defines `herald-lab up`'s flags for the options on fs. A bad
+// --proxy fails the parse with a message naming the flag.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.Nodes, "nodes", DefaultNodes, fmt.Sprintf("number of nodes (1-%d)", topology.MaxNodes))
+	fs.BoolVar(&o.Bare, "bare", false, "a cluster without herald (CRDs are still installed; with --proxy=herald no service proxy runs)")
+	fs.BoolVar(&o.ImageMode, "image-mode", false, "run herald's pods from its image (podman's local storage, built by make image) under runc instead of the host's binary; also "+ImageModeEnv+"=1")
+	fs.Func("proxy", "the service proxy: "+ProxyHerald+" (herald's own, in its speakers) or "+ProxyKubeProxy+
+		" (kube-proxy as a DaemonSet, herald's speakers with --proxy=false); default $"+ProxyEnv+", else "+ProxyHerald, func(s string) (err error) {
+		o.Proxy, err = ParseProxy(s)
+		return err
+	})
+	fs.StringVar(&o.Prefix, "prefix", DefaultPrefix, "starts the name of every namespace and link the lab makes")
+	fs.StringVar(&o.StateDir, "state", "", "state directory (default /tmp/herald-lab/PREFIX)")
+	fs.StringVar(&o.ModuleDir, "e2e", "", "the e2e module directory (default: found from the current directory)")
+	fs.BoolVar(&o.WaitForOthers, "wait", false, "wait for another lab on this machine to go down instead of refusing")
+}
+
+// CheckReuse tells why the recorded lab s cannot serve for options o
+// (`herald-lab up --reuse`): it is not healthy, or it runs another
+// service proxy than o asks for (o.Proxy, else $HERALD_LAB_PROXY, else
+// herald). Nil: use it.
+func CheckReuse(s State, o Options) error {
+	if bad := Unhealthy(s); len(bad) > 0 {
+		return fmt.Errorf("the lab in %s is not healthy (%s): run herald-lab down, then up", s.StateDir, strings.Join(bad, ", "))
+	}
+	want, err := resolveProxy(o.Proxy, os.Getenv(ProxyEnv))
+	if err != nil {
+		return err
+	}
+	if got := s.ProxyOf(); got != want {
+		return fmt.Errorf("the lab in %s runs the service proxy %s, not %s: run herald-lab down, then up", s.StateDir, got, want)
+	}
+	return nil
+}
