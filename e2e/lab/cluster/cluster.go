@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/herald-lb/herald/e2e/lab/clusterdns"
 	"github.com/herald-lb/herald/e2e/lab/controlplane"
 	"github.com/herald-lb/herald/e2e/lab/k8sbin"
 	"github.com/herald-lb/herald/e2e/lab/kubectl"
@@ -69,6 +70,9 @@ type Options struct {
 	// storage under runc (kubelet.Config.ImageMode) instead of the host's
 	// binary. HERALD_LAB_IMAGE=1 in the environment turns it on.
 	ImageMode bool
+	// DNS runs the cluster DNS (CoreDNS as kubeadm installs it, from its
+	// image: image mode only) and points the pods' resolv.conf at it.
+	DNS bool
 	// KillWithParent ties every process to the caller (tests); the CLI
 	// leaves it off so the lab outlives `herald-lab up`.
 	KillWithParent bool
@@ -88,6 +92,7 @@ type State struct {
 	Nodes     int       `json:"nodes"`
 	Bare      bool      `json:"bare"`
 	ImageMode bool      `json:"imageMode,omitempty"`
+	DNS       bool      `json:"dns,omitempty"`
 	Proxy     string    `json:"proxy,omitempty"` // Options.Proxy; see ProxyOf
 	StateDir  string    `json:"stateDir"`
 	CreatedAt time.Time `json:"createdAt"`
@@ -154,11 +159,13 @@ type Lab struct {
 	// unlock releases the machine's lab lock (topology.Lock).
 	unlock         func()
 	killWithParent bool
+	// dnsImage is CoreDNS's image (Options.DNS).
+	dnsImage string
 }
 
 // Timings are how long Up's steps took.
 type Timings struct {
-	Programs, Network, ControlPlane, NodesReady, CRDs, Router, KubeProxy, Herald time.Duration
+	Programs, Network, ControlPlane, NodesReady, CRDs, Router, KubeProxy, Herald, DNS time.Duration
 	// Total runs from taking the machine's lab lock to the lab being up.
 	Total time.Duration
 }
@@ -227,7 +234,10 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	}
 	l := &Lab{log: opts.Log, killWithParent: opts.KillWithParent}
 	l.Prefix, l.Nodes, l.Bare, l.StateDir, l.ModuleDir = opts.Prefix, opts.Nodes, opts.Bare, opts.StateDir, opts.ModuleDir
-	l.ImageMode, l.Proxy = opts.ImageMode, opts.Proxy
+	l.ImageMode, l.Proxy, l.DNS = opts.ImageMode, opts.Proxy, opts.DNS
+	if l.DNS && !l.ImageMode {
+		return nil, errors.New("the cluster DNS (Options.DNS) runs from CoreDNS's image: it needs image mode")
+	}
 	if l.ImageMode && !l.Bare {
 		if err := checkImage(ctx, kubelet.HeraldImageName); err != nil {
 			return nil, err
@@ -244,6 +254,11 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	}
 	if l.Bins, err = labbin.Ensure(ctx, labbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log}); err != nil {
 		return nil, err
+	}
+	if l.DNS {
+		if l.dnsImage, err = ensureDNSImage(ctx, l.ModuleDir, l.logf); err != nil {
+			return nil, err
+		}
 	}
 	l.Timings.Programs = since(start)
 	l.logf("programs ready in %s", l.Timings.Programs)
@@ -372,6 +387,13 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 		}
 		l.Timings.Herald = since(start)
 	}
+	if l.DNS {
+		start = time.Now()
+		if err := l.installDNS(ctx); err != nil {
+			return nil, err
+		}
+		l.Timings.DNS = since(start)
+	}
 	l.Timings.Total = since(l.CreatedAt)
 	l.Phase = "up"
 	return l, l.save()
@@ -398,6 +420,9 @@ func (l *Lab) startKubelets() error {
 		cfg.KubeletVersion = l.K8s.Version
 		cfg.Programs = kubelet.Programs{EchoServer: l.Bins.Path(labbin.EchoServer), Herald: l.Bins.Path(labbin.Herald), KubeProxy: l.K8s.Tool("kube-proxy")}
 		cfg.ImageMode, cfg.ImageDir = l.ImageMode, filepath.Join(l.StateDir, imagesDir)
+		if l.DNS {
+			cfg.DNS = kubelet.DNSConfig{Servers: []string{clusterdns.ServiceIP(topology.ServiceCIDR).String()}, Domain: clusterdns.Domain}
+		}
 		if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 			return err
 		}

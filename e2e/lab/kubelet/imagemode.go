@@ -146,10 +146,11 @@ func (w *podWorker) imageBinds(ctx context.Context, pod *v1.Pod, c *v1.Container
 	if pod.Spec.HostNetwork {
 		host = pod.Spec.NodeName
 	}
-	resolv, err := os.ReadFile("/etc/resolv.conf")
+	node, err := os.ReadFile("/etc/resolv.conf")
 	if err != nil {
-		resolv = nil // the lab has no DNS: an empty file will do
+		node = nil // no resolver on the machine: an empty file will do
 	}
+	resolv := resolvConf(pod, w.k.cfg.DNS, node)
 	files := map[string][]byte{
 		"etc/hosts":       []byte(podHosts(host, w.podIP(), w.sandbox.ip6)),
 		"etc/hostname":    []byte(host + "\n"),

@@ -140,6 +140,9 @@ type Config struct {
 	// Port is the kubelet API's port on the node's InternalIPs (default
 	// 10250, the real kubelet's).
 	Port int
+	// DNS is the cluster DNS pods resolve through (image mode: it writes
+	// their /etc/resolv.conf by dnsPolicy); none: the node's resolver.
+	DNS DNSConfig
 	// HeartbeatInterval defaults to 10s; MaxPods to 110.
 	HeartbeatInterval time.Duration
 	MaxPods           int

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/herald-lb/herald/e2e/lab/kubeconfig"
 	"github.com/herald-lb/herald/e2e/lab/pki"
@@ -92,6 +93,9 @@ func (c Config) Args() []string {
 	if c.Port > 0 {
 		args = append(args, "--port="+strconv.Itoa(c.Port))
 	}
+	if len(c.DNS.Servers) > 0 {
+		args = append(args, "--cluster-dns="+strings.Join(c.DNS.Servers, ","), "--cluster-domain="+c.DNS.Domain)
+	}
 	return args
 }
 
@@ -139,6 +143,20 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.TLSKeyFile, "tls-private-key-file", "", "the serving certificate's key")
 	fs.StringVar(&c.ClientCAFile, "client-ca-file", "", "CA that signs the certificates of the kubelet API's clients (the API server's)")
 	fs.IntVar(&c.Port, "port", DefaultPort, "the kubelet API's port")
+	fs.Func("cluster-dns", "the cluster DNS Service's IPs, comma-separated: image-mode pods with dnsPolicy ClusterFirst resolve through them (none: the node's resolv.conf)", func(s string) error {
+		c.DNS.Servers = nil
+		for _, a := range strings.Split(s, ",") {
+			if a = strings.TrimSpace(a); a == "" {
+				continue
+			}
+			if _, err := netip.ParseAddr(a); err != nil {
+				return fmt.Errorf("--cluster-dns: %q is not an IP address", a)
+			}
+			c.DNS.Servers = append(c.DNS.Servers, a)
+		}
+		return nil
+	})
+	fs.StringVar(&c.DNS.Domain, "cluster-domain", "cluster.local", "the cluster's DNS domain (with --cluster-dns)")
 	fs.StringVar(&c.ImageDir, "image-dir", "", "image mode's cache of unpacked images, shared by the lab's kubelets (default STATE-DIR/images)")
 }
 
