@@ -86,7 +86,7 @@ func TestLabSkips(t *testing.T) {
 	}
 	names := []string{
 		"[sig-network] Services should serve a basic endpoint from pods [Conformance]",
-		"[sig-network] DNS should provide DNS for services [Conformance]",
+		"[sig-network] Services should work after restarting apiserver [Disruptive]",
 		"[sig-apps] CronJob should not schedule jobs when suspended [Slow] [Conformance]",
 		"[sig-network] LoadBalancers should be able to change the type and ports of a TCP service [Slow]",
 	}

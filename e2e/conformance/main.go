@@ -180,7 +180,9 @@ func labSkipResults(focused, selection []string) []Result {
 // the lab down again (also when the run fails).
 func runOne(ctx context.Context, o Options, proxy, suite, ginkgo string) (_ []Result, _ time.Duration, err error) {
 	fmt.Fprintf(o.Log, "conformance: a %d-node lab in image mode with %s as the service proxy\n", o.Nodes, proxy)
-	lab, err := cluster.Up(ctx, cluster.Options{Nodes: o.Nodes, ImageMode: true, DNS: true, Proxy: proxy, Log: o.Log})
+	lab, err := cluster.Up(ctx, cluster.Options{Nodes: o.Nodes, ImageMode: true, DNS: true, Proxy: proxy, Log: o.Log,
+		// Another lab on the machine (a test's) is waited for, not an error.
+		WaitForOthers: true})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -37,7 +37,6 @@ type LabSkip struct {
 // LabSkips are the tests skipped for the lab's sake.
 var LabSkips = []LabSkip{
 	{`\[Feature:SCTPConnectivity\]`, "SCTP: the lab's pods are processes in network namespaces and its kernel loads no sctp module; upstream runs these only where the feature is declared"},
-	{`\[sig-network\] DNS `, "no cluster DNS: the lab runs no CoreDNS (its pods get the host's resolv.conf)"},
 	{`Services should work after restarting apiserver \[Disruptive\]`, "restarts the API server over SSH to the control-plane host; the lab has no SSH"},
 	{`Services should work after restarting kube-proxy \[Disruptive\]`, "restarts kube-proxy over SSH to a node; the lab has no SSH"},
 	{`Networking should recreate its iptables rules if they are deleted \[Disruptive\]`, "deletes iptables rules over SSH on a node; the lab has no SSH"},
@@ -104,3 +103,18 @@ func ParseList(out string) []string {
 	}
 	return names
 }
+
+// SubsetFocus is the part of the selection `make test` runs
+// (TestUpstreamConformance, with herald only, in about ten minutes): the
+// sig-network [Conformance] tests of Services, the Networking checks of
+// ClusterIP, NodePort and session affinity from pods and nodes, and the
+// externalTrafficPolicy: Local tests of NodePort and LoadBalancer. Every
+// one of them passes with kube-proxy in the full run (docs/testing.md).
+var SubsetFocus = strings.Join([]string{
+	`\[sig-network\] Services .*\[Conformance\]`,
+	`\[sig-network\] Networking Granular Checks: Services should function for (pod|node|endpoint)-Service: (http|udp)$`,
+	`\[sig-network\] Networking Granular Checks: Services should function for client IP based session affinity: (http|udp)`,
+	`\[sig-network\] Services should support externalTrafficPolicy=Local for type=NodePort`,
+	`\[sig-network\] Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes`,
+	`\[sig-network\] LoadBalancers ExternalTrafficPolicy: Local .*should (work for type=LoadBalancer|only target nodes with endpoints)`,
+}, "|")
