@@ -137,11 +137,23 @@ e2e-test: toolchain helm ## the e2e suite in e2e/ (needs root)
 # The tests are the user-facing ones: the walkthrough, layer 2, BGP, the
 # proxy, and the kubelet API (kubectl exec and logs inside a herald
 # container). make test runs it after the binary-mode suite.
-E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI)$$
+E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestUpstreamImages)$$
 e2e-image-test: toolchain ## (root) make image, then the walkthrough and the L2, BGP, proxy and kubelet API e2e tests with herald's pods running that image under runc
 	@$(MAKE) image
 	(cd e2e && $(GO) run ./cmd/herald-lab build)
 	cd e2e && HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 30m -run '$(E2E_IMAGE_TESTS)' .
+
+# e2e-images makes the images Kubernetes' upstream e2e suite runs (agnhost,
+# pause, busybox, nginx, regression-issue-74839, distroless-iptables,
+# jessie-dnsutils) in root's podman storage under the references of the
+# pinned framework, for the lab's image mode: from the pinned module's
+# programs and Debian's packages, pause from e2e/cmd/pause (package
+# e2e/lab/e2eimages; docs/testing.md). Each is built again only when its
+# inputs changed. E2E_IMAGES_FLAGS: -only agnhost,pause, -rebuild.
+E2E_IMAGES_FLAGS ?=
+.PHONY: e2e-images
+e2e-images: toolchain ## (root) build the images the upstream e2e suite runs (agnhost, pause, ...) into podman's storage for image mode
+	cd e2e && $(GO) run ./cmd/e2e-images $(E2E_IMAGES_FLAGS)
 
 # The lab's command, built from e2e/cmd/herald-lab.
 HERALD_LAB := $(BIN)/herald-lab

@@ -28,6 +28,7 @@ func TestFrameworkRefs(t *testing.T) {
 		Nginx:                "registry.k8s.io/e2e-test-images/nginx:",
 		RegressionIssue74839: "registry.k8s.io/e2e-test-images/regression-issue-74839:",
 		DistrolessIptables:   "registry.k8s.io/build-image/distroless-iptables:",
+		JessieDnsutils:       "registry.k8s.io/e2e-test-images/jessie-dnsutils:",
 	} {
 		if !strings.HasPrefix(refs[name], prefix) || tag(refs[name]) == "" {
 			t.Errorf("%s: %q, want %s<tag>", name, refs[name], prefix)

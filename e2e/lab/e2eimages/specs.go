@@ -20,6 +20,7 @@ const (
 	Nginx                = "nginx"
 	RegressionIssue74839 = "regression-issue-74839"
 	DistrolessIptables   = "distroless-iptables"
+	JessieDnsutils       = "jessie-dnsutils"
 )
 
 // Refs maps an image's name to the reference the e2e framework puts in
@@ -38,6 +39,7 @@ func FrameworkRefs() Refs {
 		Nginx:                imageutils.GetE2EImage(imageutils.Nginx),
 		RegressionIssue74839: imageutils.GetE2EImage(imageutils.RegressionIssue74839),
 		DistrolessIptables:   imageutils.GetE2EImage(imageutils.DistrolessIptables),
+		JessieDnsutils:       imageutils.GetE2EImage(imageutils.JessieDnsutils),
 	}
 }
 
@@ -52,8 +54,6 @@ type LeftOut struct {
 // helpers name, but that no stand-in is built for.
 func LeftOutImages() []LeftOut {
 	return []LeftOut{
-		{imageutils.GetE2EImage(imageutils.JessieDnsutils),
-			"the DNS tests' prober (network/dns*.go); Debian has dnsutils, but those tests need cluster DNS (CoreDNS), which the lab does not run, so the image would not make them pass"},
 		{imageutils.GetE2EImage(imageutils.Httpd),
 			"only the framework's StatefulSet fixtures use it, no sig-network test"},
 		{imageutils.GetE2EImage(imageutils.ResourceConsumer),
@@ -134,6 +134,7 @@ var makers = []struct {
 	{Nginx, nginxSpec},
 	{RegressionIssue74839, regressionSpec},
 	{DistrolessIptables, iptablesSpec},
+	{JessieDnsutils, dnsutilsSpec},
 }
 
 // Specs are the images to build for refs (FrameworkRefs in use); a name
@@ -255,6 +256,7 @@ CMD ["sh"]
 		Differs: []string{
 			"Debian's busybox-static (BusyBox 1.35 with Debian's applet selection) instead of BusyBox 1.37; applets are symbolic links to /bin/busybox",
 			"its nc applet is the small one (TCP, -l, -p, -w, -e; no -u or -v): enough for the Conntrack test's 'nc boom-server 9000'",
+			"its wget has no -T (and crashes with SIGSEGV when given it): no test in scope runs wget in this image (the Service tests' 'wget -T' runs in agnhost exec pods, which have GNU wget)",
 		},
 		UsedBy: []string{
 			"[sig-network] Conntrack: the init container of 'should be able to preserve UDP traffic when initial unready endpoints get ready' and the client of 'proxy implementation should not be vulnerable to the invalid conntrack state bug'",
@@ -320,5 +322,26 @@ func iptablesSpec(ref string) Spec {
 		Bases:         []string{DebianBase},
 		Differs:       []string{"not distroless: a whole bookworm-slim userland (shell, coreutils, apt) around the same netfilter tools"},
 		UsedBy:        []string{"[sig-network] KubeProxy should set TCP CLOSE_WAIT timeout [Privileged] (the host-network exec pod)"},
+	}
+}
+
+func dnsutilsSpec(ref string) Spec {
+	const upstream = "test/images/jessie-dnsutils: Debian jessie with dnsutils, and CoreDNS 1.5.0 in /coredns"
+	cf := header(ref, upstream) + `FROM ` + DebianBase + `
+# dnsutils (dig, nslookup, host) is bind9-dnsutils in bookworm. The DNS
+# tests' prober runs sh, dig, getent, test, sleep: the slim base has the
+# rest. Not here: /coredns (a release download upstream; no test runs it
+# from this image, and Debian has no CoreDNS package).
+` + aptInstall("bind9-dnsutils") + `
+`
+	return Spec{
+		Name:          JessieDnsutils,
+		Ref:           ref,
+		Upstream:      upstream,
+		Containerfile: cf,
+		Bases:         []string{DebianBase},
+		Missing:       []string{"/coredns (CoreDNS 1.5.0, a release download in upstream's Dockerfile): no test runs it from this image"},
+		Differs:       []string{"Debian bookworm instead of jessie (bind 9.18's dig instead of 9.9's)"},
+		UsedBy:        []string{"[sig-network] DNS tests: the jessie prober pod (dig and getent queries); they need the lab's cluster DNS"},
 	}
 }
