@@ -51,7 +51,7 @@ func Main(ctx context.Context, args []string, ensure func(context.Context) error
 	var proxies string
 	fs.StringVar(&proxies, "proxies", strings.Join(Proxies, ","), "the service proxies to run the suite with, in order; the first is the reference")
 	fs.IntVar(&o.Nodes, "nodes", 3, "nodes in each lab")
-	fs.IntVar(&o.Procs, "procs", 3, "parallel ginkgo processes (the tests mostly wait on the cluster)")
+	fs.IntVar(&o.Procs, "procs", 6, "parallel ginkgo processes (the tests mostly wait on the cluster: 3 kept two cores 25% busy)")
 	fs.StringVar(&o.Focus, "focus", Focus, "ginkgo focus: the tests to run")
 	fs.StringVar(&o.Skip, "skip", SkipPattern(), "ginkgo skip: the tests the lab cannot run (see docs/testing.md)")
 	fs.DurationVar(&o.Timeout, "timeout", 90*time.Minute, "how long each proxy's run may take")

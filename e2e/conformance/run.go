@@ -89,9 +89,11 @@ func RunSuite(ctx context.Context, o RunOptions) ([]Result, time.Duration, error
 	fmt.Fprintf(out, "conformance: %q\n", args)
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = out, out
-	// The suite's own deadline comes first; this one only stops a run
-	// that hangs past it.
-	cmd.WaitDelay = 30 * time.Second
+	// Cancelled (^C), the run is interrupted as ginkgo expects, so it
+	// still cleans up and writes its report; one that hangs past that is
+	// killed.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 2 * time.Minute
 	start := time.Now()
 	runErr := cmd.Run()
 	took := time.Since(start)
