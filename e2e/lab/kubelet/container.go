@@ -171,7 +171,10 @@ func (c *container) run() {
 		w.k.logf("pod %s: container %s started: pid %d: %s", w.key, c.spec.Name, p.rec.PID, l.describe())
 		w.poke()
 
-		probeCtx, stopProbe := context.WithCancel(c.ctx)
+		// Readiness is probed until the program exits, through a
+		// graceful stop too (stop cancels c.ctx first), as the kubelet
+		// does: a terminating pod can turn unready before it ends.
+		probeCtx, stopProbe := context.WithCancel(context.WithoutCancel(c.ctx))
 		if rp != nil {
 			go c.probeLoop(probeCtx, p, rp, w.podIP())
 		}

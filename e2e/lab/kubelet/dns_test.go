@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -41,5 +42,28 @@ func TestResolvConf(t *testing.T) {
 		if got := string(resolvConf(tc.pod, tc.cfg, node)); got != tc.want {
 			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestPodHostname(t *testing.T) {
+	long := "a-very-long-pod-name-that-goes-on-and-on-past-the-dns-label-limit-x"
+	for _, tc := range []struct {
+		pod        v1.Pod
+		host, fqdn string
+	}{
+		{v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "ns1"}}, "web-0", ""},
+		{v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "server-pod-1", Namespace: "ns1"}, Spec: v1.PodSpec{Hostname: "hostname1"}}, "hostname1", ""},
+		{v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns1"}, Spec: v1.PodSpec{Hostname: "h", Subdomain: "sub"}}, "h", "h.sub.ns1.svc.cluster.local"},
+		{v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: long, Namespace: "ns1"}}, "a-very-long-pod-name-that-goes-on-and-on-past-the-dns-label-lim", ""},
+	} {
+		if got := podHostname(&tc.pod); got != tc.host {
+			t.Errorf("%s: hostname %q, want %q", tc.pod.Name, got, tc.host)
+		}
+		if got := podFQDN(&tc.pod, "cluster.local"); got != tc.fqdn {
+			t.Errorf("%s: fqdn %q, want %q", tc.pod.Name, got, tc.fqdn)
+		}
+	}
+	if got := podHosts("h", "h.sub.ns1.svc.cluster.local", "198.18.1.5", ""); !strings.Contains(got, "198.18.1.5\th.sub.ns1.svc.cluster.local\th\n") {
+		t.Errorf("hosts file:\n%s", got)
 	}
 }

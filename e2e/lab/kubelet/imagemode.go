@@ -142,9 +142,9 @@ func (w *podWorker) imageBinds(ctx context.Context, pod *v1.Pod, c *v1.Container
 	for _, warn := range warnings {
 		w.event(v1.EventTypeWarning, "FailedMount", "%s", warn)
 	}
-	host := pod.Name
+	host, fqdn := podHostname(pod), podFQDN(pod, w.k.cfg.DNS.Domain)
 	if pod.Spec.HostNetwork {
-		host = pod.Spec.NodeName
+		host, fqdn = pod.Spec.NodeName, ""
 	}
 	node, err := os.ReadFile("/etc/resolv.conf")
 	if err != nil {
@@ -152,7 +152,7 @@ func (w *podWorker) imageBinds(ctx context.Context, pod *v1.Pod, c *v1.Container
 	}
 	resolv := resolvConf(pod, w.k.cfg.DNS, node)
 	files := map[string][]byte{
-		"etc/hosts":       []byte(podHosts(host, w.podIP(), w.sandbox.ip6)),
+		"etc/hosts":       []byte(podHosts(host, fqdn, w.podIP(), w.sandbox.ip6)),
 		"etc/hostname":    []byte(host + "\n"),
 		"etc/resolv.conf": resolv,
 	}
@@ -174,16 +174,45 @@ func (w *podWorker) imageBinds(ctx context.Context, pod *v1.Pod, c *v1.Container
 	return binds, nil
 }
 
-// podHosts is the /etc/hosts the kubelet writes for a pod.
-func podHosts(host, ip, ip6 string) string {
+// podHosts is the /etc/hosts the kubelet writes for a pod: its
+// addresses under its hostname, after its fully qualified name when it
+// has one (hostname and subdomain set).
+func podHosts(host, fqdn, ip, ip6 string) string {
 	var b strings.Builder
 	b.WriteString("# Kubernetes-managed hosts file (lab kubelet).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	names := host
+	if fqdn != "" {
+		names = fqdn + "\t" + host
+	}
 	for _, a := range []string{ip, ip6} {
 		if a != "" {
-			fmt.Fprintf(&b, "%s\t%s\n", a, host)
+			fmt.Fprintf(&b, "%s\t%s\n", a, names)
 		}
 	}
 	return b.String()
+}
+
+// podHostname is the pod's hostname as the kubelet sets it: spec.hostname
+// when given, else the pod's name, cut to 63 characters (a DNS label)
+// without a trailing '-' or '.'.
+func podHostname(pod *v1.Pod) string {
+	h := pod.Spec.Hostname
+	if h == "" {
+		h = pod.Name
+	}
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
+}
+
+// podFQDN is <hostname>.<subdomain>.<namespace>.svc.<domain> for a pod with
+// a subdomain (the name a headless Service of that name gives it), or "".
+func podFQDN(pod *v1.Pod, domain string) string {
+	if pod.Spec.Subdomain == "" || domain == "" {
+		return ""
+	}
+	return podHostname(pod) + "." + pod.Spec.Subdomain + "." + pod.Namespace + ".svc." + domain
 }
 
 // hostPathBind mounts a hostPath volume, creating it first for the

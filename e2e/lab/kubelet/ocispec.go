@@ -63,7 +63,7 @@ func newOCIContainer(s ociSource) (ociContainer, error) {
 		Args:        args,
 		Env:         mergeEnv(s.image.Env, s.env),
 		Cwd:         firstNonEmpty(c.WorkingDir, s.image.WorkingDir, "/"),
-		Hostname:    pod.Name,
+		Hostname:    podHostname(pod),
 		NetnsPath:   s.netnsPath,
 		HostPID:     pod.Spec.HostPID,
 		Binds:       s.binds,

@@ -175,7 +175,7 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod, removed bool) (done b
 		if w.started {
 			w.k.logf("pod %s: deleted: stopping containers (grace %s)", w.key, grace)
 		}
-		w.killAll(grace)
+		w.stopReporting(ctx, grace)
 		if err := w.teardown(); err != nil {
 			w.k.logf("pod %s: removing sandbox: %v (retrying)", w.key, err)
 			return false, time.Second
@@ -283,6 +283,36 @@ func (w *podWorker) killAll(grace time.Duration) {
 		}()
 	}
 	wg.Wait()
+}
+
+// stopReporting stops the containers of a deleted pod like killAll and,
+// while they shut down, keeps publishing the pod's status: a real kubelet
+// goes on probing readiness through the grace period, so a terminating
+// pod whose probe fails turns unready, and its endpoints say so (serving
+// false, terminating true) while it still runs.
+func (w *podWorker) stopReporting(ctx context.Context, grace time.Duration) {
+	if !w.started {
+		w.killAll(grace)
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		w.killAll(grace)
+		close(done)
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case <-w.notify:
+			if err := w.syncStatus(ctx, w.currentPod(), false); err != nil {
+				w.k.logf("pod %s: status while terminating: %v", w.key, err)
+			}
+		case <-ctx.Done():
+			<-done
+			return
+		}
+	}
 }
 
 // teardown removes the sandbox (containers must be stopped); after an
