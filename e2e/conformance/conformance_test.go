@@ -112,15 +112,15 @@ func TestParseList(t *testing.T) {
 }
 
 func TestCommand(t *testing.T) {
-	o := RunOptions{E2ETest: "/c/e2e.test", Ginkgo: "/c/ginkgo", Procs: 3, Kubeconfig: "/k", Kubectl: "/kubectl", ReportDir: "/r", Focus: "F", Skip: "S", Timeout: time.Hour}
+	o := RunOptions{E2ETest: "/c/e2e.test", Ginkgo: "/c/ginkgo", Procs: 3, Netns: "hlab-client", Kubeconfig: "/k", Kubectl: "/kubectl", ReportDir: "/r", Focus: "F", Skip: "S", Timeout: time.Hour}
 	got := strings.Join(o.Command(), " ")
-	want := "/c/ginkgo run --procs=3 --focus=F --no-color --timeout=1h0m0s --poll-progress-after=5m --skip=S /c/e2e.test -- --kubeconfig=/k --provider=local --kubectl-path=/kubectl --report-dir=/r"
+	want := "ip netns exec hlab-client /c/ginkgo run --procs=3 --focus=F --no-color --timeout=1h0m0s --poll-progress-after=5m --skip=S /c/e2e.test -- --kubeconfig=/k --provider=local --kubectl-path=/kubectl --report-dir=/r"
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 	o.Ginkgo = ""
 	got = strings.Join(o.Command(), " ")
-	want = "/c/e2e.test --ginkgo.focus=F --ginkgo.no-color --ginkgo.timeout=1h0m0s --ginkgo.poll-progress-after=5m --ginkgo.skip=S --kubeconfig=/k --provider=local --kubectl-path=/kubectl --report-dir=/r"
+	want = "ip netns exec hlab-client /c/e2e.test --ginkgo.focus=F --ginkgo.no-color --ginkgo.timeout=1h0m0s --ginkgo.poll-progress-after=5m --ginkgo.skip=S --kubeconfig=/k --provider=local --kubectl-path=/kubectl --report-dir=/r"
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}

@@ -28,6 +28,12 @@ type RunOptions struct {
 	Skip      string
 	// Timeout ends the whole run (ginkgo's suite timeout).
 	Timeout time.Duration
+	// Netns is the network namespace the suite runs in: the lab's LAN
+	// client, where a user of the cluster would stand. Never the host's:
+	// the host reaches only the lab's members, and traffic to any other
+	// lab address (a LoadBalancer IP) would follow its default route off
+	// the machine. Empty: the caller's namespace (unit tests).
+	Netns string
 	// Args are more e2e.test flags.
 	Args []string
 	// Out receives the run's console output (also kept in
@@ -57,14 +63,18 @@ func (o RunOptions) Command() []string {
 	if o.Skip != "" {
 		ginkgoArgs = append(ginkgoArgs, "--skip="+o.Skip)
 	}
+	var cmd []string
+	if o.Netns != "" {
+		cmd = []string{"ip", "netns", "exec", o.Netns}
+	}
 	if o.Ginkgo == "" {
-		cmd := []string{o.E2ETest}
+		cmd = append(cmd, o.E2ETest)
 		for _, a := range ginkgoArgs {
 			cmd = append(cmd, "--ginkgo."+a[2:])
 		}
 		return append(cmd, e2eArgs...)
 	}
-	cmd := []string{o.Ginkgo, "run", "--procs=" + strconv.Itoa(max(o.Procs, 1))}
+	cmd = append(cmd, o.Ginkgo, "run", "--procs="+strconv.Itoa(max(o.Procs, 1)))
 	cmd = append(cmd, ginkgoArgs...)
 	cmd = append(cmd, o.E2ETest, "--")
 	return append(cmd, e2eArgs...)
