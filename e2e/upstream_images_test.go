@@ -213,6 +213,8 @@ func TestUpstreamImages(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr, "REFUSED") {
 			t.Errorf("connect to a closed port: exit code %d, stderr %q (want REFUSED)", code, stderr)
 		}
+		// The DNS tests' own DNS server.
+		inClient(t, has("CoreDNS-"), "/coredns", "-version")
 		// The image's user and group, for the SupplementalGroups tests.
 		inClient(t, is("uid=1000(user-defined-in-image) gid=1000(user-defined-in-image) groups=1000(user-defined-in-image),50000(group-defined-in-image)"),
 			"id", "user-defined-in-image")

@@ -4,8 +4,8 @@
 // framework uses (k8s.io/kubernetes/test/utils/image), so the lab
 // kubelet's image mode runs them as a node would run the real ones.
 // There is no registry: each is built here, from the pinned module's
-// programs (agnhost, regression-issue-74839) and our own (e2e/cmd/pause)
-// on the Debian base hack/image.sh makes, with the tools of upstream's
+// programs (agnhost, regression-issue-74839), CoreDNS as the lab's
+// cluster DNS builds it, and our own (e2e/cmd/pause) on the Debian base hack/image.sh makes, with the tools of upstream's
 // image installed from Debian's packages. What differs from upstream, and
 // what is missing, is said per image (Spec.Missing, Spec.Differs) and in
 // docs/testing.md.
@@ -287,6 +287,18 @@ func (e *ensurer) contextFiles(ctx context.Context, s Spec) (map[string]string, 
 		}
 		files[b.File] = e.digests[b.File]
 	}
+	for _, p := range s.Programs {
+		if _, ok := e.digests[p.File]; !ok {
+			path, err := e.r.Program(ctx, e.opts.ModuleDir, p.Name)
+			if err != nil {
+				return nil, err
+			}
+			if err := e.addFile(p.File, path); err != nil {
+				return nil, err
+			}
+		}
+		files[p.File] = e.digests[p.File]
+	}
 	for _, f := range s.Files {
 		if _, ok := e.digests[f.Name]; !ok {
 			if e.k8sDir == "" {
@@ -359,6 +371,9 @@ func (e *ensurer) buildContext(s Spec) (string, error) {
 	var names []string
 	for _, b := range s.Binaries {
 		names = append(names, b.File)
+	}
+	for _, p := range s.Programs {
+		names = append(names, p.File)
 	}
 	for _, f := range s.Files {
 		names = append(names, f.Name)

@@ -92,6 +92,9 @@ func TestSpecsConsistent(t *testing.T) {
 		for _, b := range s.Binaries {
 			want = append(want, b.File)
 		}
+		for _, p := range s.Programs {
+			want = append(want, p.File)
+		}
 		for _, f := range s.Files {
 			want = append(want, f.Name)
 		}
@@ -148,8 +151,8 @@ func TestAgnhostLikeUpstream(t *testing.T) {
 		!strings.Contains(s.Binaries[0].LDFlags, "-X main.Version="+tag(s.Ref)) {
 		t.Errorf("agnhost's binary: %+v", s.Binaries)
 	}
-	if !strings.Contains(strings.Join(s.Missing, "\n"), "coredns") {
-		t.Errorf("agnhost: CoreDNS is missing and must be said: %v", s.Missing)
+	if !strings.Contains(cf, "COPY coredns /coredns\n") || len(s.Programs) != 1 || s.Programs[0].Name != CoreDNS {
+		t.Errorf("agnhost: /coredns: %+v", s.Programs)
 	}
 }
 
@@ -254,6 +257,9 @@ type fakeRunner struct {
 	removed  []string
 	bases    int
 	goBuilds int
+	coredns  string
+
+	programCalls int
 }
 
 func newFake(t *testing.T) *fakeRunner {
@@ -267,7 +273,7 @@ func newFake(t *testing.T) *fakeRunner {
 			t.Fatal(err)
 		}
 	}
-	return &fakeRunner{t: t, k8sDir: k8s, images: map[string]Current{},
+	return &fakeRunner{t: t, k8sDir: k8s, images: map[string]Current{}, coredns: "CoreDNS-1.12.1",
 		programs: map[string]string{
 			"k8s.io/kubernetes/test/images/agnhost":                "agnhost v1",
 			"github.com/herald-lb/herald/e2e/cmd/pause":            "pause v1",
@@ -289,6 +295,15 @@ func (f *fakeRunner) GoBuild(_ context.Context, _ string, b Binary, out string) 
 		return fmt.Errorf("no package %s", b.Package)
 	}
 	return os.WriteFile(out, []byte(p+" "+b.LDFlags), 0o755)
+}
+
+func (f *fakeRunner) Program(_ context.Context, _, name string) (string, error) {
+	f.programCalls++
+	if name != CoreDNS {
+		return "", fmt.Errorf("program %s", name)
+	}
+	path := filepath.Join(f.k8sDir, "coredns")
+	return path, os.WriteFile(path, []byte(f.coredns), 0o755)
 }
 
 func (f *fakeRunner) Inspect(_ context.Context, ref string) (Current, error) {
@@ -388,6 +403,13 @@ func TestEnsure(t *testing.T) {
 		t.Errorf("removed %v, want agnhost's old image", f.removed)
 	}
 
+	// A new CoreDNS: agnhost again, alone.
+	f.builds = nil
+	f.coredns = "CoreDNS-1.12.2"
+	if _, err := Ensure(ctx, opts); err != nil || !reflect.DeepEqual(f.builds, []string{first[Agnhost].Ref}) {
+		t.Fatalf("after CoreDNS changed: builds %v, %v", f.builds, err)
+	}
+
 	// A new base image: everything on it is built again, pause (FROM
 	// scratch) is not.
 	f.builds = nil
@@ -412,14 +434,15 @@ func TestEnsure(t *testing.T) {
 		t.Errorf("report:\n%s", report.String())
 	}
 
-	// The go builds happen once per binary and call, not per image.
-	f.goBuilds = 0
+	// The go builds (and CoreDNS) happen once per binary and call, not
+	// per image.
+	f.goBuilds, f.programCalls = 0, 0
 	opts.Only, opts.Rebuild = nil, false
 	if _, err := Ensure(ctx, opts); err != nil {
 		t.Fatal(err)
 	}
-	if f.goBuilds != 3 {
-		t.Errorf("%d go builds, want 3 (agnhost, pause, regression-issue-74839)", f.goBuilds)
+	if f.goBuilds != 3 || f.programCalls != 1 {
+		t.Errorf("%d go builds, want 3 (agnhost, pause, regression-issue-74839); %d programs made, want 1 (CoreDNS)", f.goBuilds, f.programCalls)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/herald-lb/herald/e2e/lab/clusterdns"
 )
 
 // Runner is every side effect Ensure has beyond reading and writing its
@@ -20,6 +22,8 @@ type Runner interface {
 	ModuleDir(ctx context.Context, moduleDir, path string) (string, error)
 	// GoBuild builds b from the e2e module into out.
 	GoBuild(ctx context.Context, moduleDir string, b Binary, out string) error
+	// Program makes the named program (CoreDNS) and returns its path.
+	Program(ctx context.Context, moduleDir, name string) (string, error)
 	// Inspect says what podman's storage holds under ref.
 	Inspect(ctx context.Context, ref string) (Current, error)
 	// Build builds the Containerfile in dir as ref, with labels, and
@@ -89,6 +93,21 @@ func (h Host) GoBuild(ctx context.Context, moduleDir string, b Binary, out strin
 		return err
 	}
 	return os.Rename(tmp, out)
+}
+
+// Program builds CoreDNS of the version kubeadm installs with the pinned
+// release into <moduleDir>/_cache, where the lab's cluster DNS takes it
+// from too (a few minutes the first time, from the Go module proxy).
+func (h Host) Program(ctx context.Context, moduleDir, name string) (string, error) {
+	if name != CoreDNS {
+		return "", fmt.Errorf("no program %q", name)
+	}
+	version, err := clusterdns.KubeadmVersion(ctx, moduleDir)
+	if err != nil {
+		return "", err
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(h.log(), "e2eimages: "+format+"\n", args...) }
+	return clusterdns.EnsureBinary(ctx, filepath.Join(moduleDir, "_cache"), version, logf)
 }
 
 func (Host) Inspect(ctx context.Context, ref string) (Current, error) {

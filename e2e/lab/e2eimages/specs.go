@@ -75,6 +75,8 @@ type Spec struct {
 	Containerfile string
 	// Binaries are built from the e2e module into the build context.
 	Binaries []Binary
+	// Programs are binaries made elsewhere (Runner.Program).
+	Programs []Program
 	// Files are copied from the pinned k8s.io/kubernetes module.
 	Files []File
 	// Bases are the images it starts FROM (other than scratch).
@@ -92,6 +94,18 @@ type Binary struct {
 	File    string
 	Package string
 	LDFlags string
+}
+
+// CoreDNS names the program Runner.Program makes of CoreDNS: the version
+// kubeadm installs with the pinned release, built from CoreDNS's Go
+// module as the lab's cluster DNS is (package lab/clusterdns).
+const CoreDNS = "coredns"
+
+// Program is a binary made by Runner.Program (by Name), as File in the
+// build context.
+type Program struct {
+	File string
+	Name string
 }
 
 // File is a file of the pinned k8s.io/kubernetes module (Path, relative
@@ -150,7 +164,7 @@ func Specs(refs Refs) []Spec {
 }
 
 func agnhostSpec(ref string) Spec {
-	const upstream = "test/images/agnhost/Dockerfile of the pinned k8s.io/kubernetes: Alpine with bind-tools, curl, netcat-openbsd, iproute2, iperf and bash, CoreDNS 1.6.2, /agnhost"
+	const upstream = "test/images/agnhost/Dockerfile of the pinned k8s.io/kubernetes: Alpine with bind-tools, curl, netcat-openbsd, iproute2, iperf and bash, CoreDNS 1.6.2 in /coredns, /agnhost"
 	cf := header(ref, upstream) + `FROM ` + DebianBase + `
 
 # Upstream's apk packages by their Debian names: bind-tools (dig, nslookup)
@@ -162,10 +176,6 @@ func agnhostSpec(ref string) Spec {
 ` + aptInstall("bind9-dnsutils", "curl", "ca-certificates", "netcat-openbsd", "iproute2", "iperf", "bash", "wget", "procps") + ` \
  && ln -s /usr/bin/iperf /usr/local/bin/iperf
 
-# Not here: CoreDNS (upstream's image downloads the coredns 1.6.2 release
-# into /coredns; Debian bookworm has no CoreDNS package and the lab no
-# network beyond Debian's mirror and the Go module proxy).
-
 # 80: test-webserver; 8080: netexec, nettest, resource-consumer; 8081:
 # netexec (UDP); 9376: serve-hostname; 5000: grpc-health-checking.
 EXPOSE 80 8080 8081 9376 5000
@@ -175,6 +185,10 @@ RUN mkdir /uploads
 COPY localhost.crt localhost.key /
 
 COPY agnhost /agnhost
+# The DNS tests run /coredns as a DNS server of their own. Upstream's is
+# the coredns 1.6.2 release download; this is the CoreDNS the lab's
+# cluster DNS runs (kubeadm's version, from CoreDNS's Go module).
+COPY coredns /coredns
 # The entrypoint-tester tests run the image with agnhost-2 as entrypoint.
 RUN ln -s agnhost /agnhost-2
 
@@ -195,17 +209,18 @@ CMD ["pause"]
 		Binaries: []Binary{{File: "agnhost", Package: "k8s.io/kubernetes/test/images/agnhost",
 			// As upstream's image-util.sh and agnhost Makefile build it.
 			LDFlags: "-w -X main.Version=" + tag(ref)}},
+		Programs: []Program{{File: "coredns", Name: CoreDNS}},
 		Files: []File{
 			{Name: "localhost.crt", Path: "test/images/agnhost/porter/localhost.crt"},
 			{Name: "localhost.key", Path: "test/images/agnhost/porter/localhost.key"},
 		},
 		Bases: []string{DebianBase},
 		Missing: []string{
-			"/coredns (CoreDNS 1.6.2, a release download in upstream's Dockerfile; Debian bookworm has no CoreDNS package): only the DNS tests run it",
 			"busybox's other applets (upstream's /bin/sh is busybox); Debian's coreutils, wget and procps give the ones the tests call",
 		},
 		Differs: []string{
 			"Debian bookworm-slim instead of Alpine: /bin/sh is dash, tools are Debian's builds (GNU wget, glibc)",
+			"/coredns is the CoreDNS kubeadm installs with the pinned release (built from its Go module, as the lab's cluster DNS), not the 1.6.2 release upstream downloads",
 		},
 		UsedBy: []string{"most sig-network tests: netexec, serve-hostname, connect, porter, pause, and exec pods running nc, curl, wget"},
 	}
