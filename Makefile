@@ -36,7 +36,7 @@ STATICCHECK := $(BIN)/staticcheck
 HELM_VERSION ?= v3.22.0
 HELM := $(BIN)/helm
 
-.PHONY: help deps toolchain tools helm build generate manifests test unit-test chart-test e2e-test e2e-image-test lab lab-down bench lint fuzz image clean
+.PHONY: help deps toolchain tools helm build generate manifests test unit-test chart-test e2e-test e2e-image-test conformance lab lab-down bench lint fuzz image clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /  make \1\t/' | expand -t 22
@@ -137,11 +137,11 @@ e2e-test: toolchain helm ## the e2e suite in e2e/ (needs root)
 # The tests are the user-facing ones: the walkthrough, layer 2, BGP, the
 # proxy, and the kubelet API (kubectl exec and logs inside a herald
 # container). make test runs it after the binary-mode suite.
-E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestUpstreamImages)$$
+E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestUpstreamImages|TestUpstreamConformance)$$
 e2e-image-test: toolchain ## (root) make image, then the walkthrough and the L2, BGP, proxy and kubelet API e2e tests with herald's pods running that image under runc
 	@$(MAKE) image
 	(cd e2e && $(GO) run ./cmd/herald-lab build)
-	cd e2e && HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 30m -run '$(E2E_IMAGE_TESTS)' .
+	cd e2e && HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 50m -run '$(E2E_IMAGE_TESTS)' .
 
 # e2e-images makes the images Kubernetes' upstream e2e suite runs (agnhost,
 # pause, busybox, nginx, regression-issue-74839, distroless-iptables,
@@ -175,6 +175,18 @@ lab: toolchain ## (root) bring up the lab with herald from this tree, then walk 
 lab-down: ## (root) take the lab down
 	@$(MAKE) $(HERALD_LAB)
 	$(HERALD_LAB) down
+
+# conformance runs Kubernetes' own sig-network e2e tests (e2e.test from the
+# pinned module, cached in e2e/_cache) against an image-mode lab with
+# cluster DNS, once with kube-proxy and once with herald as the service
+# proxy, and prints the table test | kube-proxy | herald (also written to
+# e2e/_cache/conformance/<time>/table.md). It fails when a test passes
+# with kube-proxy and not with herald. CONFORMANCE_FLAGS: -procs, -focus,
+# -skip, -proxies, -nodes (docs/testing.md). About 1.5 hours.
+CONFORMANCE_FLAGS ?=
+conformance: toolchain ## (root) the upstream sig-network e2e suite with kube-proxy, then with herald, and the table comparing them
+	@$(MAKE) image
+	cd e2e && $(GO) run ./cmd/conformance $(CONFORMANCE_FLAGS)
 
 bench: toolchain ## benchmarks (not in CI): go test -bench, and the lab's benchmarks (root)
 	$(GO) test -run '^$$' -bench . -benchmem ./...
