@@ -120,8 +120,8 @@ func downShared() error {
 	return nil
 }
 
-// checkMachine fails when the machine's namespaces, links, mounts or
-// processes of the lab prefix differ from before.
+// checkMachine fails when the machine's namespaces, links, mounts, host
+// addresses and routes or processes of the lab prefix differ from before.
 func checkMachine(ctx context.Context, prefix string, before MachineState) error {
 	after, err := ObserveMachine(ctx, prefix)
 	if err != nil {

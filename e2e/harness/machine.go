@@ -30,6 +30,10 @@ type MachineState struct {
 	// HostAddrs are the machine's addresses inside the lab's ranges
 	// ("dev prefix"), except on other labs' bridges.
 	HostAddrs []string
+	// HostRoutes are the root namespace's routes into the lab's ranges
+	// (topology.LabRoutes): the lab's unreachable routes, which outlive
+	// its bridge unless teardown removes them, and the member routes.
+	HostRoutes []string
 	// ServiceAccountDir tells whether kubelet.ServiceAccountDir exists.
 	ServiceAccountDir bool
 	// FRRFiles are what FRR leaves outside its directory for a pathspace
@@ -58,6 +62,7 @@ func ObserveMachine(ctx context.Context, prefix string) (MachineState, error) {
 			m.Links = append(m.Links, l)
 		}
 	}
+	m.HostRoutes = topology.LabRoutes(e, prefix)
 	out, err := exec.CommandContext(ctx, "ip", "-o", "addr", "show").Output()
 	if err != nil {
 		return m, fmt.Errorf("ip addr: %v", err)
@@ -94,7 +99,7 @@ func ObserveMachine(ctx context.Context, prefix string) (MachineState, error) {
 		m.FRRFiles = append(m.FRRFiles, files...)
 	}
 	m.Processes = Descendants(os.Getpid())
-	for _, s := range [][]string{m.Netns, m.Links, m.Mounts, m.HostAddrs} {
+	for _, s := range [][]string{m.Netns, m.Links, m.Mounts, m.HostAddrs, m.HostRoutes} {
 		sort.Strings(s)
 	}
 	return m, nil

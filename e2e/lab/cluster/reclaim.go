@@ -48,13 +48,22 @@ func reclaimer(log io.Writer) func(context.Context) (bool, error) {
 // `herald-lab down` would take it (logs kept). Without them (the state
 // directory was removed) it removes what the prefix names: the topology's
 // namespaces and links, and the pods' namespaces ("<prefix>-pod-*").
+// With no lab up, it removes the host's unreachable routes of the lab that
+// a killed run left without any lab's bridge (topology.RemoveStrayRoutes).
 func ReclaimDead(ctx context.Context, log io.Writer) (bool, error) {
 	if log == nil {
 		log = io.Discard
 	}
 	prefix, up, err := topology.UpPrefix(ctx)
-	if err != nil || !up {
+	if err != nil {
 		return false, err
+	}
+	if !up {
+		removed, err := topology.RemoveStrayRoutes(ctx, topology.Exec{})
+		if removed {
+			fmt.Fprintf(log, "lab: removed the host's unreachable routes of a lab that a killed run left\n")
+		}
+		return removed, err
 	}
 	var state *State
 	if o, err := statefile.Read[owner](topology.OwnerPath); err == nil && o.Prefix == prefix {

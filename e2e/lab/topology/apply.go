@@ -47,6 +47,9 @@ func Up(ctx context.Context, r Runner, l Layout, existing Existing) error {
 	if err := CheckHostAddresses(existing.Addrs); err != nil {
 		return err
 	}
+	if err := CheckHostRoutes(existing.Routes); err != nil {
+		return err
+	}
 	for _, c := range Commands(l) {
 		if err := r.Run(ctx, c); err != nil {
 			return err
@@ -55,7 +58,8 @@ func Up(ctx context.Context, r Runner, l Layout, existing Existing) error {
 	return nil
 }
 
-// Existing is what the machine has now, from `ip netns list` and `ip link`.
+// Existing is what the machine has now, from `ip netns list`, `ip link`,
+// `ip addr` and `ip route`.
 type Existing struct {
 	Netns map[string]bool
 	Links map[string]bool
@@ -64,9 +68,15 @@ type Existing struct {
 	Addrs []netip.Prefix
 	// AddrsByLink are the same addresses by interface name.
 	AddrsByLink map[string][]netip.Prefix
+	// Routes are the root namespace's routes (main table, both
+	// families), from `ip -o [-6] route show`.
+	Routes []Route
 }
 
-// labRanges are the subnets the lab routes inside its namespaces.
+// labRanges are the subnets the lab routes inside its namespaces; they
+// hold every address the lab uses (the L2 pools lie inside the LAN, the
+// pod CIDRs inside the cluster CIDRs), so the host's unreachable routes
+// for them cover all of the lab.
 var labRanges = []netip.Prefix{LANv4, LANv6, RemoteV4, RemoteV6, ClusterCIDR, ServiceCIDR, ClusterCIDRv6, ServiceCIDRv6, BGPPoolV4, BGPPoolV6}
 
 // CheckHostAddresses refuses a machine whose own network overlaps the
@@ -88,7 +98,11 @@ func CheckHostAddresses(addrs []netip.Prefix) error {
 
 // Teardown returns the commands that remove every object a lab with this
 // prefix can have (for the largest lab), limited to those that exist. It
-// names objects exactly; nothing is matched by pattern.
+// names objects exactly; nothing is matched by pattern. The host's
+// unreachable routes go after the namespaces and before the bridge (they
+// live within the bridge's lifetime, which is how LabRoutes tells them
+// apart), and only those that are the lab's to the letter (labsOwn), and
+// not while another lab is up: they are that lab's then.
 func Teardown(prefix string, existing Existing) ([]Cmd, error) {
 	l, err := Plan(prefix, MaxNodes)
 	if err != nil {
@@ -101,7 +115,7 @@ func Teardown(prefix string, existing Existing) ([]Cmd, error) {
 			cmds = append(cmds, Cmd{Args: []string{"ip", "netns", "delete", ns}})
 		}
 	}
-	links := []string{l.ClientHostIf, l.RouterHostIf, l.Bridge}
+	links := []string{l.ClientHostIf, l.RouterHostIf}
 	for _, n := range l.Nodes {
 		links = append(links, n.HostIf)
 	}
@@ -109,6 +123,12 @@ func Teardown(prefix string, existing Existing) ([]Cmd, error) {
 		if existing.Links[link] {
 			cmds = append(cmds, Cmd{Args: []string{"ip", "link", "delete", link}})
 		}
+	}
+	if !otherLabUp(existing, prefix) {
+		cmds = append(cmds, ownRouteDels(existing)...)
+	}
+	if existing.Links[l.Bridge] {
+		cmds = append(cmds, Cmd{Args: []string{"ip", "link", "delete", l.Bridge}})
 	}
 	return cmds, nil
 }
@@ -142,21 +162,68 @@ func Down(ctx context.Context, r Runner, prefix string) error {
 	return nil
 }
 
-// Observe reads the machine's namespaces and links.
-func Observe(ctx context.Context) (Existing, error) {
-	e := Existing{Netns: map[string]bool{}, Links: map[string]bool{}}
-	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
+// RemoveStrayRoutes removes the lab's unreachable routes when no lab's
+// bridge exists and tells whether there were any: Commands adds them after
+// the bridge and Teardown removes them before it, so without a bridge they
+// are what a killed or failed run left, and no lab can start over them.
+func RemoveStrayRoutes(ctx context.Context, r Runner) (bool, error) {
+	return removeStrayRoutes(ctx, r, "")
+}
+
+// removeStrayRoutes does it in the namespace ns (the root one when empty).
+func removeStrayRoutes(ctx context.Context, r Runner, ns string) (bool, error) {
+	e, err := observe(ctx, ns)
 	if err != nil {
-		return e, fmt.Errorf("ip netns list: %v", err)
+		return false, err
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 {
-			e.Netns[f[0]] = true
+	for link := range e.Links {
+		if otherLabBridge(link, "") { // any lab's
+			return false, nil
 		}
 	}
-	out, err = exec.CommandContext(ctx, "ip", "-o", "link", "show").Output()
+	cmds := ownRouteDels(e)
+	for _, c := range cmds {
+		c.Netns = ns
+		if err := r.Run(ctx, c); err != nil {
+			return true, err
+		}
+	}
+	return len(cmds) > 0, nil
+}
+
+// Observe reads the machine's namespaces and the root namespace's links,
+// addresses and routes.
+func Observe(ctx context.Context) (Existing, error) { return observe(ctx, "") }
+
+// observe reads the namespaces and, in the namespace ns (the root one when
+// empty), the links, addresses and routes. Tests give a scratch namespace;
+// then the namespaces are not listed, so Teardown names none of them.
+func observe(ctx context.Context, ns string) (Existing, error) {
+	e := Existing{Netns: map[string]bool{}, Links: map[string]bool{}}
+	ip := func(args ...string) ([]byte, error) {
+		if ns != "" {
+			args = append([]string{"-n", ns}, args...)
+		}
+		out, err := exec.CommandContext(ctx, "ip", args...).Output()
+		if err != nil {
+			return nil, fmt.Errorf("ip %s: %v", strings.Join(args, " "), err)
+		}
+		return out, nil
+	}
+	if ns == "" {
+		out, err := ip("netns", "list")
+		if err != nil {
+			return e, err
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 0 {
+				e.Netns[f[0]] = true
+			}
+		}
+	}
+	out, err := ip("-o", "link", "show")
 	if err != nil {
-		return e, fmt.Errorf("ip link: %v", err)
+		return e, err
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		// "7: hlab-n1@if2: <BROADCAST,..." -> hlab-n1
@@ -170,13 +237,19 @@ func Observe(ctx context.Context) (Existing, error) {
 		}
 		e.Links[name] = true
 	}
-	out, err = exec.CommandContext(ctx, "ip", "-o", "addr", "show").Output()
+	out, err = ip("-o", "addr", "show")
 	if err != nil {
-		return e, fmt.Errorf("ip addr: %v", err)
+		return e, err
 	}
 	e.AddrsByLink = parseAddrs(string(out))
 	for _, addrs := range e.AddrsByLink {
 		e.Addrs = append(e.Addrs, addrs...)
+	}
+	for _, family := range []string{"-4", "-6"} {
+		if out, err = ip("-o", family, "route", "show"); err != nil {
+			return e, err
+		}
+		e.Routes = append(e.Routes, parseRoutes(string(out), family == "-6")...)
 	}
 	return e, nil
 }

@@ -36,8 +36,15 @@ func Commands(l Layout) []Cmd {
 	// on its own network (test environments use them), and the kernel
 	// would then answer the lab through the machine's real interface, off
 	// the machine. Instead hostRoutes sends the host's traffic to each lab
-	// member through the bridge, and nothing else goes there.
+	// member through the bridge. Any other lab address (a LoadBalancer or
+	// Service IP, the remote subnet) would follow the machine's default
+	// route off the machine, so before the bridge is used the host gets
+	// an unreachable route (proto 72) for each of the lab's ranges: that
+	// traffic fails on the host with EHOSTUNREACH, and the member routes,
+	// more specific, still win. Up refuses a machine that already routes
+	// these ranges; Teardown removes exactly these routes.
 	b.root("ip", "link", "add", l.Bridge, "type", "bridge")
+	b.cmds = append(b.cmds, unreachableRoutes("add")...)
 	b.root("ip", "addr", "add", pfx(HostLANv4, LANv4), "dev", l.Bridge, "noprefixroute")
 	b.root("ip", "addr", "add", pfx(HostLANv6, LANv6), "dev", l.Bridge, "nodad", "noprefixroute")
 	b.root("ip", "link", "set", l.Bridge, "up")

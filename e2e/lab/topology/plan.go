@@ -6,6 +6,10 @@
 // and no namespace gets a route that leads off the machine: the LAN and the
 // remote subnet are closed worlds whose only way out is the host's own
 // LAN address, which has no route back into them except the LAN itself.
+// The host routes only to the lab's members, and while a lab is up it has
+// an unreachable route for each of the lab's ranges, so its traffic to any
+// other lab address fails on the machine instead of following the
+// machine's default route off it.
 package topology
 
 import (
@@ -43,6 +47,14 @@ var (
 	BGPPoolV4 = netip.MustParsePrefix("203.0.113.128/25")
 	BGPPoolV6 = netip.MustParsePrefix("2001:db8:0:100::/120")
 )
+
+// DocRanges are the documentation and benchmark ranges (RFC 5737, 2544,
+// 3849): the only addresses the lab may use.
+var DocRanges = []netip.Prefix{
+	netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"),
+	netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("2001:db8::/32"),
+}
 
 // Host-side and well-known addresses on the LAN.
 var (
@@ -92,13 +104,8 @@ func Plan(prefix string, n int) (Layout, error) {
 	if n < 1 || n > MaxNodes {
 		return Layout{}, fmt.Errorf("nodes: %d is out of range 1-%d", n, MaxNodes)
 	}
-	if len(prefix) < 2 || len(prefix) > 5 {
-		return Layout{}, fmt.Errorf("prefix %q: must be 2-5 characters so interface names stay under 16 bytes", prefix)
-	}
-	for _, r := range prefix {
-		if r < 'a' || r > 'z' {
-			return Layout{}, fmt.Errorf("prefix %q: only lower-case letters", prefix)
-		}
+	if err := checkPrefix(prefix); err != nil {
+		return Layout{}, err
 	}
 	l := Layout{
 		Prefix: prefix, Bridge: prefix + "-lan",
@@ -120,6 +127,18 @@ func Plan(prefix string, n int) (Layout, error) {
 		})
 	}
 	return l, nil
+}
+
+func checkPrefix(prefix string) error {
+	if len(prefix) < 2 || len(prefix) > 5 {
+		return fmt.Errorf("prefix %q: must be 2-5 characters so interface names stay under 16 bytes", prefix)
+	}
+	for _, r := range prefix {
+		if r < 'a' || r > 'z' {
+			return fmt.Errorf("prefix %q: only lower-case letters", prefix)
+		}
+	}
+	return nil
 }
 
 func offset4(base netip.Addr, n int) netip.Addr {

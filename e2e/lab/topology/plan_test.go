@@ -7,15 +7,8 @@ import (
 	"testing"
 )
 
-// documentation and benchmark ranges: the only addresses the lab may use.
-var allowed = []netip.Prefix{
-	netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"),
-	netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("2001:db8::/32"),
-}
-
 func isAllowed(a netip.Addr) bool {
-	for _, p := range allowed {
+	for _, p := range DocRanges {
 		if p.Contains(a) {
 			return true
 		}
@@ -86,11 +79,25 @@ func TestCommandsNeverRouteOffMachine(t *testing.T) {
 			}
 		}
 		// The root namespace only gets host routes to lab members,
-		// through the lab's own bridge.
-		if c.Netns == "" && isRoute(c.Args) && !hostRouteToLab(l, c.Args) {
+		// through the lab's own bridge, and unreachable ones.
+		if c.Netns == "" && isRoute(c.Args) && !hostRouteToLab(l, c.Args) && !isUnreachableRoute(c.Args) {
 			t.Errorf("route added in the root namespace: %s", c)
 		}
 	}
+}
+
+// isUnreachableRoute: `ip [-6] route add unreachable <lab range> proto 72`.
+func isUnreachableRoute(args []string) bool {
+	for _, r := range labRanges {
+		want := "ip route add unreachable " + r.String() + " proto " + RouteProto
+		if r.Addr().Is6() {
+			want = "ip -6 route add unreachable " + r.String() + " proto " + RouteProto
+		}
+		if strings.Join(args, " ") == want {
+			return true
+		}
+	}
+	return false
 }
 
 func isRoute(args []string) bool {
@@ -132,15 +139,34 @@ func hostRouteToLab(l Layout, args []string) bool {
 func TestHostRoutesOnlyToLabMembers(t *testing.T) {
 	l, _ := Plan("hlab", 2)
 	var got []string
+	bridgeUsed := false
 	for _, c := range Commands(l) {
 		if c.Netns == "" && isRoute(c.Args) {
 			got = append(got, strings.Join(c.Args, " "))
+			if isUnreachableRoute(c.Args) && bridgeUsed {
+				t.Errorf("%s comes after the bridge is in use", c)
+			}
+		}
+		if c.Netns == "" && (c.Args[1] == "addr" || strings.Join(c.Args[1:3], " ") == "link set") {
+			bridgeUsed = true
 		}
 		if c.Netns == "" && c.Args[1] == "addr" && !strings.Contains(strings.Join(c.Args, " "), "noprefixroute") {
 			t.Errorf("host address with a prefix route (would compete with the machine's own network): %s", c)
 		}
 	}
 	want := []string{
+		// Every lab range fails on the host...
+		"ip route add unreachable 198.51.100.0/24 proto 72",
+		"ip -6 route add unreachable 2001:db8:0:1::/64 proto 72",
+		"ip route add unreachable 203.0.113.0/25 proto 72",
+		"ip -6 route add unreachable 2001:db8:0:2::/64 proto 72",
+		"ip route add unreachable 198.18.0.0/16 proto 72",
+		"ip route add unreachable 198.19.0.0/16 proto 72",
+		"ip -6 route add unreachable 2001:db8:1::/48 proto 72",
+		"ip -6 route add unreachable 2001:db8:2::/112 proto 72",
+		"ip route add unreachable 203.0.113.128/25 proto 72",
+		"ip -6 route add unreachable 2001:db8:0:100::/120 proto 72",
+		// ...but for the members, more specific.
 		"ip route add 198.51.100.100/32 dev hlab-lan src 198.51.100.254",
 		"ip -6 route add 2001:db8:0:1::100/128 dev hlab-lan src 2001:db8:0:1::fe",
 		"ip route add 198.51.100.11/32 dev hlab-lan src 198.51.100.254",
@@ -203,23 +229,216 @@ func TestUpRefusesExistingLab(t *testing.T) {
 	}
 }
 
-func TestTeardownNamesOnlyLabObjects(t *testing.T) {
-	existing := Existing{
-		Netns: map[string]bool{"hlab-node1": true, "hlab-router": true, "other": true, "hlab-node11": true},
-		Links: map[string]bool{"hlab-lan": true, "eth0": true, "hlab-n1": true, "docker0": true},
-	}
-	cmds, err := Teardown("hlab", existing)
+// hostRoutesUp is what `ip -o route show` and `ip -o -6 route show` print
+// with a lab up, plus routes that look like the lab's but are not.
+const hostRoutesUp4 = `default via 192.0.2.1 dev eth0 
+192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2 
+unreachable 198.18.0.0/16 proto 72 
+unreachable 198.19.0.0/16 proto 72 
+198.18.1.0/24 via 198.51.100.11 dev hlab-lan src 198.51.100.254 
+198.51.100.11 dev hlab-lan scope link src 198.51.100.254 
+unreachable 198.51.100.0/24 proto 72 
+unreachable 198.51.100.0/24 proto static metric 100 
+unreachable 203.0.113.0/25 proto 72 
+unreachable 203.0.113.128/25 proto 72 
+unreachable 192.0.2.128/25 proto 72 
+`
+
+const hostRoutesUp6 = `2001:db8:0:1::11 dev hlab-lan src 2001:db8:0:1::fe metric 1024 pref medium
+unreachable 2001:db8:0:1::/64 dev lo proto 72 metric 1024 pref medium
+unreachable 2001:db8:1::/48 dev lo proto 72 metric 1024 pref medium
+blackhole 2001:db8:2::/112 dev lo proto 72 metric 1024 pref medium
+default via fd00::1 dev eth0 metric 1024 pref medium
+`
+
+func teardownArgs(t *testing.T, prefix string, e Existing) string {
+	t.Helper()
+	cmds, err := Teardown(prefix, e)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for _, c := range cmds {
+		if c.Netns != "" {
+			t.Errorf("teardown runs %s inside a namespace", c)
+		}
 		got = append(got, strings.Join(c.Args, " "))
 	}
-	want := "ip netns delete hlab-router|ip netns delete hlab-node1|ip link delete hlab-lan|ip link delete hlab-n1"
-	if strings.Join(got, "|") != want {
-		t.Fatalf("teardown:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.ReplaceAll(want, "|", "\n"))
+	return strings.Join(got, "\n")
+}
+
+// TestTeardownNamesOnlyLabObjects: the lab's namespaces and links by
+// name, and of the host's routes only the unreachable ones the lab adds
+// (type, range and proto 72), after the veths and before the bridge; none
+// while another lab is up (the routes are the same for every lab).
+func TestTeardownNamesOnlyLabObjects(t *testing.T) {
+	existing := Existing{
+		Netns:  map[string]bool{"hlab-node1": true, "hlab-router": true, "other": true, "hlab-node11": true},
+		Links:  map[string]bool{"hlab-lan": true, "eth0": true, "hlab-n1": true, "docker0": true},
+		Routes: append(parseRoutes(hostRoutesUp4, false), parseRoutes(hostRoutesUp6, true)...),
 	}
+	want := `ip netns delete hlab-router
+ip netns delete hlab-node1
+ip link delete hlab-n1
+ip route del unreachable 198.51.100.0/24 proto 72
+ip -6 route del unreachable 2001:db8:0:1::/64 proto 72
+ip route del unreachable 203.0.113.0/25 proto 72
+ip route del unreachable 198.18.0.0/16 proto 72
+ip route del unreachable 198.19.0.0/16 proto 72
+ip -6 route del unreachable 2001:db8:1::/48 proto 72
+ip route del unreachable 203.0.113.128/25 proto 72
+ip link delete hlab-lan`
+	if got := teardownArgs(t, "hlab", existing); got != want {
+		t.Errorf("teardown:\n%s\nwant:\n%s", got, want)
+	}
+
+	// Another lab is up: its bridge has the host's LAN address.
+	existing.AddrsByLink = map[string][]netip.Prefix{"hle-lan": {netip.PrefixFrom(HostLANv4, 24)}}
+	want = `ip netns delete hlab-router
+ip netns delete hlab-node1
+ip link delete hlab-n1
+ip link delete hlab-lan`
+	if got := teardownArgs(t, "hlab", existing); got != want {
+		t.Errorf("teardown while hle is up:\n%s\nwant:\n%s", got, want)
+	}
+	// This lab's own bridge holding it is no other lab.
+	existing.AddrsByLink = map[string][]netip.Prefix{"hlab-lan": {netip.PrefixFrom(HostLANv4, 24)}}
+	if got := teardownArgs(t, "hlab", existing); !strings.Contains(got, "ip route del unreachable 198.51.100.0/24 proto 72") {
+		t.Errorf("teardown with its own bridge up keeps the routes:\n%s", got)
+	}
+}
+
+func TestParseRoutes(t *testing.T) {
+	var got []string
+	for _, r := range append(parseRoutes(hostRoutesUp4, false), parseRoutes(hostRoutesUp6, true)...) {
+		got = append(got, r.String())
+	}
+	want := `unicast 0.0.0.0/0 dev eth0
+unicast 192.0.2.0/24 dev eth0 proto kernel
+unreachable 198.18.0.0/16 proto 72
+unreachable 198.19.0.0/16 proto 72
+unicast 198.18.1.0/24 dev hlab-lan
+unicast 198.51.100.11/32 dev hlab-lan
+unreachable 198.51.100.0/24 proto 72
+unreachable 198.51.100.0/24 proto static
+unreachable 203.0.113.0/25 proto 72
+unreachable 203.0.113.128/25 proto 72
+unreachable 192.0.2.128/25 proto 72
+unicast 2001:db8:0:1::11/128 dev hlab-lan
+unreachable 2001:db8:0:1::/64 dev lo proto 72
+unreachable 2001:db8:1::/48 dev lo proto 72
+blackhole 2001:db8:2::/112 dev lo proto 72
+unicast ::/0 dev eth0`
+	if strings.Join(got, "\n") != want {
+		t.Errorf("parsed:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+}
+
+// TestLabRoutes: what ObserveMachine records of the host's routes.
+func TestLabRoutes(t *testing.T) {
+	e := Existing{
+		Links:  map[string]bool{"hlab-lan": true, "eth0": true},
+		Routes: append(parseRoutes(hostRoutesUp4, false), parseRoutes(hostRoutesUp6, true)...),
+	}
+	// All but the default routes and those outside the lab's ranges.
+	var want []string
+	for _, r := range e.Routes {
+		switch r.Dst.String() {
+		case "0.0.0.0/0", "::/0", "192.0.2.0/24", "192.0.2.128/25":
+		default:
+			want = append(want, r.String())
+		}
+	}
+	if got := LabRoutes(e, "hlab"); strings.Join(got, "\n") != strings.Join(want, "\n") || len(got) != 12 {
+		t.Errorf("LabRoutes(hlab):\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// For another lab, hlab's member routes and the shared unreachable
+	// ones are hlab's; routes of the machine's own are everybody's.
+	others := "unreachable 198.51.100.0/24 proto static\nblackhole 2001:db8:2::/112 dev lo proto 72"
+	if got := strings.Join(LabRoutes(e, "hle"), "\n"); got != others {
+		t.Errorf("LabRoutes(hle) with hlab up:\n%s\nwant:\n%s", got, others)
+	}
+}
+
+// TestUpRefusesHostRoutes: a route of the machine's own into the lab's
+// ranges, or the lab's unreachable routes left behind, stop Up before it
+// runs anything; the machine's general routes (default, a VPN's halves,
+// its own documentation subnet outside the lab's) do not.
+func TestUpRefusesHostRoutes(t *testing.T) {
+	machine := parseRoutes(`default via 192.0.2.1 dev eth0 
+0.0.0.0/1 via 10.8.0.1 dev tun0 
+10.88.0.0/16 dev cni-podman0 proto kernel scope link src 10.88.0.1 linkdown 
+192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2 
+198.0.0.0/8 via 192.0.2.1 dev eth0 
+`, false)
+	machine = append(machine, parseRoutes(`fd00::/64 dev eth0 proto kernel metric 256 pref medium
+fe80::/64 dev eth0 proto kernel metric 256 pref medium
+2000::/3 via fd00::1 dev eth0 metric 1024 pref medium
+default via fd00::1 dev eth0 metric 1024 pref medium
+`, true)...)
+	if err := CheckHostRoutes(machine); err != nil {
+		t.Fatalf("the machine's general routes: %v", err)
+	}
+	l, _ := Plan("hlab", 2)
+	for _, c := range []struct{ line, want string }{
+		{"198.18.0.0/15 via 192.0.2.1 dev eth0", `route "unicast 198.18.0.0/15 dev eth0" into the lab's address ranges`},
+		{"203.0.113.7 via 192.0.2.1 dev eth0", `route "unicast 203.0.113.7/32 dev eth0" into the lab's address ranges`},
+		{"2001:db8::/32 via fd00::1 dev eth0 metric 1024 pref medium", `route "unicast 2001:db8::/32 dev eth0" into`},
+		{"blackhole 198.19.0.0/16", `route "blackhole 198.19.0.0/16" into`},
+		{"unreachable 198.51.100.0/24 proto 72", `already has the lab's route "unreachable 198.51.100.0/24 proto 72": a lab is up or a killed one left it`},
+	} {
+		routes := append(machine[:len(machine):len(machine)], parseRoutes(c.line, strings.Contains(c.line, ":"))...)
+		var f fakeRunner
+		err := Up(context.Background(), &f, l, Existing{Routes: routes})
+		if err == nil || !strings.Contains(err.Error(), c.want) || len(f.ran) != 0 {
+			t.Errorf("Up with %q: err=%v ran=%d, want %q", c.line, err, len(f.ran), c.want)
+		}
+	}
+}
+
+// TestLabRangesHoldTheLab: the host's unreachable routes cover every
+// address of the plan and both pools, and only documentation ranges.
+func TestLabRangesHoldTheLab(t *testing.T) {
+	l, _ := Plan("hlab", MaxNodes)
+	addrs := []netip.Addr{HostLANv4, HostLANv6, RouterLANv4, RouterLANv6, ClientV4, ClientV6, RouterRemV4, RouterRemV6, RemoteV4IP, RemoteV6IP}
+	var prefixes []netip.Prefix
+	for _, n := range l.Nodes {
+		addrs = append(addrs, n.IPv4, n.IPv6, n.PodGateway, n.PodGatewayV6)
+		prefixes = append(prefixes, n.PodCIDR, n.PodCIDRv6)
+	}
+	for _, pool := range []string{L2PoolV4, L2PoolV6} {
+		from, to, _ := strings.Cut(pool, "-")
+		addrs = append(addrs, netip.MustParseAddr(from), netip.MustParseAddr(to))
+	}
+	for _, p := range prefixes {
+		addrs = append(addrs, p.Addr(), lastAddr(p))
+	}
+	for _, p := range []netip.Prefix{BGPPoolV4, BGPPoolV6, ServiceCIDR, ServiceCIDRv6, ClusterCIDR, ClusterCIDRv6, LANv4, LANv6, RemoteV4, RemoteV6} {
+		addrs = append(addrs, p.Addr(), lastAddr(p))
+	}
+	for _, a := range addrs {
+		covered := false
+		for _, r := range labRanges {
+			covered = covered || r.Contains(a)
+		}
+		if !covered {
+			t.Errorf("%s is in none of the lab's ranges: the host would route it off the machine", a)
+		}
+	}
+	for _, r := range labRanges {
+		if !intoLab(r) || !isAllowed(r.Addr()) || !isAllowed(lastAddr(r)) {
+			t.Errorf("lab range %s is not inside the documentation ranges", r)
+		}
+	}
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 func TestUpRefusesOverlappingHostNetwork(t *testing.T) {
