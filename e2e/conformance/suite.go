@@ -40,6 +40,8 @@ var LabSkips = []LabSkip{
 	{`Services should work after restarting apiserver \[Disruptive\]`, "restarts the API server over SSH to the control-plane host; the lab has no SSH"},
 	{`Services should work after restarting kube-proxy \[Disruptive\]`, "restarts kube-proxy over SSH to a node; the lab has no SSH"},
 	{`Networking should recreate its iptables rules if they are deleted \[Disruptive\]`, "deletes iptables rules over SSH on a node; the lab has no SSH"},
+	{`Services should be rejected for evicted pods \(no endpoints exist\)`, "needs the kubelet to evict a pod that exceeds its ephemeral-storage limit; the lab kubelet enforces no resource limits"},
+	{`HostPort validates that there is no conflict between pods with same hostPort`, "hostPort is the CNI portmap plugin's DNAT, not the service proxy's; the lab's pod network has no CNI plugins"},
 }
 
 // SkipPattern is the ginkgo skip pattern of LabSkips.

@@ -91,6 +91,13 @@ func Commands(l Layout) []Cmd {
 
 	lanLeg(l.Client, l.ClientHostIf, ClientV4, ClientV6)
 	hostRoutes(ClientV4, ClientV6)
+	// The router and, behind it, the remote subnet are members too: the
+	// remote client reaches the API server on the host (a client outside
+	// the nodes' network, as the upstream e2e suite's runner expects), and
+	// the host's replies go back through the router.
+	hostRoutes(RouterLANv4, RouterLANv6)
+	b.root("ip", "route", "add", RemoteV4.String(), "via", RouterLANv4.String(), "dev", l.Bridge, "src", HostLANv4.String())
+	b.root("ip", "-6", "route", "add", RemoteV6.String(), "via", RouterLANv6.String(), "dev", l.Bridge, "src", HostLANv6.String())
 
 	for _, n := range l.Nodes {
 		lanLeg(n.Netns, n.HostIf, n.IPv4, n.IPv6)

@@ -107,6 +107,12 @@ func isRoute(args []string) bool {
 // hostRouteToLab: `ip [-6] route add <member>/32|128 dev <bridge> src <host>`,
 // or `ip route add <pod CIDR> via <its node> dev <bridge> src <host>`.
 func hostRouteToLab(l Layout, args []string) bool {
+	// The remote subnet, whole, through the router.
+	switch strings.Join(args, " ") {
+	case "ip route add " + RemoteV4.String() + " via " + RouterLANv4.String() + " dev " + l.Bridge + " src " + HostLANv4.String(),
+		"ip -6 route add " + RemoteV6.String() + " via " + RouterLANv6.String() + " dev " + l.Bridge + " src " + HostLANv6.String():
+		return true
+	}
 	for _, n := range l.Nodes {
 		switch strings.Join(args, " ") {
 		case "ip route add " + n.PodCIDR.String() + " via " + n.IPv4.String() + " dev " + l.Bridge + " src " + HostLANv4.String(),
@@ -124,7 +130,7 @@ func hostRouteToLab(l Layout, args []string) bool {
 	if err != nil || !p.IsSingleIP() {
 		return false
 	}
-	members := []netip.Addr{ClientV4, ClientV6}
+	members := []netip.Addr{ClientV4, ClientV6, RouterLANv4, RouterLANv6}
 	for _, n := range l.Nodes {
 		members = append(members, n.IPv4, n.IPv6)
 	}
@@ -158,8 +164,6 @@ func TestHostRoutesOnlyToLabMembers(t *testing.T) {
 		// Every lab range fails on the host...
 		"ip route add unreachable 198.51.100.0/24 proto 72",
 		"ip -6 route add unreachable 2001:db8:0:1::/64 proto 72",
-		"ip route add unreachable 203.0.113.0/25 proto 72",
-		"ip -6 route add unreachable 2001:db8:0:2::/64 proto 72",
 		"ip route add unreachable 198.18.0.0/16 proto 72",
 		"ip route add unreachable 198.19.0.0/16 proto 72",
 		"ip -6 route add unreachable 2001:db8:1::/48 proto 72",
@@ -169,6 +173,10 @@ func TestHostRoutesOnlyToLabMembers(t *testing.T) {
 		// ...but for the members, more specific.
 		"ip route add 198.51.100.100/32 dev hlab-lan src 198.51.100.254",
 		"ip -6 route add 2001:db8:0:1::100/128 dev hlab-lan src 2001:db8:0:1::fe",
+		"ip route add 198.51.100.1/32 dev hlab-lan src 198.51.100.254",
+		"ip -6 route add 2001:db8:0:1::1/128 dev hlab-lan src 2001:db8:0:1::fe",
+		"ip route add 203.0.113.0/25 via 198.51.100.1 dev hlab-lan src 198.51.100.254",
+		"ip -6 route add 2001:db8:0:2::/64 via 2001:db8:0:1::1 dev hlab-lan src 2001:db8:0:1::fe",
 		"ip route add 198.51.100.11/32 dev hlab-lan src 198.51.100.254",
 		"ip -6 route add 2001:db8:0:1::11/128 dev hlab-lan src 2001:db8:0:1::fe",
 		"ip route add 198.18.1.0/24 via 198.51.100.11 dev hlab-lan src 198.51.100.254",

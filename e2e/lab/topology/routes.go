@@ -39,10 +39,23 @@ func (r Route) String() string {
 // machine; the routes to the members are more specific and win.
 func unreachableRoutes(op string) []Cmd {
 	var cmds []Cmd
-	for _, r := range labRanges {
+	for _, r := range unreachableRanges() {
 		cmds = append(cmds, unreachableRoute(op, r))
 	}
 	return cmds
+}
+
+// unreachableRanges are the lab ranges that get an unreachable route:
+// all but the remote subnet, which the host routes whole to the router
+// (Commands), so nothing of it can leave the machine either.
+func unreachableRanges() []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range labRanges {
+		if r != RemoteV4 && r != RemoteV6 {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func unreachableRoute(op string, r netip.Prefix) Cmd {

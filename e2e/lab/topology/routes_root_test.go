@@ -87,10 +87,10 @@ func TestUnreachableRoutesForReal(t *testing.T) {
 		}
 	}
 
-	// Not members: an L2 pool address, the router, a ClusterIP, the
-	// remote client, a BGP pool address, a pod CIDR without a node.
-	for _, a := range []string{"198.51.100.201", "198.51.100.1", "198.19.0.10", "203.0.113.10", "203.0.113.200", "198.18.9.1",
-		"2001:db8:0:1::201", "2001:db8:2::a", "2001:db8:0:2::10", "2001:db8:0:100::5", "2001:db8:1:9::1"} {
+	// Not members: an L2 pool address, a ClusterIP, a BGP pool
+	// address, a pod CIDR without a node.
+	for _, a := range []string{"198.51.100.201", "198.19.0.10", "203.0.113.200", "198.18.9.1",
+		"2001:db8:0:1::201", "2001:db8:2::a", "2001:db8:0:100::5", "2001:db8:1:9::1"} {
 		if out, err := ip("route", "get", a); err == nil || !strings.Contains(out, "No route to host") {
 			t.Errorf("ip -n %s route get %s: %v: %s; want unreachable", ns, a, err, out)
 		}
@@ -112,6 +112,9 @@ func TestUnreachableRoutesForReal(t *testing.T) {
 		"198.51.100.12":     "198.51.100.12 dev hlrt-lan src 198.51.100.254",
 		"2001:db8:0:1::11":  "2001:db8:0:1::11 from :: dev hlrt-lan src 2001:db8:0:1::fe",
 		"198.18.2.7":        "198.18.2.7 via 198.51.100.12 dev hlrt-lan src 198.51.100.254",
+		"198.51.100.1":      "198.51.100.1 dev hlrt-lan src 198.51.100.254",
+		"203.0.113.10":      "203.0.113.10 via 198.51.100.1 dev hlrt-lan src 198.51.100.254",
+		"2001:db8:0:2::10":  "2001:db8:0:2::10 from :: via 2001:db8:0:1::1 dev hlrt-lan src 2001:db8:0:1::fe",
 		"2001:db8:1:1::abc": "2001:db8:1:1::abc from :: via 2001:db8:0:1::11 dev hlrt-lan src 2001:db8:0:1::fe",
 	} {
 		if out := mustIP("route", "get", a); !strings.HasPrefix(out, want) {
@@ -124,9 +127,10 @@ func TestUnreachableRoutesForReal(t *testing.T) {
 	if e, err = observe(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	// The lab's unreachable routes, the client's and each node's /32 and
-	// /128 and pod CIDRs, and the machine's own.
-	if got, want := len(LabRoutes(e, prefix)), len(labRanges)+2+4*len(l.Nodes)+1; got != want {
+	// The lab's unreachable routes, the client's, the router's and each
+	// node's /32 and /128, the remote subnet's and the pod CIDRs, and the
+	// machine's own.
+	if got, want := len(LabRoutes(e, prefix)), len(unreachableRanges())+2+2+2+4*len(l.Nodes)+1; got != want {
 		t.Errorf("LabRoutes: %d routes, want %d: %v", got, want, LabRoutes(e, prefix))
 	}
 	own := 0
@@ -135,8 +139,8 @@ func TestUnreachableRoutesForReal(t *testing.T) {
 			own++
 		}
 	}
-	if own != len(labRanges) {
-		t.Errorf("observe found %d of the lab's unreachable routes, want %d: %v", own, len(labRanges), e.Routes)
+	if own != len(unreachableRanges()) {
+		t.Errorf("observe found %d of the lab's unreachable routes, want %d: %v", own, len(unreachableRanges()), e.Routes)
 	}
 	if err := CheckHostRoutes(e.Routes); err == nil {
 		t.Error("CheckHostRoutes accepts a host with the lab's routes")
