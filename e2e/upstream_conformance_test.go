@@ -60,7 +60,7 @@ func TestUpstreamConformance(t *testing.T) {
 	res, took, err := conformance.RunSuite(ctx, conformance.RunOptions{
 		E2ETest: suite.Path, Ginkgo: ginkgo, Procs: 3,
 		Kubeconfig: h.Lab.Kubeconfig, Kubectl: h.Lab.KubectlPath,
-		Netns:     h.Lab.Layout.Client,
+		Netns:     h.Lab.Layout.Remote,
 		ReportDir: reports, Focus: conformance.SubsetFocus, Skip: conformance.SkipPattern(),
 		Timeout: 20 * time.Minute,
 	})

@@ -28,11 +28,12 @@ type RunOptions struct {
 	Skip      string
 	// Timeout ends the whole run (ginkgo's suite timeout).
 	Timeout time.Duration
-	// Netns is the network namespace the suite runs in: the lab's LAN
-	// client, where a user of the cluster would stand. Never the host's:
-	// the host reaches only the lab's members, and traffic to any other
-	// lab address (a LoadBalancer IP) would follow its default route off
-	// the machine. Empty: the caller's namespace (unit tests).
+	// Netns is the network namespace the suite runs in: the lab's remote
+	// client behind the router, a user of the cluster outside the nodes'
+	// network (the ESIPP tests check the source IP they see is not in the
+	// nodes' /16). Never the host's: the host reaches only the lab's
+	// members, and other lab addresses (LoadBalancer IPs) are unreachable
+	// from it. Empty: the caller's namespace (unit tests).
 	Netns string
 	// Args are more e2e.test flags.
 	Args []string
