@@ -22,12 +22,51 @@ var (
 	BackoffReset   = 2 * time.Minute
 )
 
-// container runs one container of a pod: it starts the program, records
-// its state, runs its readiness probe, and restarts it per the pod's
-// restartPolicy until stop is called.
+// containerKind is a container's place in its pod.
+type containerKind int
+
+const (
+	// appContainer is one of spec.containers.
+	appContainer containerKind = iota
+	// initContainer is a regular init container: it runs to completion
+	// before the next one starts.
+	initContainer
+	// sidecarContainer is a restartable init container: once started
+	// it lets the next one start and runs alongside the app containers.
+	sidecarContainer
+)
+
+func (k containerKind) String() string {
+	switch k {
+	case initContainer:
+		return "init container"
+	case sidecarContainer:
+		return "sidecar container"
+	}
+	return "container"
+}
+
+// kindOf is the kind of init container c (init: from
+// spec.initContainers) or of an app container.
+func kindOf(c *v1.Container, init bool) containerKind {
+	switch {
+	case !init:
+		return appContainer
+	case isSidecar(c):
+		return sidecarContainer
+	}
+	return initContainer
+}
+
+// container runs one container of a pod: once launched it starts the
+// program, records its state, runs its startup and readiness probes, and
+// restarts it (per the pod's restartPolicy for an app container; after
+// a failure, unless the policy is Never, for a regular init container;
+// always for a sidecar) until stop is called.
 type container struct {
 	w    *podWorker
 	spec v1.Container
+	kind containerKind
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -37,24 +76,60 @@ type container struct {
 	status   v1.ContainerStatus
 	proc     *process
 	stopping bool
+	// launched: run was started (launch); a container that never is
+	// (its pod's initialization did not get that far) is done at once.
+	launched bool
 	// runs are the last two runs that started, the latest last: the
 	// kubelet API's logs (current and previous).
 	runs []*process
 }
 
-func newContainer(w *podWorker, spec v1.Container) *container {
+// newContainer is a container of the pod that has not run yet: waiting
+// with reason until it starts.
+func newContainer(w *podWorker, spec v1.Container, kind containerKind, reason string) *container {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &container{
 		w:      w,
 		spec:   spec,
+		kind:   kind,
 		ctx:    ctx,
 		cancel: cancel,
 		done:   make(chan struct{}),
 		status: v1.ContainerStatus{
 			Name:  spec.Name,
 			Image: spec.Image,
-			State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}},
+			State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: reason}},
 		},
+	}
+}
+
+// launch starts the container's life (run), once, unless it was stopped
+// before.
+func (c *container) launch() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.launched || c.stopping {
+		return
+	}
+	c.launched = true
+	go c.run()
+}
+
+// wasLaunched tells whether launch started the container's life.
+func (c *container) wasLaunched() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.launched
+}
+
+// finished tells whether the container was launched and will not run
+// again.
+func (c *container) finished() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -86,11 +161,19 @@ func (c *container) sleep(d time.Duration) bool {
 	}
 }
 
-func shouldRestart(policy v1.RestartPolicy, exitCode int32) bool {
-	switch policy {
-	case v1.RestartPolicyNever:
+// shouldRestart tells whether a container of kind that exited with
+// exitCode runs again under the pod's restartPolicy: a sidecar always
+// does, a regular init container after a failure unless the policy is
+// Never, an app container as the policy says.
+func shouldRestart(kind containerKind, policy v1.RestartPolicy, exitCode int32) bool {
+	switch {
+	case kind == sidecarContainer:
+		return true
+	case kind == initContainer:
+		return exitCode != 0 && policy != v1.RestartPolicyNever
+	case policy == v1.RestartPolicyNever:
 		return false
-	case v1.RestartPolicyOnFailure:
+	case policy == v1.RestartPolicyOnFailure:
 		return exitCode != 0
 	default:
 		return true
@@ -104,7 +187,10 @@ func now() metav1.Time { return metav1.Now().Rfc3339Copy() }
 // run is the container's life; it returns when the container will not
 // run again (stopped, or finished under its restartPolicy).
 func (c *container) run() {
-	defer close(c.done)
+	defer func() {
+		close(c.done)
+		c.w.poke() // the pod worker looks at what is finished
+	}()
 	w := c.w
 	backoff := InitialBackoff
 	for {
@@ -157,26 +243,33 @@ func (c *container) run() {
 		}
 		started := metav1.NewTime(p.startedAt).Rfc3339Copy()
 		c.status.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: started}}
-		c.status.Started = ptr(true)
-		rp := c.spec.ReadinessProbe
-		if unsupportedProbe(rp) != "" {
+		rp, sp := c.spec.ReadinessProbe, c.spec.StartupProbe
+		if unsupportedProbe(rp) != "" || c.kind == initContainer {
 			rp = nil
 		}
-		c.status.Ready = rp == nil
+		if unsupportedProbe(sp) != "" || c.kind == initContainer {
+			sp = nil
+		}
+		// Started once the startup probe passes (at once without one);
+		// ready once started and the readiness probe passes. A regular
+		// init container is never ready while it runs: it is when it
+		// has completed.
+		c.status.Started = ptr(sp == nil)
+		c.status.Ready = sp == nil && rp == nil && c.kind != initContainer
 		c.status.ContainerID = fmt.Sprintf("lab://%s/%d", w.sandbox.netns, p.rec.PID)
 		c.status.ImageID = l.imageID
 		c.mu.Unlock()
 		w.k.recordProcess(w.uid, c.spec.Name, &p.rec)
 		w.event(v1.EventTypeNormal, "Started", "Started container %s (pid %d)", c.spec.Name, p.rec.PID)
-		w.k.logf("pod %s: container %s started: pid %d: %s", w.key, c.spec.Name, p.rec.PID, l.describe())
+		w.k.logf("pod %s: %s %s started: pid %d: %s", w.key, c.kind, c.spec.Name, p.rec.PID, l.describe())
 		w.poke()
 
-		// Readiness is probed until the program exits, through a
-		// graceful stop too (stop cancels c.ctx first), as the kubelet
-		// does: a terminating pod can turn unready before it ends.
+		// Probes run until the program exits, through a graceful stop
+		// too (stop cancels c.ctx first), as the kubelet does: a
+		// terminating pod can turn unready before it ends.
 		probeCtx, stopProbe := context.WithCancel(context.WithoutCancel(c.ctx))
-		if rp != nil {
-			go c.probeLoop(probeCtx, p, rp, w.podIP())
+		if sp != nil || rp != nil {
+			go c.probe(probeCtx, p, sp, rp, w.podIP())
 		}
 		<-p.exited
 		stopProbe()
@@ -198,8 +291,10 @@ func (c *container) run() {
 		c.mu.Lock()
 		c.proc = nil
 		c.status.State = v1.ContainerState{Terminated: term}
-		c.status.Ready, c.status.Started = false, ptr(false)
-		restart := !c.stopping && shouldRestart(pod.Spec.RestartPolicy, p.exitCode)
+		// A regular init container that completed counts as ready (the
+		// kubelet's prober says so), which the Initialized condition reads.
+		c.status.Ready, c.status.Started = c.kind == initContainer && p.exitCode == 0, ptr(false)
+		restart := !c.stopping && shouldRestart(c.kind, pod.Spec.RestartPolicy, p.exitCode)
 		if !restart {
 			c.mu.Unlock()
 			w.poke()
@@ -226,24 +321,108 @@ func (c *container) run() {
 	}
 }
 
+// probeTiming is a probe's period and failure threshold, with the API's
+// defaults (10s, 3).
+func probeTiming(pb *v1.Probe) (period time.Duration, failures int32) {
+	period = time.Duration(pb.PeriodSeconds) * time.Second
+	if period <= 0 {
+		period = 10 * time.Second
+	}
+	failures = pb.FailureThreshold
+	if failures <= 0 {
+		failures = 3
+	}
+	return period, failures
+}
+
+// initialDelay waits until the probe's initialDelaySeconds have passed
+// since run p started; it tells whether ctx is still on.
+func initialDelay(ctx context.Context, p *process, pb *v1.Probe) bool {
+	d := time.Duration(pb.InitialDelaySeconds)*time.Second - time.Since(p.startedAt)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// probe runs the probes of one run (p) of the container: the startup
+// probe (sp) until it passes, then the readiness probe (rp); either may
+// be nil.
+func (c *container) probe(ctx context.Context, p *process, sp, rp *v1.Probe, podIP string) {
+	if sp != nil && !c.startupLoop(ctx, p, sp, rp == nil, podIP) {
+		return
+	}
+	if rp != nil {
+		c.probeLoop(ctx, p, rp, podIP)
+	}
+}
+
+// startupLoop runs the startup probe against run p until it passes: the
+// container is started then (and ready too when readyNow, without a
+// readiness probe), which lets the next init container start after a
+// sidecar. After failureThreshold failures in a row the run is killed,
+// as the kubelet does, and its container restarted as its kind and the
+// pod's restartPolicy say. It tells whether the probe passed.
+func (c *container) startupLoop(ctx context.Context, p *process, pb *v1.Probe, readyNow bool, podIP string) bool {
+	period, failures := probeTiming(pb)
+	if !initialDelay(ctx, p, pb) {
+		return false
+	}
+	pr := prober{netns: c.w.k.cfg.NodeNetns}
+	var failRun int32
+	for {
+		ok, msg := pr.probe(ctx, pb, &c.spec, podIP)
+		if ctx.Err() != nil {
+			return false
+		}
+		if ok {
+			c.mu.Lock()
+			if c.proc == p {
+				c.status.Started = ptr(true)
+				c.status.Ready = readyNow
+			}
+			c.mu.Unlock()
+			c.w.k.logf("pod %s: %s %s passed its startup probe", c.w.key, c.kind, c.spec.Name)
+			c.w.poke()
+			return true
+		}
+		failRun++
+		c.w.event(v1.EventTypeWarning, "Unhealthy", "Startup probe failed: %s", msg)
+		if failRun >= failures {
+			grace := gracePeriod(c.w.currentPod())
+			if s := pb.TerminationGracePeriodSeconds; s != nil {
+				grace = max(time.Duration(*s)*time.Second, MinGracePeriod)
+			}
+			c.w.event(v1.EventTypeNormal, "Killing", "Container %s failed startup probe, will be restarted", c.spec.Name)
+			c.w.k.logf("pod %s: %s %s failed its startup probe %d times: killing it", c.w.key, c.kind, c.spec.Name, failRun)
+			p.stop(grace)
+			return false
+		}
+		t := time.NewTimer(period)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}
+
 // probeLoop runs the readiness probe against one run (p) of the
 // container, with the probe's delay, period and thresholds, and flips the
 // container's Ready accordingly.
 func (c *container) probeLoop(ctx context.Context, p *process, pb *v1.Probe, podIP string) {
-	period := time.Duration(pb.PeriodSeconds) * time.Second
-	if period <= 0 {
-		period = 10 * time.Second
-	}
-	successes, failures := max(pb.SuccessThreshold, 1), max(pb.FailureThreshold, 1)
-	if pb.FailureThreshold == 0 {
-		failures = 3
-	}
-	if d := time.Duration(pb.InitialDelaySeconds) * time.Second; d > 0 {
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return
-		}
+	period, failures := probeTiming(pb)
+	successes := max(pb.SuccessThreshold, 1)
+	if !initialDelay(ctx, p, pb) {
+		return
 	}
 	pr := prober{netns: c.w.k.cfg.NodeNetns}
 	ready := false
@@ -285,16 +464,30 @@ func (c *container) probeLoop(ctx context.Context, p *process, pb *v1.Probe, pod
 
 // stop ends the container for good: no more restarts; a running program
 // gets SIGTERM, then SIGKILL after grace. It returns when run has
-// returned.
+// returned (at once for a container never launched, which never will
+// be now).
 func (c *container) stop(grace time.Duration) {
 	c.mu.Lock()
 	c.stopping = true
-	p := c.proc
+	p, launched := c.proc, c.launched
 	c.mu.Unlock()
 	c.cancel()
+	if !launched {
+		return
+	}
 	if p != nil {
 		c.w.event(v1.EventTypeNormal, "Killing", "Stopping container %s", c.spec.Name)
 		p.stop(grace)
 	}
 	<-c.done
+}
+
+// halt ends the container's restarts without stopping what runs: a run
+// that ends now is its last, and a container never launched never will
+// be.
+func (c *container) halt() {
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
+	c.cancel()
 }

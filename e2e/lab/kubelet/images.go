@@ -63,6 +63,7 @@ const (
 	ReasonCreateContainerConfigError = "CreateContainerConfigError"
 	ReasonCreateContainerError       = "CreateContainerError"
 	ReasonContainerCreating          = "ContainerCreating"
+	ReasonPodInitializing            = "PodInitializing"
 	ReasonCrashLoopBackOff           = "CrashLoopBackOff"
 	ReasonCompleted                  = "Completed"
 	ReasonError                      = "Error"

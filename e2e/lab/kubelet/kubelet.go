@@ -13,12 +13,18 @@
 //     each: a network namespace with a veth into the node's pod bridge and
 //     the next free address of the pod CIDR (hostNetwork pods use the
 //     node's namespace and address), then one process per container for
-//     the images it knows (KnownImages). It reports the pod's status
-//     (phase, IPs, conditions, container states, restarts), honours
-//     httpGet/tcpSocket readiness probes, restarts containers per
-//     restartPolicy with a back-off, and on deletion stops containers with
-//     SIGTERM, the grace period, SIGKILL, removes the network and deletes
-//     the pod with grace period 0.
+//     the images it knows (KnownImages). Init containers run first, in
+//     order: a regular one to completion (retried after a failure unless
+//     the restartPolicy is Never, which fails the pod), a sidecar
+//     (restartPolicy Always on the init container) until it has started,
+//     after which it keeps running, restarted whenever it exits, next to
+//     the app containers, and counts toward the pod's readiness. It
+//     reports the pod's status (phase, IPs, conditions, init and app
+//     container states, restarts), honours httpGet/tcpSocket readiness
+//     and startup probes, restarts containers per restartPolicy with a
+//     back-off, and on deletion stops the app containers, then the
+//     sidecars last first, with SIGTERM, the grace period, SIGKILL,
+//     removes the network and deletes the pod with grace period 0.
 //
 // It authenticates with a node client certificate (CN=system:node:<name>,
 // O=system:nodes; see WriteNodeKubeconfig), so the API server's Node
@@ -41,12 +47,11 @@
 // every run; the API returns a run's part of it.
 //
 // Everything it creates is recorded in a state file first, so Down can
-// remove it after a crash. It does not do init containers, exec or gRPC
-// probes, liveness or startup probes, resource limits, attach, stats or
-// metrics, log timestamps or stdout apart from stderr, or, in binary
-// mode, images beyond KnownImages; a pod asking for an unknown image
-// stays Pending with its container Waiting in ErrImagePull, with a
-// message that says why.
+// remove it after a crash. It does not do exec or gRPC probes, liveness
+// probes, resource limits, attach, stats or metrics, log timestamps or
+// stdout apart from stderr, or, in binary mode, images beyond
+// KnownImages; a pod asking for an unknown image stays Pending with its
+// container Waiting in ErrImagePull, with a message that says why.
 package kubelet
 
 import (

@@ -41,16 +41,24 @@ type podWorker struct {
 	notify  chan struct{}
 
 	// Owned by run (containers read sandbox once it is set, before they
-	// start); run sets sandbox, sandboxGone and containers under mu too,
-	// for the kubelet API.
-	sandbox      *sandbox
-	sandboxGone  bool
-	containers   []*container
-	started      bool
-	startTime    *metav1.Time
-	lastPodIP    string
-	lastPodIPv6  string
-	failedStatus bool
+	// start); run sets sandbox, sandboxGone, initContainers and
+	// containers under mu too, for the kubelet API.
+	sandbox        *sandbox
+	sandboxGone    bool
+	initContainers []*container
+	containers     []*container
+	started        bool
+	// appsLaunched: the pod is initialized and its app containers were
+	// launched; initFailed: a regular init container failed under
+	// restartPolicy Never, so they never will be. sidecarsStopping: the
+	// sidecars are being stopped, as nothing else will run.
+	appsLaunched     bool
+	initFailed       bool
+	sidecarsStopping bool
+	startTime        *metav1.Time
+	lastPodIP        string
+	lastPodIPv6      string
+	failedStatus     bool
 	// stopRefresh ends the projected-volume refresher.
 	stopRefresh context.CancelFunc
 }
@@ -223,23 +231,25 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod, removed bool) (done b
 		}
 		w.lastPodIP, w.lastPodIPv6 = sb.ip, sb.ip6
 		w.k.logf("pod %s: sandbox ready: netns %s, IPs %s %s", w.key, sb.netns, sb.ip, sb.ip6)
-		var containers []*container
+		reason := waitingReason(pod)
+		var inits, containers []*container
+		for _, spec := range pod.Spec.InitContainers {
+			inits = append(inits, newContainer(w, spec, kindOf(&spec, true), reason))
+		}
 		for _, spec := range pod.Spec.Containers {
-			containers = append(containers, newContainer(w, spec))
+			containers = append(containers, newContainer(w, spec, appContainer, reason))
 		}
 		// Under mu for the kubelet API (apiView); run itself reads them
 		// without: it is their only writer.
 		w.mu.Lock()
-		w.sandbox, w.containers = sb, containers
+		w.sandbox, w.initContainers, w.containers = sb, inits, containers
 		w.mu.Unlock()
-		for _, c := range w.containers {
-			go c.run()
-		}
 		var refreshCtx context.Context
 		refreshCtx, w.stopRefresh = context.WithCancel(ctx)
 		go w.volumes(pod).refreshVolumes(refreshCtx)
 		w.started = true
 	}
+	w.advance(pod)
 
 	// Once every container is finished for good, the sandbox goes (and
 	// its address is free again), as the real kubelet does.
@@ -257,25 +267,118 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod, removed bool) (done b
 	return false, 0
 }
 
-// allFinished tells whether no container runs or will run again.
-func (w *podWorker) allFinished() bool {
-	if len(w.containers) == 0 {
-		return false
+// all is the pod's containers, init containers first.
+func (w *podWorker) all() []*container {
+	return append(append([]*container(nil), w.initContainers...), w.containers...)
+}
+
+// advance moves the pod's initialization on as the kubelet does: init
+// containers start one after the other, each once the one before has
+// completed (a regular init container) or started (a sidecar), then
+// the app containers; a regular init container that fails under
+// restartPolicy Never fails the pod. Once nothing but sidecars will run
+// again (the app containers finished for good, or the initialization
+// failed), the sidecars are stopped, last first.
+func (w *podWorker) advance(pod *v1.Pod) {
+	for !w.appsLaunched && !w.initFailed {
+		launched := make([]bool, len(w.initContainers))
+		statuses := make([]v1.ContainerStatus, len(w.initContainers))
+		for i, c := range w.initContainers {
+			launched[i], statuses[i] = c.wasLaunched(), c.snapshot()
+		}
+		step := nextInitStep(pod.Spec.InitContainers, launched, statuses, pod.Spec.RestartPolicy)
+		switch {
+		case step.failed:
+			w.initFailed = true
+			w.k.logf("pod %s: an init container failed and the restartPolicy is Never: the pod has failed", w.key)
+		case step.apps:
+			w.appsLaunched = true
+			if len(w.initContainers) > 0 {
+				w.k.logf("pod %s: initialized: starting the app containers", w.key)
+			}
+			for _, c := range w.containers {
+				c.launch()
+			}
+		case step.start >= 0 && !launched[step.start]:
+			c := w.initContainers[step.start]
+			c.launch()
+			if c.wasLaunched() {
+				continue // it cannot be done yet, but look again
+			}
+		}
+		break
 	}
-	for _, c := range w.containers {
-		select {
-		case <-c.done:
-		default:
+	if w.sidecarsStopping || !(w.initFailed || w.appsLaunched && finishedAll(w.containers)) {
+		return
+	}
+	var sidecars []*container
+	for _, c := range w.initContainers {
+		if c.kind == sidecarContainer && c.wasLaunched() && !c.finished() {
+			sidecars = append(sidecars, c)
+		}
+	}
+	if len(sidecars) == 0 {
+		return
+	}
+	w.sidecarsStopping = true
+	w.k.logf("pod %s: no app container will run again: stopping %d sidecars", w.key, len(sidecars))
+	grace := gracePeriod(pod)
+	go stopSidecars(sidecars, time.Now().Add(grace))
+}
+
+// finishedAll tells whether every one of cs was launched and will not
+// run again.
+func finishedAll(cs []*container) bool {
+	for _, c := range cs {
+		if !c.finished() {
 			return false
 		}
 	}
 	return true
 }
 
-// killAll stops every container (in parallel) and waits for them.
+// stopSidecars stops sidecars (in spec order) the last first, each once
+// the one after it has ended, as the kubelet orders a pod's
+// termination; each gets what is left of the grace period until
+// deadline, and at least MinGracePeriod.
+func stopSidecars(sidecars []*container, deadline time.Time) {
+	for i := len(sidecars) - 1; i >= 0; i-- {
+		sidecars[i].stop(max(time.Until(deadline), MinGracePeriod))
+	}
+}
+
+// allFinished tells whether no container runs or will run again.
+func (w *podWorker) allFinished() bool {
+	if !w.appsLaunched && !w.initFailed {
+		return false
+	}
+	for _, c := range w.all() {
+		if c.wasLaunched() && !c.finished() {
+			return false
+		}
+	}
+	return true
+}
+
+// killAll stops every container and waits for them: first the app
+// containers and a running regular init container (in parallel), then
+// the sidecars, last first, with what is left of the grace period, as
+// the kubelet orders a pod's termination. Nothing restarts or starts
+// meanwhile.
 func (w *podWorker) killAll(grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	var sidecars []*container
+	for _, c := range w.all() {
+		c.halt()
+		if c.kind == sidecarContainer {
+			sidecars = append(sidecars, c)
+		}
+	}
 	var wg sync.WaitGroup
-	for _, c := range w.containers {
+	for _, c := range w.all() {
+		if c.kind == sidecarContainer {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -283,6 +386,7 @@ func (w *podWorker) killAll(grace time.Duration) {
 		}()
 	}
 	wg.Wait()
+	stopSidecars(sidecars, deadline)
 }
 
 // stopReporting stops the containers of a deleted pod like killAll and,
@@ -337,14 +441,15 @@ func (w *podWorker) teardown() error {
 }
 
 // apiView is what the kubelet API needs of the pod: its sandbox (nil
-// before it is set up and after it is removed) and its containers.
+// before it is set up and after it is removed) and its containers, init
+// containers first.
 func (w *podWorker) apiView() (*sandbox, []*container) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.sandboxGone {
-		return nil, w.containers
+		return nil, w.all()
 	}
-	return w.sandbox, w.containers
+	return w.sandbox, w.all()
 }
 
 // syncStatus sends the pod's status if it differs from what the API
@@ -359,17 +464,16 @@ func (w *podWorker) syncStatus(ctx context.Context, pod *v1.Pod, terminating boo
 		terminating:  terminating,
 		now:          now(),
 	}
-	if len(w.containers) > 0 {
+	if w.containers != nil {
+		for _, c := range w.initContainers {
+			in.initContainers = append(in.initContainers, c.snapshot())
+		}
 		for _, c := range w.containers {
 			in.containers = append(in.containers, c.snapshot())
 		}
 	} else {
-		for _, spec := range pod.Spec.Containers {
-			in.containers = append(in.containers, v1.ContainerStatus{
-				Name: spec.Name, Image: spec.Image,
-				State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}},
-			})
-		}
+		in.initContainers = waitingStatuses(pod.Spec.InitContainers, waitingReason(pod))
+		in.containers = waitingStatuses(pod.Spec.Containers, waitingReason(pod))
 	}
 	st := podStatus(pod, in)
 	if sameStatus(&st, &pod.Status) && !w.failedStatus {

@@ -160,7 +160,9 @@ func (k *Kubelet) findPod(namespace, name, uid string) (*podWorker, error) {
 	return nil, notFound("pod %q does not exist on node %s", namespace+"/"+name, k.cfg.NodeName)
 }
 
-// findContainer is a container of a pod the kubelet runs.
+// findContainer is a container of a pod the kubelet runs: an app
+// container or an init container (sidecar or not), by name, as the
+// real kubelet finds them (kubectl logs -c <init container>).
 func (k *Kubelet) findContainer(r *http.Request) (*podWorker, *container, error) {
 	w, err := k.findPod(r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("uid"))
 	if err != nil {
