@@ -36,7 +36,7 @@ type LabSkip struct {
 
 // LabSkips are the tests skipped for the lab's sake.
 var LabSkips = []LabSkip{
-	{`\[Feature:SCTPConnectivity\]`, "SCTP: the lab's pods are processes in network namespaces and its kernel loads no sctp module; upstream runs these only where the feature is declared"},
+	{`\[Feature:SCTPConnectivity\]`, "SCTP: this machine's kernel has none (an SCTP socket fails with EPROTONOSUPPORT, and there are no modules to load); upstream runs these only where the feature is declared"},
 	{`Services should work after restarting apiserver \[Disruptive\]`, "restarts the API server over SSH to the control-plane host; the lab has no SSH"},
 	{`Services should work after restarting kube-proxy \[Disruptive\]`, "restarts kube-proxy over SSH to a node; the lab has no SSH"},
 	{`Networking should recreate its iptables rules if they are deleted \[Disruptive\]`, "deletes iptables rules over SSH on a node; the lab has no SSH"},
