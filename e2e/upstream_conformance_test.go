@@ -61,6 +61,7 @@ func TestUpstreamConformance(t *testing.T) {
 		E2ETest: suite.Path, Ginkgo: ginkgo, Procs: 3,
 		Kubeconfig: h.Lab.Kubeconfig, Kubectl: h.Lab.KubectlPath,
 		Netns:     h.Lab.Layout.Remote,
+		Nodes:     3,
 		ReportDir: reports, Focus: conformance.SubsetFocus, Skip: conformance.SkipPattern(),
 		Timeout: 20 * time.Minute,
 	})

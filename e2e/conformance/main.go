@@ -198,6 +198,7 @@ func runOne(ctx context.Context, o Options, proxy, suite, ginkgo string) (_ []Re
 		E2ETest: suite, Ginkgo: ginkgo, Procs: o.Procs,
 		Kubeconfig: lab.Kubeconfig, Kubectl: lab.KubectlPath,
 		Netns:     lab.Layout.Remote,
+		Nodes:     o.Nodes,
 		ReportDir: filepath.Join(o.OutDir, proxy),
 		Focus:     o.Focus, Skip: o.Skip, Timeout: o.Timeout,
 		Out: o.Log,

@@ -22,6 +22,11 @@ type RunOptions struct {
 	// Kubeconfig and Kubectl are the cluster's admin kubeconfig and the
 	// kubectl the tests shell out to.
 	Kubeconfig, Kubectl string
+	// Nodes is the cluster's number of schedulable nodes (--num-nodes):
+	// the suite counts them in its setup on the first process only, so
+	// without it the other parallel processes skip every test that needs
+	// two nodes ("Requires at least 2 nodes (not -1)").
+	Nodes int
 	// ReportDir receives junit_01.xml and the run's output.
 	ReportDir string
 	Focus     string
@@ -52,6 +57,9 @@ func (o RunOptions) Command() []string {
 		"--provider=local",
 		"--kubectl-path=" + o.Kubectl,
 		"--report-dir=" + o.ReportDir,
+	}
+	if o.Nodes > 0 {
+		e2eArgs = append(e2eArgs, "--num-nodes="+strconv.Itoa(o.Nodes))
 	}
 	e2eArgs = append(e2eArgs, o.Args...)
 	ginkgoArgs := []string{

@@ -107,16 +107,21 @@ func ParseList(out string) []string {
 }
 
 // SubsetFocus is the part of the selection `make test` runs
-// (TestUpstreamConformance, with herald only, in about ten minutes): the
-// sig-network [Conformance] tests of Services, the Networking checks of
-// ClusterIP, NodePort and session affinity from pods and nodes, and the
-// externalTrafficPolicy: Local tests of NodePort and LoadBalancer. Every
-// one of them passes with kube-proxy in the full run (docs/testing.md).
+// (TestUpstreamConformance, with herald only, in a few minutes): the
+// Services [Conformance] tests, and the proxy's own matters that are
+// quick to check: healthCheckNodePort and externalTrafficPolicy changes,
+// terminating endpoints, the client's source IP through a ClusterIP, the
+// ESIPP LoadBalancer tests from pods and across nodes, a LoadBalancer's
+// type and port changes, and UDP conntrack across a NodePort backend's
+// restart. Every one of them passed with kube-proxy in the full run
+// (docs/testing.md).
 var SubsetFocus = strings.Join([]string{
 	`\[sig-network\] Services .*\[Conformance\]`,
-	`\[sig-network\] Networking Granular Checks: Services should function for (pod|node|endpoint)-Service: (http|udp)$`,
-	`\[sig-network\] Networking Granular Checks: Services should function for client IP based session affinity: (http|udp)`,
-	`\[sig-network\] Services should support externalTrafficPolicy=Local for type=NodePort`,
 	`\[sig-network\] Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes`,
-	`\[sig-network\] LoadBalancers ExternalTrafficPolicy: Local .*should (work for type=LoadBalancer|only target nodes with endpoints)`,
+	`\[sig-network\] Services should fail health check node port if there are only terminating endpoints`,
+	`\[sig-network\] Services should fallback to local terminating endpoints when there are no ready endpoints with externalTrafficPolicy=Local`,
+	`\[sig-network\] Services should preserve source pod IP for traffic thru service cluster IP`,
+	`\[sig-network\] LoadBalancers ExternalTrafficPolicy: Local .*should (target all nodes with endpoints|work from pods)`,
+	`\[sig-network\] LoadBalancers .*should be able to change the type and ports of a TCP service`,
+	`\[sig-network\] Conntrack should be able to preserve UDP traffic when server pod cycles for a NodePort service`,
 }, "|")

@@ -56,6 +56,12 @@ func (k *Kubelet) setupSandbox(ctx context.Context, pod *v1.Pod, logDir string) 
 		{"-n", name, "link", "set", "lo", "up"},
 		{"-n", node, "link", "add", sb.hostVeth, "type", "veth", "peer", "name", "eth0", "netns", name},
 		{"-n", node, "link", "set", sb.hostVeth, "master", k.cfg.PodBridge},
+		// Hairpin mode, as the CNI bridge plugin sets it for Kubernetes
+		// (hairpinMode): a pod that reaches a Service whose endpoint is
+		// itself gets its packet back through the port it came in by.
+		// With bridge netfilter on, the DNAT happens while the frame is
+		// bridged, and without hairpin the bridge drops it.
+		{"-n", node, "link", "set", sb.hostVeth, "type", "bridge_slave", "hairpin", "on"},
 		{"-n", node, "link", "set", sb.hostVeth, "up"},
 		{"-n", name, "addr", "add", netip.PrefixFrom(ip, bits).String(), "dev", "eth0"},
 		{"-n", name, "link", "set", "eth0", "up"},
