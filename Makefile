@@ -136,9 +136,12 @@ e2e-test: toolchain helm ## the e2e suite in e2e/ (needs root)
 # so a capability, tool or file the image lacks fails here as on a node.
 # The tests are the user-facing ones: the walkthrough, layer 2, BGP, the
 # proxy, and the kubelet API (kubectl exec and logs inside a herald
-# container). make test runs it after the binary-mode suite.
-E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestUpstreamImages|TestUpstreamConformance)$$
-e2e-image-test: toolchain ## (root) make image, then the walkthrough and the L2, BGP, proxy and kubelet API e2e tests with herald's pods running that image under runc
+# container), the lab kubelet's init containers and sidecars, the images
+# of Kubernetes' upstream e2e suite, and a subset of that suite with
+# herald (TestUpstreamConformance; docs/testing.md). make test runs it
+# after the binary-mode suite.
+E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestInitContainers|TestUpstreamImages|TestUpstreamConformance)$$
+e2e-image-test: toolchain ## (root) make image, then the walkthrough, the L2, BGP, proxy, kubelet API and init-container e2e tests, the upstream images and a subset of the upstream sig-network suite, with herald's pods running that image under runc
 	@$(MAKE) image
 	(cd e2e && $(GO) run ./cmd/herald-lab build)
 	cd e2e && HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 50m -run '$(E2E_IMAGE_TESTS)' .
