@@ -76,8 +76,9 @@ type container struct {
 	status   v1.ContainerStatus
 	proc     *process
 	stopping bool
-	// launched: run was started (launch); a container that never is
-	// (its pod's initialization did not get that far) is done at once.
+	// launched: run was started (launch). A container that never is
+	// (its pod's initialization did not get that far) has nothing to
+	// stop, and stop returns at once.
 	launched bool
 	// runs are the last two runs that started, the latest last: the
 	// kubelet API's logs (current and previous).
