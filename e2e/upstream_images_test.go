@@ -61,7 +61,7 @@ spec:
 
 // upstreamStandInPods run the other stand-ins as the sig-network tests
 // do: busybox with the commands of Conntrack's init container and client
-// (as a regular container: the lab kubelet runs no init containers), nginx
+// (as a regular container here; TestInitContainers covers init containers), nginx
 // (EndpointSlice), distroless-iptables with sleep (KubeProxy), the
 // boom-server of regression-issue-74839 with NET_RAW (Conntrack) and
 // jessie-dnsutils as the DNS tests' prober.
