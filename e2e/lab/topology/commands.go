@@ -91,13 +91,16 @@ func Commands(l Layout) []Cmd {
 
 	lanLeg(l.Client, l.ClientHostIf, ClientV4, ClientV6)
 	hostRoutes(ClientV4, ClientV6)
-	// The router and, behind it, the remote subnet are members too: the
+	// The router, and the remote client behind it, are members too: the
 	// remote client reaches the API server on the host (a client outside
 	// the nodes' network, as the upstream e2e suite's runner expects), and
-	// the host's replies go back through the router.
+	// the host's replies go back through the router. Only the client's own
+	// address: the rest of the remote subnet may be real on the machine's
+	// network (test environments put their package mirrors in
+	// documentation ranges, 203.0.113.80 here).
 	hostRoutes(RouterLANv4, RouterLANv6)
-	b.root("ip", "route", "add", RemoteV4.String(), "via", RouterLANv4.String(), "dev", l.Bridge, "src", HostLANv4.String())
-	b.root("ip", "-6", "route", "add", RemoteV6.String(), "via", RouterLANv6.String(), "dev", l.Bridge, "src", HostLANv6.String())
+	b.root("ip", "route", "add", RemoteV4IP.String()+"/32", "via", RouterLANv4.String(), "dev", l.Bridge, "src", HostLANv4.String())
+	b.root("ip", "-6", "route", "add", RemoteV6IP.String()+"/128", "via", RouterLANv6.String(), "dev", l.Bridge, "src", HostLANv6.String())
 
 	for _, n := range l.Nodes {
 		lanLeg(n.Netns, n.HostIf, n.IPv4, n.IPv6)

@@ -46,12 +46,16 @@ func unreachableRoutes(op string) []Cmd {
 }
 
 // unreachableRanges are the lab ranges that get an unreachable route:
-// all but the remote subnet, which the host routes whole to the router
-// (Commands), so nothing of it can leave the machine either.
+// the LAN (with the layer-2 LoadBalancer pool), the pod and Service
+// ranges. Not the remote subnet and the BGP pool (203.0.113.0/24 and
+// their IPv6 ranges): the machine's own network may use them for real
+// services (this machine's package mirrors are at 203.0.113.80), and an
+// unreachable route there cut the Go module proxy and apt off while a lab
+// was up. Nothing in the lab's host-side code sends there.
 func unreachableRanges() []netip.Prefix {
 	var out []netip.Prefix
 	for _, r := range labRanges {
-		if r != RemoteV4 && r != RemoteV6 {
+		if r != RemoteV4 && r != RemoteV6 && r != BGPPoolV4 && r != BGPPoolV6 {
 			out = append(out, r)
 		}
 	}
