@@ -73,24 +73,7 @@ func E2ETestKey(moduleDir string) (version, key string, err error) {
 // other keys' entries are removed after a build. It shares the lock of
 // the component build, so two callers never compile at once.
 func EnsureE2ETest(ctx context.Context, opts Options) (*E2ETest, error) {
-	if opts.Log == nil {
-		opts.Log = os.Stderr
-	}
-	if opts.ModuleDir == "" {
-		d, err := FindModuleDir(".")
-		if err != nil {
-			return nil, err
-		}
-		opts.ModuleDir = d
-	}
-	if opts.CacheDir == "" {
-		opts.CacheDir = filepath.Join(opts.ModuleDir, "_cache")
-	}
-	var err error
-	if opts.ModuleDir, err = filepath.Abs(opts.ModuleDir); err != nil {
-		return nil, err
-	}
-	if opts.CacheDir, err = filepath.Abs(opts.CacheDir); err != nil {
+	if err := opts.resolve(); err != nil {
 		return nil, err
 	}
 	version, key, err := E2ETestKey(opts.ModuleDir)

@@ -178,29 +178,36 @@ func hashFiles(moduleDir, recipe string, files []string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-// Ensure returns the multi-call binary for the current pin, building it
-// first if the cache has none. Concurrent callers (also in other
-// processes) serialise on a lock file, so only one of them builds.
-func Ensure(ctx context.Context, opts Options) (*Bin, error) {
+// resolve fills in the defaults: the log, the module found from the
+// working directory, its _cache; both directories made absolute, so that
+// the binaries can be run from any directory.
+func (opts *Options) resolve() error {
 	if opts.Log == nil {
 		opts.Log = os.Stderr
 	}
 	if opts.ModuleDir == "" {
 		d, err := FindModuleDir(".")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		opts.ModuleDir = d
 	}
 	if opts.CacheDir == "" {
 		opts.CacheDir = filepath.Join(opts.ModuleDir, "_cache")
 	}
-	// Absolute paths, so that the binaries can be run from any directory.
 	var err error
 	if opts.ModuleDir, err = filepath.Abs(opts.ModuleDir); err != nil {
-		return nil, err
+		return err
 	}
-	if opts.CacheDir, err = filepath.Abs(opts.CacheDir); err != nil {
+	opts.CacheDir, err = filepath.Abs(opts.CacheDir)
+	return err
+}
+
+// Ensure returns the multi-call binary for the current pin, building it
+// first if the cache has none. Concurrent callers (also in other
+// processes) serialise on a lock file, so only one of them builds.
+func Ensure(ctx context.Context, opts Options) (*Bin, error) {
+	if err := opts.resolve(); err != nil {
 		return nil, err
 	}
 	version, key, err := CacheKey(opts.ModuleDir)
