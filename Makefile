@@ -140,7 +140,7 @@ e2e-test: toolchain helm ## the e2e suite in e2e/ (needs root)
 # of Kubernetes' upstream e2e suite, and a subset of that suite with
 # herald (TestUpstreamConformance; docs/testing.md). make test runs it
 # after the binary-mode suite.
-E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestInitContainers|TestUpstreamImages|TestUpstreamConformance)$$
+E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestInitContainers|TestProbes|TestUpstreamImages|TestUpstreamConformance)$$
 e2e-image-test: toolchain ## (root) make image, then the walkthrough, the L2, BGP, proxy, kubelet API and init-container e2e tests, the upstream images and a subset of the upstream sig-network suite, with herald's pods running that image under runc
 	@$(MAKE) image
 	(cd e2e && $(GO) run ./cmd/herald-lab build)

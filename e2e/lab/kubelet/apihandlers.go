@@ -28,7 +28,13 @@ func (k *Kubelet) execTarget(r *http.Request) (*podWorker, *container, execTarge
 	if p == nil {
 		return nil, nil, execTarget{}, badRequest("container %q in pod %q is not running", c.spec.Name, w.key)
 	}
-	return w, c, execTarget{pid: p.rec.PID, runcRoot: k.runtime.root, runcID: p.runcID, dir: w.logDir}, nil
+	return w, c, w.execTarget(p), nil
+}
+
+// execTarget is where commands for run p of one of the pod's containers
+// run.
+func (w *podWorker) execTarget(p *process) execTarget {
+	return execTarget{pid: p.rec.PID, runcRoot: w.k.runtime.root, runcID: p.runcID, dir: w.logDir}
 }
 
 // targetExecutor is the streaming server's Executor for one container,

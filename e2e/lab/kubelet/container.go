@@ -244,12 +244,15 @@ func (c *container) run() {
 		}
 		started := metav1.NewTime(p.startedAt).Rfc3339Copy()
 		c.status.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: started}}
-		rp, sp := c.spec.ReadinessProbe, c.spec.StartupProbe
+		rp, sp, lp := c.spec.ReadinessProbe, c.spec.StartupProbe, c.spec.LivenessProbe
 		if unsupportedProbe(rp) != "" || c.kind == initContainer {
 			rp = nil
 		}
 		if unsupportedProbe(sp) != "" || c.kind == initContainer {
 			sp = nil
+		}
+		if unsupportedProbe(lp) != "" || c.kind == initContainer {
+			lp = nil
 		}
 		// Started once the startup probe passes (at once without one);
 		// ready once started and the readiness probe passes. A regular
@@ -269,8 +272,8 @@ func (c *container) run() {
 		// too (stop cancels c.ctx first), as the kubelet does: a
 		// terminating pod can turn unready before it ends.
 		probeCtx, stopProbe := context.WithCancel(context.WithoutCancel(c.ctx))
-		if sp != nil || rp != nil {
-			go c.probe(probeCtx, p, sp, rp, w.podIP())
+		if sp != nil || rp != nil || lp != nil {
+			go c.probe(probeCtx, p, probes{startup: sp, readiness: rp, liveness: lp}, w.podIP())
 		}
 		<-p.exited
 		stopProbe()
@@ -353,15 +356,85 @@ func initialDelay(ctx context.Context, p *process, pb *v1.Probe) bool {
 	}
 }
 
+// probes are the probes of a container the lab kubelet runs; any may be
+// nil.
+type probes struct {
+	startup, readiness, liveness *v1.Probe
+}
+
+// prober is the prober for run p of the container.
+func (c *container) prober(p *process) prober {
+	return prober{netns: c.w.k.cfg.NodeNetns, exec: c.w.execTarget(p)}
+}
+
 // probe runs the probes of one run (p) of the container: the startup
-// probe (sp) until it passes, then the readiness probe (rp); either may
-// be nil.
-func (c *container) probe(ctx context.Context, p *process, sp, rp *v1.Probe, podIP string) {
-	if sp != nil && !c.startupLoop(ctx, p, sp, rp == nil, podIP) {
+// probe until it passes, then the readiness and liveness probes side by
+// side. Liveness stops when the container is told to stop (c.ctx), as
+// the kubelet stops it for a terminating pod; readiness goes on until
+// the run ends (ctx).
+func (c *container) probe(ctx context.Context, p *process, pbs probes, podIP string) {
+	if pbs.startup != nil && !c.startupLoop(ctx, p, pbs.startup, pbs.readiness == nil, podIP) {
 		return
 	}
-	if rp != nil {
-		c.probeLoop(ctx, p, rp, podIP)
+	if pbs.liveness != nil {
+		lctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(c.ctx, cancel)
+		go func() {
+			defer stop()
+			defer cancel()
+			c.livenessLoop(lctx, p, pbs.liveness, podIP)
+		}()
+	}
+	if pbs.readiness != nil {
+		c.probeLoop(ctx, p, pbs.readiness, podIP)
+	}
+}
+
+// killForProbe stops run p after its startup or liveness probe (kind)
+// failed failRun times; the run loop then restarts the container as its
+// kind and the pod's restartPolicy say.
+func (c *container) killForProbe(p *process, pb *v1.Probe, kind string, failRun int32) {
+	grace := gracePeriod(c.w.currentPod())
+	if s := pb.TerminationGracePeriodSeconds; s != nil {
+		grace = max(time.Duration(*s)*time.Second, MinGracePeriod)
+	}
+	c.w.event(v1.EventTypeNormal, "Killing", "Container %s failed %s probe, will be restarted", c.spec.Name, kind)
+	c.w.k.logf("pod %s: %s %s failed its %s probe %d times: killing it", c.w.key, c.kind, c.spec.Name, kind, failRun)
+	p.stop(grace)
+}
+
+// livenessLoop runs the liveness probe against run p, with its delay,
+// period and thresholds, and kills the run after failureThreshold
+// failures in a row.
+func (c *container) livenessLoop(ctx context.Context, p *process, pb *v1.Probe, podIP string) {
+	period, failures := probeTiming(pb)
+	if !initialDelay(ctx, p, pb) {
+		return
+	}
+	pr := c.prober(p)
+	var failRun int32
+	for {
+		ok, msg := pr.probe(ctx, pb, &c.spec, podIP)
+		if ctx.Err() != nil {
+			return
+		}
+		if ok {
+			failRun = 0
+		} else {
+			failRun++
+			c.w.event(v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %s", msg)
+			if failRun >= failures {
+				c.killForProbe(p, pb, "liveness", failRun)
+				return
+			}
+		}
+		t := time.NewTimer(period)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
 	}
 }
 
@@ -376,7 +449,7 @@ func (c *container) startupLoop(ctx context.Context, p *process, pb *v1.Probe, r
 	if !initialDelay(ctx, p, pb) {
 		return false
 	}
-	pr := prober{netns: c.w.k.cfg.NodeNetns}
+	pr := c.prober(p)
 	var failRun int32
 	for {
 		ok, msg := pr.probe(ctx, pb, &c.spec, podIP)
@@ -397,13 +470,7 @@ func (c *container) startupLoop(ctx context.Context, p *process, pb *v1.Probe, r
 		failRun++
 		c.w.event(v1.EventTypeWarning, "Unhealthy", "Startup probe failed: %s", msg)
 		if failRun >= failures {
-			grace := gracePeriod(c.w.currentPod())
-			if s := pb.TerminationGracePeriodSeconds; s != nil {
-				grace = max(time.Duration(*s)*time.Second, MinGracePeriod)
-			}
-			c.w.event(v1.EventTypeNormal, "Killing", "Container %s failed startup probe, will be restarted", c.spec.Name)
-			c.w.k.logf("pod %s: %s %s failed its startup probe %d times: killing it", c.w.key, c.kind, c.spec.Name, failRun)
-			p.stop(grace)
+			c.killForProbe(p, pb, "startup", failRun)
 			return false
 		}
 		t := time.NewTimer(period)
@@ -425,7 +492,7 @@ func (c *container) probeLoop(ctx context.Context, p *process, pb *v1.Probe, pod
 	if !initialDelay(ctx, p, pb) {
 		return
 	}
-	pr := prober{netns: c.w.k.cfg.NodeNetns}
+	pr := c.prober(p)
 	ready := false
 	var okRun, failRun int32
 	for {

@@ -47,10 +47,10 @@
 // every run; the API returns a run's part of it.
 //
 // Everything it creates is recorded in a state file first, so Down can
-// remove it after a crash. It does not do exec or gRPC probes, liveness
-// probes, resource limits, attach, stats or metrics, log timestamps or
-// stdout apart from stderr, or, in binary mode, images beyond
-// KnownImages; a pod asking for an unknown image stays Pending with its
+// remove it after a crash. It runs startup, readiness and liveness
+// probes (HTTP, TCP and exec; not gRPC). It has no resource limits,
+// attach, stats or metrics, log timestamps or stdout apart from stderr,
+// or, in binary mode, images beyond KnownImages; a pod asking for an unknown image stays Pending with its
 // container Waiting in ErrImagePull, with a message that says why.
 package kubelet
 

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -23,6 +24,9 @@ import (
 // reachable there over the pod bridge.
 type prober struct {
 	netns string // the node's namespace; empty: the current one
+	// exec is where an exec probe's command runs: the probed run of the
+	// container.
+	exec execTarget
 }
 
 // dial opens a TCP connection from the node's namespace.
@@ -66,20 +70,67 @@ func (p prober) probe(ctx context.Context, pb *v1.Probe, c *v1.Container, podIP 
 		}
 		conn.Close()
 		return true, ""
+	case pb.Exec != nil:
+		return p.execProbe(ctx, pb.Exec.Command)
 	}
-	// exec and grpc probes are not run by the lab kubelet; see
-	// unsupportedProbe.
+	// gRPC probes are not run by the lab kubelet; see unsupportedProbe.
 	return true, ""
+}
+
+// maxProbeOutput is how much of an exec probe's output a failure message
+// carries, as the kubelet keeps at most 10 KiB of it.
+const maxProbeOutput = 10 * 1024
+
+// execProbe runs cmd in the container as `kubectl exec` would: it passes
+// when the command exits 0. A command still running at the probe's
+// timeout is killed and the probe fails, as the kubelet's do since
+// ExecProbeTimeout went GA.
+func (p prober) execProbe(ctx context.Context, cmd []string) (bool, string) {
+	var out limitedBuffer
+	out.max = maxProbeOutput
+	err := p.exec.run(ctx, cmd, nil, &out, &out, false, nil)
+	if err == nil {
+		return true, ""
+	}
+	if ctx.Err() != nil {
+		return false, fmt.Sprintf("command %q timed out", strings.Join(cmd, " "))
+	}
+	msg := fmt.Sprintf("command %q failed: %v", strings.Join(cmd, " "), err)
+	if o := strings.TrimSpace(out.String()); o != "" {
+		msg += ": " + o
+	}
+	return false, msg
+}
+
+// limitedBuffer keeps the first max bytes written to it and discards the
+// rest, so a chatty probe command cannot grow the kubelet.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (b *limitedBuffer) Write(d []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - len(b.buf); room > 0 {
+		b.buf = append(b.buf, d[:min(room, len(d))]...)
+	}
+	return len(d), nil
+}
+
+func (b *limitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
 
 // unsupportedProbe names a probe kind the lab kubelet does not run, or
 // returns "".
 func unsupportedProbe(pb *v1.Probe) string {
 	switch {
-	case pb == nil, pb.HTTPGet != nil, pb.TCPSocket != nil:
+	case pb == nil, pb.HTTPGet != nil, pb.TCPSocket != nil, pb.Exec != nil:
 		return ""
-	case pb.Exec != nil:
-		return "exec"
 	case pb.GRPC != nil:
 		return "grpc"
 	}
