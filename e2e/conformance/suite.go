@@ -42,6 +42,7 @@ var LabSkips = []LabSkip{
 	{`Networking should recreate its iptables rules if they are deleted \[Disruptive\]`, "deletes iptables rules over SSH on a node; the lab has no SSH"},
 	{`Services should be rejected for evicted pods \(no endpoints exist\)`, "needs the kubelet to evict a pod that exceeds its ephemeral-storage limit; the lab kubelet enforces no resource limits"},
 	{`HostPort validates that there is no conflict between pods with same hostPort`, "hostPort is the CNI portmap plugin's DNAT, not the service proxy's; the lab's pod network has no CNI plugins"},
+	{`KubeProxy should set TCP CLOSE_WAIT timeout`, "its client reaches the server pod through a hostPort on the server's node IP (connection refused without one), and hostPort is the CNI portmap plugin's DNAT; the lab's pod network has no CNI plugins"},
 }
 
 // SkipPattern is the ginkgo skip pattern of LabSkips.
