@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -247,6 +248,11 @@ func TestUpstreamImages(t *testing.T) {
 		}
 		nginx := lab.Pod("e2eimg-nginx")
 		inClient(t, has("Welcome to nginx"), "curl", "-g", "-q", "-s", "--connect-timeout", "3", "http://"+nginx.Status.PodIP+":80/")
+		if t.Failed() {
+			// Once in CI (and never since) this timed out for 30 s while
+			// the other pods of the node answered: record the path.
+			dumpPodPath(t, lab.Lab.Kubelets[0].Config.NodeNetns, nginx.Status.PodIP, "80")
+		}
 		// busybox's nc as the Conntrack test's client uses it (TCP), here
 		// against netexec's HTTP port, which answers the line with a 400.
 		if out, _, code := runKubectl(t, lab, nil, "exec", "e2eimg-busybox", "-c", "busybox", "--", "sh", "-c",
@@ -307,5 +313,24 @@ func checkNoRestarts(t *testing.T, lab *harness.T, selector string) {
 				t.Errorf("pod %s: container %s restarted %d times, phase %s", p.Name, c.Name, c.RestartCount, p.Status.Phase)
 			}
 		}
+	}
+}
+
+// dumpPodPath logs what the node's namespace knows of the way to a pod
+// address (neighbour entry, bridge ports and forwarding table, conntrack
+// entries) and whether the node itself reaches the port, for a test that
+// found the pod unreachable.
+func dumpPodPath(t *testing.T, nodeNetns, podIP, port string) {
+	t.Helper()
+	for _, argv := range [][]string{
+		{"ip", "-n", nodeNetns, "neigh", "show", podIP},
+		{"ip", "-n", nodeNetns, "route", "get", podIP},
+		{"bridge", "-n", nodeNetns, "link", "show"},
+		{"bridge", "-n", nodeNetns, "fdb", "show", "br", "cbr0"},
+		{"ip", "netns", "exec", nodeNetns, "conntrack", "-L", "-d", podIP},
+		{"ip", "netns", "exec", nodeNetns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--connect-timeout", "3", "http://" + podIP + ":" + port + "/"},
+	} {
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		t.Logf("$ %s (err %v)\n%s", strings.Join(argv, " "), err, out)
 	}
 }
