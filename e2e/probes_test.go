@@ -67,6 +67,27 @@ spec:
       periodSeconds: 1
 `
 
+// probesPreStopPod's preStop hook writes to the container's output and
+// takes 4 s; the container prints TERM when the signal comes and takes
+// 2 s more to end, which leaves time to read its log.
+const probesPreStopPod = `
+apiVersion: v1
+kind: Pod
+metadata:
+  name: probes-prestop
+spec:
+  nodeName: %[1]s
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: main
+    image: %[2]s
+    command: ["/bin/sh", "-c", "trap 'echo TERM $(date +%%s); sleep 2; exit 0' TERM; echo started; while true; do sleep 1; done"]
+    lifecycle:
+      preStop:
+        exec:
+          command: ["/bin/sh", "-c", "echo prestop $(date +%%s) >/proc/1/fd/1; sleep 4"]
+`
+
 // TestProbes runs exec readiness and liveness probes in image mode (the
 // upstream suite's "endpoints for unready pods" test has an exec
 // readiness probe): the command runs inside the container, its exit code
@@ -87,9 +108,10 @@ func TestProbes(t *testing.T) {
 	}
 	lab := harness.Start(t)
 	node := lab.Lab.Kubelets[0].Config.NodeName
-	t.Cleanup(func() { initcDeletePods(lab, "probes", "probes-timeout") })
+	t.Cleanup(func() { initcDeletePods(lab, "probes", "probes-timeout", "probes-prestop") })
 	lab.Apply(fmt.Sprintf(probesPod, node, busybox))
 	lab.Apply(fmt.Sprintf(probesTimeoutPod, node, busybox))
+	lab.Apply(fmt.Sprintf(probesPreStopPod, node, busybox))
 
 	main := func() v1.ContainerStatus {
 		p := lab.Pod("probes")
@@ -159,6 +181,8 @@ func TestProbes(t *testing.T) {
 		t.Errorf("after the restart, want running, unready, 1 restart: %s", initcDescribe(lab.Pod("probes")))
 	}
 
+	checkPreStop(t, lab)
+
 	// A command that outlasts its timeout fails the probe.
 	p := lab.Pod("probes-timeout")
 	if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil || p.Status.ContainerStatuses[0].Ready {
@@ -170,6 +194,42 @@ func TestProbes(t *testing.T) {
 	}
 	if !timedOut {
 		t.Errorf("probes-timeout: no Unhealthy event saying the command timed out: %q", probeEvents(lab, "probes-timeout", "Unhealthy"))
+	}
+}
+
+// checkPreStop deletes probes-prestop and reads, from its log while it
+// terminates, that the hook ran first and the signal came once it was
+// done (4 s later, well within the 30 s grace period).
+func checkPreStop(t *testing.T, lab *harness.T) {
+	lab.Poll(2*time.Minute, "probes-prestop running", func() (bool, string) {
+		out, _ := lab.K.Run(lab.Ctx, "logs", "probes-prestop")
+		return strings.Contains(out, "started"), initcDescribe(lab.Pod("probes-prestop"))
+	})
+	deleted := time.Now()
+	lab.Kubectl("delete", "pod", "probes-prestop", "--wait=false")
+	var log string
+	lab.Poll(20*time.Second, "TERM in probes-prestop's log", func() (bool, string) {
+		log, _ = lab.K.Run(lab.Ctx, "logs", "probes-prestop")
+		return strings.Contains(log, "TERM"), log
+	})
+	var hookAt, termAt int64
+	for _, line := range strings.Split(log, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == "prestop" {
+			fmt.Sscan(f[1], &hookAt)
+		}
+		if len(f) == 2 && f[0] == "TERM" {
+			fmt.Sscan(f[1], &termAt)
+		}
+	}
+	t.Logf("deleted at %d; preStop hook at %d, SIGTERM at %d; log %q", deleted.Unix(), hookAt, termAt, log)
+	if hookAt == 0 || termAt == 0 {
+		t.Fatalf("want a prestop line then a TERM line in the log: %q", log)
+	}
+	// The hook sleeps 4 s after writing; the shell traps the signal
+	// within the second its sleep 1 takes.
+	if d := termAt - hookAt; d < 4 || d > 6 {
+		t.Errorf("SIGTERM came %d s after the preStop hook started, want 4-6 (the hook runs first, to its end)", d)
 	}
 }
 

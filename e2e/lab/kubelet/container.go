@@ -400,7 +400,7 @@ func (c *container) killForProbe(p *process, pb *v1.Probe, kind string, failRun 
 	}
 	c.w.event(v1.EventTypeNormal, "Killing", "Container %s failed %s probe, will be restarted", c.spec.Name, kind)
 	c.w.k.logf("pod %s: %s %s failed its %s probe %d times: killing it", c.w.key, c.kind, c.spec.Name, kind, failRun)
-	p.stop(grace)
+	c.terminate(p, grace)
 }
 
 // livenessLoop runs the liveness probe against run p, with its delay,
@@ -545,7 +545,7 @@ func (c *container) stop(grace time.Duration) {
 	}
 	if p != nil {
 		c.w.event(v1.EventTypeNormal, "Killing", "Stopping container %s", c.spec.Name)
-		p.stop(grace)
+		c.terminate(p, grace)
 	}
 	<-c.done
 }

@@ -48,7 +48,8 @@
 //
 // Everything it creates is recorded in a state file first, so Down can
 // remove it after a crash. It runs startup, readiness and liveness
-// probes (HTTP, TCP and exec; not gRPC). It has no resource limits,
+// probes (HTTP, TCP and exec; not gRPC) and preStop hooks (exec, HTTP,
+// sleep), not postStart hooks. It has no resource limits,
 // attach, stats or metrics, log timestamps or stdout apart from stderr,
 // or, in binary mode, images beyond KnownImages; a pod asking for an unknown image stays Pending with its
 // container Waiting in ErrImagePull, with a message that says why.
