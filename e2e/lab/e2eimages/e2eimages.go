@@ -32,8 +32,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/herald-lb/herald/e2e/lab/filelock"
 	"github.com/herald-lb/herald/e2e/lab/k8sbin"
 )
 
@@ -437,27 +436,5 @@ func (r *Result) Report(w io.Writer) {
 // and a test, say) do not build the same images at once; it says so when
 // it has to wait.
 func lock(ctx context.Context, path string, log io.Writer) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	for said := false; ; said = true {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if !said {
-			fmt.Fprintf(log, "e2eimages: waiting for another build (lock %s)\n", path)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	return filelock.Acquire(ctx, path, func() { fmt.Fprintf(log, "e2eimages: waiting for another build (lock %s)\n", path) })
 }

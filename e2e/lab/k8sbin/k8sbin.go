@@ -25,8 +25,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/herald-lb/herald/e2e/lab/filelock"
 )
 
 // ModulePath is the module path of the lab's Go module.
@@ -298,30 +299,10 @@ func replaceSymlink(target, link string) error {
 	return os.Rename(tmp, link)
 }
 
-// lockFile takes an exclusive flock on path, telling the user when it has
+// lockFile takes an exclusive lock on path, telling the user when it has
 // to wait for another builder.
 func lockFile(ctx context.Context, path string, log io.Writer) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
-		return func() { f.Close() }, nil
-	}
-	fmt.Fprintf(log, "k8sbin: waiting for another build (lock %s)\n", path)
-	done := make(chan error, 1)
-	go func() { done <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		return func() { f.Close() }, nil
-	case <-ctx.Done():
-		f.Close() // releases the blocked flock with EBADF
-		return nil, ctx.Err()
-	}
+	return filelock.Acquire(ctx, path, func() { fmt.Fprintf(log, "k8sbin: waiting for another build (lock %s)\n", path) })
 }
 
 // moduleInfo is what `go list -m -json` says about the kubernetes module.

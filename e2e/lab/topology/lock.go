@@ -2,14 +2,13 @@ package topology
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/herald-lb/herald/e2e/lab/filelock"
 )
 
 // LockPath is the machine-wide lock of the lab's address plan. Every lab
@@ -91,24 +90,9 @@ func UpPrefix(ctx context.Context) (prefix string, up bool, err error) {
 }
 
 func flock(ctx context.Context) (release func(), err error) {
-	f, err := os.OpenFile(LockPath, os.O_CREATE|os.O_RDWR, 0o644)
+	release, err = filelock.Acquire(ctx, LockPath, nil)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("waiting for another lab to finish: %w", err)
 	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", LockPath, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for another lab to finish (lock %s): %w", LockPath, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return release, nil
 }
