@@ -35,6 +35,13 @@ var wellKnownCommunities = map[string]uint32{
 	"no-peer":             0xffffff04, // RFC 3765
 }
 
+// WellKnownCommunity returns the community a well-known name (no-export,
+// …) stands for; Community objects cannot redefine these names.
+func WellKnownCommunity(name string) (Community, bool) {
+	v, ok := wellKnownCommunities[name]
+	return Community{Standard: v}, ok
+}
+
 var aliasName = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$`)
 
 // ParseCommunity parses a numeric community, "ASN:value" with two 16-bit

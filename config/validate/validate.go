@@ -18,12 +18,22 @@ import (
 // Files loads the files, checks them and prints every problem. It returns
 // the number of problems; err is for files that cannot be read at all.
 func Files(out io.Writer, namespace string, files []string) (int, error) {
+	return run(out, namespace, func(l *config.Loader) error { return l.LoadFiles(files) })
+}
+
+// Stream checks one multi-document YAML stream (named source in
+// messages) as Files checks files.
+func Stream(out io.Writer, namespace, source string, rd io.Reader) (int, error) {
+	return run(out, namespace, func(l *config.Loader) error { return l.Load(source, rd) })
+}
+
+func run(out io.Writer, namespace string, load func(*config.Loader) error) (int, error) {
 	schema, err := crd.NewValidator()
 	if err != nil {
 		return 0, fmt.Errorf("loading the CRD schemas: %w", err)
 	}
 	l := config.Loader{Schema: func(doc []byte) []config.FieldError { return check(schema, doc) }}
-	if err := l.LoadFiles(files); err != nil {
+	if err := load(&l); err != nil {
 		return 0, err
 	}
 	l.Resources.Namespace = namespace
