@@ -34,33 +34,38 @@ var commands = map[string]command{
 		longRunning("proxy", proxy.ParseFlags, infoLevel[proxy.Options], runProxy)},
 	"speaker": {"announce LoadBalancer IPs over layer 2 and BGP, and run the proxy",
 		longRunning("speaker", parseSpeaker, func(c speakerCmd) slog.Level { return c.speaker.LogLevel }, runSpeaker)},
-	"status": {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
+	"status":  {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
+	"migrate": {"translate MetalLB's configuration into herald's", runMigrate},
 }
 
-var order = []string{"controller", "speaker", "proxy", "status", "validate", "version"}
+var order = []string{"controller", "speaker", "proxy", "status", "validate", "migrate", "version"}
 
 // Main runs the subcommand named by args[0] and returns the exit code.
 func Main(args []string) int {
 	if len(args) < 1 {
-		usage()
+		usage(os.Stderr)
 		return 2
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		if args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
-			fmt.Fprintf(os.Stderr, "herald: unknown command %q\n", args[0])
+		// Asked for, help is the output: stdout and success.
+		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			usage(os.Stdout)
+			return 0
 		}
-		usage()
+		fmt.Fprintf(os.Stderr, "herald: unknown command %q\n", args[0])
+		usage(os.Stderr)
 		return 2
 	}
 	return cmd.run(args[1:])
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: herald COMMAND [flags]\n\ncommands:")
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: herald COMMAND [flags]\n\ncommands:")
 	for _, name := range order {
-		fmt.Fprintf(os.Stderr, "  %-11s %s\n", name, commands[name].summary)
+		fmt.Fprintf(w, "  %-11s %s\n", name, commands[name].summary)
 	}
+	fmt.Fprintln(w, "\n`herald COMMAND -h` describes a command and its flags.")
 }
 
 // files collects repeated -f flags.

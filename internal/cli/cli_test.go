@@ -14,6 +14,13 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"speaker", "-h"}, 0},
 		{[]string{"controller", "--bogus"}, 2},
 		{[]string{"validate"}, 2},
+		{[]string{"-h"}, 0},
+		{[]string{"--help"}, 0},
+		{[]string{"help"}, 0},
+		{[]string{"migrate"}, 2},
+		{[]string{"migrate", "-h"}, 0},
+		{[]string{"migrate", "-f", "x.yaml", "--from-cluster"}, 2},
+		{[]string{"migrate", "-f", "/nonexistent/metallb.yaml"}, 2},
 	} {
 		if got := Main(c.args); got != c.want {
 			t.Errorf("herald %v: exit %d, want %d", c.args, got, c.want)

@@ -22,17 +22,17 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/internal/kubeclient"
 	"github.com/herald-lb/herald/internal/lbapi"
 )
 
 // Options configure `herald status`.
 type Options struct {
-	Kubeconfig string
+	Cluster kubeclient.Flags
 	// HeraldNamespace holds the ServiceAnnouncements.
 	HeraldNamespace string
 	// Namespace and Name select Services; empty means all.
@@ -44,7 +44,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	o := Options{HeraldNamespace: "herald-system"}
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
+	o.Cluster.Register(fs)
 	fs.StringVar(&o.Namespace, "n", "", "only Services of this namespace (default: all)")
 	fs.StringVar(&o.HeraldNamespace, "herald-namespace", o.HeraldNamespace, "herald's namespace, where the ServiceAnnouncements are")
 	fs.Usage = func() {
@@ -80,13 +80,9 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 
 // Run prints the status to out.
 func Run(ctx context.Context, o Options, out io.Writer) error {
-	loading := clientcmd.NewDefaultClientConfigLoadingRules()
-	if o.Kubeconfig != "" {
-		loading.ExplicitPath = o.Kubeconfig
-	}
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{}).ClientConfig()
+	rc, err := o.Cluster.Config()
 	if err != nil {
-		return fmt.Errorf("no usable kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not in a cluster: %w", err)
+		return err
 	}
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {

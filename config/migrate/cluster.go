@@ -1,0 +1,68 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/herald-lb/herald/config"
+)
+
+// clusterKinds are the MetalLB resources LoadCluster reads, each at the
+// versions to try in order (BGPPeer is stored as v1beta2; clusters with
+// an older MetalLB serve only v1beta1).
+var clusterKinds = []struct {
+	resource string
+	versions []string
+}{
+	{"ipaddresspools", []string{"v1beta1"}},
+	{"l2advertisements", []string{"v1beta1"}},
+	{"bgpadvertisements", []string{"v1beta1"}},
+	{"bgppeers", []string{"v1beta2", "v1beta1"}},
+	{"bfdprofiles", []string{"v1beta1"}},
+	{"communities", []string{"v1beta1"}},
+}
+
+// LoadCluster reads MetalLB's configuration from namespace ns of a
+// cluster: its custom resources, or, when there are none, its legacy
+// ConfigMap "config" (MetalLB 0.13 and later ignore that ConfigMap, so
+// it is only read for a MetalLB that still uses it).
+func (t *Translator) LoadCluster(ctx context.Context, dyn dynamic.Interface, ns string) error {
+	found := 0
+	for _, k := range clusterKinds {
+		for i, v := range k.versions {
+			gvr := schema.GroupVersionResource{Group: Group, Version: v, Resource: k.resource}
+			list, err := dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+			if apierrors.IsNotFound(err) {
+				if i == len(k.versions)-1 {
+					break // this MetalLB (or none) has no such resource
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("listing %s in %s: %w", gvr.GroupResource(), ns, err)
+			}
+			for _, item := range list.Items {
+				found++
+				t.Add(fmt.Sprintf("cluster %s", gvr.GroupResource()), item.Object)
+			}
+			break
+		}
+	}
+	cm, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns).Get(ctx, "config", metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("reading ConfigMap %s/config: %w", ns, err)
+	case found > 0:
+		t.res.Skipped = append(t.res.Skipped, config.Skipped{Source: "cluster configmaps",
+			Reason: fmt.Sprintf("ConfigMap %s/config left alone: the namespace has MetalLB custom resources, and MetalLB 0.13 and later ignore that ConfigMap", ns)})
+	default:
+		t.Add("cluster configmaps", cm.Object)
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/client-go/dynamic"
+
+	"github.com/herald-lb/herald/config/migrate"
+	"github.com/herald-lb/herald/config/validate"
+	"github.com/herald-lb/herald/internal/kubeclient"
+)
+
+// migrateOptions are `herald migrate`'s flags.
+type migrateOptions struct {
+	files            files
+	fromCluster      bool
+	metallbNamespace string
+	namespace        string
+	cluster          kubeclient.Flags
+}
+
+func parseMigrate(args []string, out io.Writer) (migrateOptions, error) {
+	o := migrateOptions{metallbNamespace: "metallb-system", namespace: "herald-system"}
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Var(&o.files, "f", "YAML file with MetalLB's configuration (repeatable; - for stdin)")
+	fs.BoolVar(&o.fromCluster, "from-cluster", false, "read MetalLB's configuration from the cluster (--metallb-namespace)")
+	fs.StringVar(&o.metallbNamespace, "metallb-namespace", o.metallbNamespace, "namespace MetalLB reads its configuration from (with --from-cluster)")
+	fs.StringVar(&o.namespace, "namespace", o.namespace, "herald's namespace: where the translated objects go")
+	o.cluster.Register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(out, `usage: herald migrate -f FILE [-f FILE...] | --from-cluster [flags]
+
+Translates MetalLB's configuration (metallb.io custom resources, or its
+legacy ConfigMap) into herald.io/v1beta1 YAML on standard output, for
+kubectl apply. Standard error reports every field that did not translate,
+naming the MetalLB object and field, then what herald validate finds in
+the output. Exit status: 0 when everything translated and validates, 1
+when anything was reported, 2 when the input could not be read.`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	o.files = append(o.files, fs.Args()...)
+	switch {
+	case len(o.files) == 0 && !o.fromCluster:
+		return o, errors.New("give -f FILE or --from-cluster")
+	case len(o.files) > 0 && o.fromCluster:
+		return o, errors.New("give -f FILE or --from-cluster, not both")
+	}
+	return o, nil
+}
+
+func runMigrate(args []string) int {
+	o, err := parseMigrate(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "herald migrate: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return migrateMain(ctx, o, os.Stdout, os.Stderr)
+}
+
+// migrateMain translates, writes the YAML to out and the report to
+// report, and returns the exit status.
+func migrateMain(ctx context.Context, o migrateOptions, out, report io.Writer) int {
+	tr := migrate.New(migrate.Options{Namespace: o.namespace})
+	if o.fromCluster {
+		rc, err := o.cluster.Config()
+		if err != nil {
+			fmt.Fprintf(report, "herald migrate: %v\n", err)
+			return 2
+		}
+		dyn, err := dynamic.NewForConfig(rc)
+		if err != nil {
+			fmt.Fprintf(report, "herald migrate: %v\n", err)
+			return 2
+		}
+		if err := tr.LoadCluster(ctx, dyn, o.metallbNamespace); err != nil {
+			fmt.Fprintf(report, "herald migrate: %v\n", err)
+			return 2
+		}
+	}
+	for _, path := range o.files {
+		if err := loadMigrateFile(tr, path); err != nil {
+			fmt.Fprintf(report, "herald migrate: %v\n", err)
+			return 2
+		}
+	}
+	res := tr.Result()
+	var yaml bytes.Buffer
+	if err := migrate.Render(&yaml, res); err != nil {
+		fmt.Fprintf(report, "herald migrate: %v\n", err)
+		return 2
+	}
+	if _, err := out.Write(yaml.Bytes()); err != nil {
+		fmt.Fprintf(report, "herald migrate: %v\n", err)
+		return 2
+	}
+	for _, s := range res.Skipped {
+		fmt.Fprintf(report, "skipped %s: %s\n", s.Source, s.Reason)
+	}
+	for _, p := range res.Problems {
+		fmt.Fprintln(report, p.String())
+	}
+	fmt.Fprintf(report, "%d herald objects written; %d things not translated (%d MetalLB objects left out)\n",
+		res.Objects(), len(res.Problems), res.Problems.Errors())
+	fmt.Fprintln(report, "herald validate on the output:")
+	n, err := validate.Stream(indent{report}, o.namespace, "output", &yaml)
+	if err != nil {
+		fmt.Fprintf(report, "herald migrate: validating the output: %v\n", err)
+		return 2
+	}
+	if n > 0 || len(res.Problems) > 0 {
+		return 1
+	}
+	return 0
+}
+
+func loadMigrateFile(tr *migrate.Translator, path string) error {
+	if path == "-" {
+		return tr.Load("stdin", os.Stdin)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return tr.Load(path, f)
+}
+
+// indent prefixes every line written through it with two spaces.
+type indent struct{ w io.Writer }
+
+func (i indent) Write(p []byte) (int, error) {
+	lines := bytes.SplitAfter(p, []byte("\n"))
+	for _, l := range lines {
+		if len(l) == 0 {
+			continue
+		}
+		if _, err := i.w.Write(append([]byte("  "), l...)); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
