@@ -69,6 +69,9 @@ type Controller struct {
 	// reported, so a repeated failure is not reported again, and so they
 	// are retried whenever addresses are freed.
 	failing map[allocator.Key]string
+	// aliasNoted maps Services that use MetalLB's annotation names to the
+	// events last written about it (noteAliases).
+	aliasNoted map[allocator.Key]string
 	// problems are the parser's findings of the last configuration;
 	// reported maps an object ("Kind/name") to the problems already sent
 	// as events.
@@ -93,11 +96,12 @@ type Controller struct {
 func New(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, rec record.EventRecorder, m *Metrics, log *slog.Logger) *Controller {
 	c := &Controller{
 		opts: opts, kube: kube, dyn: dyn, rec: rec, metrics: m, log: log,
-		alloc:    allocator.New(),
-		cfg:      map[string]cache.GenericLister{},
-		indexer:  map[string]cache.Indexer{},
-		failing:  map[allocator.Key]string{},
-		reported: map[string]string{},
+		alloc:      allocator.New(),
+		cfg:        map[string]cache.GenericLister{},
+		indexer:    map[string]cache.Indexer{},
+		failing:    map[allocator.Key]string{},
+		aliasNoted: map[allocator.Key]string{},
+		reported:   map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: ""}),
 	}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -607,4 +608,62 @@ func TestNamespaceLabelChange(t *testing.T) {
 		t.Errorf("other/web moved: %q", got)
 	}
 	e.expectEvents("alpha/web Normal IPAllocated: Assigned 198.51.100.201 from pool general (was 203.0.113.128)")
+}
+
+// Services written for MetalLB keep working: its annotation names are
+// read as herald's (with an event naming the herald.io name), herald's
+// name wins when both are set and differ (a warning names both), and the
+// IPs MetalLB assigned (status, plus MetalLB's pool annotation) are kept
+// when herald takes over.
+func TestMetalLBServices(t *testing.T) {
+	e := newEnv(t)
+	e.addPool("lan", []string{l2Range})
+	e.addPool("other", []string{"198.51.100.220-198.51.100.229"})
+	// As MetalLB left it: an IP in the status, MetalLB's pool annotation,
+	// its request annotations under both of MetalLB's names.
+	e.addService(lbService("shop", "web", annotate("metallb.io/ip-allocated-from-pool", "lan"),
+		annotate("metallb.universe.tf/loadBalancerIPs", "198.51.100.207"),
+		annotate("metallb.io/allow-shared-ip", "shop"),
+		func(s *corev1.Service) { s.Status.LoadBalancer.Ingress = Ingress(mustAddrs("198.51.100.207")) }))
+	// Shares web's IP through MetalLB's sharing key.
+	e.addService(lbService("shop", "dns", annotate("metallb.io/loadBalancerIPs", "198.51.100.207"),
+		annotate("metallb.io/allow-shared-ip", "shop"), func(s *corev1.Service) {
+			s.Spec.Ports[0].Port, s.Spec.Ports[0].Protocol = 53, corev1.ProtocolUDP
+		}))
+	// herald's name and MetalLB's disagree: herald's wins.
+	e.addService(lbService("shop", "api", annotate(lbapi.AnnotationAddressPool, "other"), annotate("metallb.io/address-pool", "lan")))
+	e.start()
+
+	if got := e.ips("shop", "web"); got != "198.51.100.207" {
+		t.Errorf("web: %q, want MetalLB's 198.51.100.207 kept", got)
+	}
+	if got := e.svc("shop", "web").Annotations[lbapi.AnnotationAllocatedFromPool]; got != "lan" {
+		t.Errorf("web's %s = %q, want lan", lbapi.AnnotationAllocatedFromPool, got)
+	}
+	if got := e.ips("shop", "dns"); got != "198.51.100.207" {
+		t.Errorf("dns: %q, want the shared 198.51.100.207", got)
+	}
+	if got := e.ips("shop", "api"); got != "198.51.100.220" {
+		t.Errorf("api: %q, want 198.51.100.220 from herald.io/address-pool's pool", got)
+	}
+	e.expectEvents(
+		`shop/web Normal AnnotationAlias: herald reads metallb.io/allow-shared-ip ("shop") as herald.io/allow-shared-ip`,
+		`shop/web Normal AnnotationAlias: herald reads metallb.universe.tf/loadBalancerIPs ("198.51.100.207") as herald.io/loadBalancerIPs; rename the annotation to herald.io/loadBalancerIPs`,
+		`shop/dns Normal AnnotationAlias: herald reads metallb.io/allow-shared-ip ("shop") as herald.io/allow-shared-ip`,
+		`shop/dns Normal AnnotationAlias: herald reads metallb.io/loadBalancerIPs ("198.51.100.207") as herald.io/loadBalancerIPs`,
+		"shop/dns Normal IPAllocated: Assigned 198.51.100.207 from pool lan",
+		`shop/api Warning AnnotationAlias: herald.io/address-pool ("other") and metallb.io/address-pool ("lan") disagree: herald uses herald.io/address-pool`,
+		"shop/api Normal IPAllocated: Assigned 198.51.100.220 from pool other",
+	)
+	// Said once: settling again says nothing.
+	e.settle()
+	e.expectEvents()
+}
+
+func TestRequestMetalLBAliasProblemNamesIt(t *testing.T) {
+	_, err := Request(lbService("shop", "web", annotate("metallb.universe.tf/loadBalancerIPs", "nope")), nil)
+	var re *RequestError
+	if !errors.As(err, &re) || re.Field != "annotation metallb.universe.tf/loadBalancerIPs" {
+		t.Errorf("got %v, want a problem with annotation metallb.universe.tf/loadBalancerIPs", err)
+	}
 }

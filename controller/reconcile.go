@@ -24,6 +24,9 @@ const (
 	EventIPAllocated      = "IPAllocated"
 	EventAllocationFailed = "AllocationFailed"
 	EventIPReleased       = "IPReleased"
+	// EventAnnotationAlias: the Service uses MetalLB's name for one of
+	// herald's annotations (normal), or two names disagree (warning).
+	EventAnnotationAlias = "AnnotationAlias"
 )
 
 func metaFor(k allocator.Key) metav1.ObjectMeta {
@@ -50,6 +53,9 @@ func (c *Controller) syncService(ctx context.Context, ns, name string) error {
 	svc, err := c.services.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.forget(key)
+		c.mu.Lock()
+		delete(c.aliasNoted, key)
+		c.mu.Unlock()
 		if a, ok := c.alloc.Release(key); ok {
 			c.released(serviceRef(key), a, "the Service was deleted")
 			c.retryFailing()
@@ -63,6 +69,7 @@ func (c *Controller) syncService(ctx context.Context, ns, name string) error {
 		return c.releaseService(ctx, svc)
 	}
 
+	c.noteAliases(svc)
 	req, rerr := Request(svc, c.nsLabels(ns))
 	var asg allocator.Assignment
 	before, had := c.alloc.Lookup(key)
@@ -102,6 +109,32 @@ func (c *Controller) syncService(ctx context.Context, ns, name string) error {
 		c.retryFailing()
 	}
 	return nil
+}
+
+// noteAliases tells, once per distinct set of messages, that a Service
+// uses MetalLB's annotation names (and which name to use instead) or
+// sets two names of one annotation to different values.
+func (c *Controller) noteAliases(svc *corev1.Service) {
+	notes, conflicts := lbapi.AliasNotes(svc)
+	key := keyOf(svc)
+	said := strings.Join(append(slices.Clone(notes), conflicts...), "\n")
+	c.mu.Lock()
+	same := c.aliasNoted[key] == said
+	if said == "" {
+		delete(c.aliasNoted, key)
+	} else {
+		c.aliasNoted[key] = said
+	}
+	c.mu.Unlock()
+	if same {
+		return
+	}
+	for _, n := range notes {
+		c.rec.Event(svc, corev1.EventTypeNormal, EventAnnotationAlias, n)
+	}
+	for _, m := range conflicts {
+		c.rec.Event(svc, corev1.EventTypeWarning, EventAnnotationAlias, m)
+	}
 }
 
 // failed reports an allocation failure once per distinct message.

@@ -35,7 +35,7 @@ func Request(svc *corev1.Service, nsLabels map[string]string) (allocator.Service
 		Labels:          svc.Labels,
 		LocalTraffic:    svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 		Backend:         backend(svc),
-		SharingKey:      strings.TrimSpace(svc.Annotations[lbapi.AnnotationAllowSharedIP]),
+		SharingKey:      strings.TrimSpace(lbapi.ReadAnnotation(svc, lbapi.AnnotationAllowSharedIP).Value),
 	}
 	for _, p := range svc.Spec.Ports {
 		proto := string(p.Protocol)
@@ -68,20 +68,22 @@ func Request(svc *corev1.Service, nsLabels map[string]string) (allocator.Service
 		}
 	}
 
-	if v, ok := svc.Annotations[lbapi.AnnotationAddressPool]; ok {
-		if out.Pool = strings.TrimSpace(v); out.Pool == "" {
-			errs = append(errs, &RequestError{annotationField(lbapi.AnnotationAddressPool), "is empty: name an IPAddressPool or remove the annotation"})
+	// MetalLB's names for the annotations count too (lbapi.ReadAnnotation);
+	// a problem names the annotation the value came from.
+	if a := lbapi.ReadAnnotation(svc, lbapi.AnnotationAddressPool); a.Set() {
+		if out.Pool = strings.TrimSpace(a.Value); out.Pool == "" {
+			errs = append(errs, &RequestError{annotationField(a.Key), "is empty: name an IPAddressPool or remove the annotation"})
 		}
 	}
-	ann, hasAnn := svc.Annotations[lbapi.AnnotationLoadBalancerIPs]
+	ann := lbapi.ReadAnnotation(svc, lbapi.AnnotationLoadBalancerIPs)
 	switch {
-	case hasAnn && svc.Spec.LoadBalancerIP != "":
-		errs = append(errs, &RequestError{annotationField(lbapi.AnnotationLoadBalancerIPs),
+	case ann.Set() && svc.Spec.LoadBalancerIP != "":
+		errs = append(errs, &RequestError{annotationField(ann.Key),
 			fmt.Sprintf("is set together with spec.loadBalancerIP (%q): use only the annotation (spec.loadBalancerIP is deprecated)", svc.Spec.LoadBalancerIP)})
-	case hasAnn:
-		ips, err := parseIPList(ann)
+	case ann.Set():
+		ips, err := parseIPList(ann.Value)
 		if err != nil {
-			errs = append(errs, &RequestError{annotationField(lbapi.AnnotationLoadBalancerIPs), err.Error()})
+			errs = append(errs, &RequestError{annotationField(ann.Key), err.Error()})
 		}
 		out.RequestedIPs = ips
 	case svc.Spec.LoadBalancerIP != "":

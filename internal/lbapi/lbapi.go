@@ -9,6 +9,7 @@ package lbapi
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -23,6 +24,66 @@ const (
 	// AnnotationAllocatedFromPool names the pool of the Service's IPs.
 	AnnotationAllocatedFromPool = "herald.io/ip-allocated-from-pool"
 )
+
+// AnnotationAliases are the names MetalLB gives herald's request
+// annotations, the newer first, so Services written for MetalLB keep
+// their requests when herald takes over. herald's own name wins over
+// both, MetalLB's newer over its older, as MetalLB reads them.
+var AnnotationAliases = map[string][]string{
+	AnnotationLoadBalancerIPs: {"metallb.io/loadBalancerIPs", "metallb.universe.tf/loadBalancerIPs"},
+	AnnotationAddressPool:     {"metallb.io/address-pool", "metallb.universe.tf/address-pool"},
+	AnnotationAllowSharedIP:   {"metallb.io/allow-shared-ip", "metallb.universe.tf/allow-shared-ip"},
+}
+
+// Annotation is one of herald's request annotations as read from a
+// Service, under its own name or an alias.
+type Annotation struct {
+	// Name is herald's name of the annotation.
+	Name string
+	// Key is the annotation the value was read from: Name, an alias, or
+	// "" when none is set.
+	Key   string
+	Value string
+	// Overridden are the other names set on the Service with another
+	// value, which herald does not use.
+	Overridden []string
+}
+
+// Set reports whether the Service carries the annotation under any name.
+func (a Annotation) Set() bool { return a.Key != "" }
+
+// ReadAnnotation reads herald's annotation name from svc, falling back to
+// its MetalLB aliases.
+func ReadAnnotation(svc *corev1.Service, name string) Annotation {
+	a := Annotation{Name: name}
+	for _, k := range append([]string{name}, AnnotationAliases[name]...) {
+		v, ok := svc.Annotations[k]
+		switch {
+		case !ok:
+		case a.Key == "":
+			a.Key, a.Value = k, v
+		case strings.TrimSpace(v) != strings.TrimSpace(a.Value):
+			a.Overridden = append(a.Overridden, k)
+		}
+	}
+	return a
+}
+
+// AliasNotes describe a Service's use of MetalLB's annotation names:
+// notes (normal events) for each alias herald reads in place of its own
+// name, conflicts (warnings) for names set to values herald does not use.
+func AliasNotes(svc *corev1.Service) (notes, conflicts []string) {
+	for _, name := range []string{AnnotationAddressPool, AnnotationAllowSharedIP, AnnotationLoadBalancerIPs} {
+		a := ReadAnnotation(svc, name)
+		if a.Set() && a.Key != name {
+			notes = append(notes, fmt.Sprintf("herald reads %s (%q) as %s; rename the annotation to %s", a.Key, a.Value, name, name))
+		}
+		for _, k := range a.Overridden {
+			conflicts = append(conflicts, fmt.Sprintf("%s (%q) and %s (%q) disagree: herald uses %s", a.Key, a.Value, k, svc.Annotations[k], a.Key))
+		}
+	}
+	return notes, conflicts
+}
 
 // The Secrets the controller creates in herald's namespace for the
 // speakers.
