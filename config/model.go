@@ -73,6 +73,9 @@ type Pool struct {
 	AvoidBuggyIPs bool
 	// Allocation is nil when the pool serves any Service.
 	Allocation *Allocation
+	// Advertised tells whether an L2Advertisement or BGPAdvertisement in
+	// force selects the pool.
+	Advertised bool
 }
 
 // Contains reports whether the pool holds the address.

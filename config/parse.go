@@ -91,8 +91,38 @@ func Parse(in Resources) (*Config, Problems) {
 	for _, o := range ordered(p, KindBGPAdvertisement, in.BGPAdvertisements, func(o *v1beta1.BGPAdvertisement) *metav1.ObjectMeta { return &o.ObjectMeta }) {
 		resolve(p, KindBGPAdvertisement, o, &o.ObjectMeta, o.Status.InForce, func(o *v1beta1.BGPAdvertisement) *v1beta1.BGPAdvertisementSpec { return &o.Spec }, p.bgpAdvertisement)
 	}
+	p.checkAdvertised(pools)
 	SortProblems(p.problems)
 	return p.cfg, p.problems
+}
+
+// checkAdvertised marks the pools the advertisements in force select, and
+// warns about the others: MetalLB users' most asked question is why an IP
+// from such a pool does not answer.
+func (p *parser) checkAdvertised(pools []*v1beta1.IPAddressPool) {
+	covered := map[string]bool{}
+	for _, a := range p.cfg.L2Advertisements {
+		for _, n := range a.Pools {
+			covered[n] = true
+		}
+	}
+	for _, a := range p.cfg.BGPAdvertisements {
+		for _, n := range a.Pools {
+			covered[n] = true
+		}
+	}
+	for _, o := range pools {
+		pool := p.cfg.Pools[o.Name]
+		if pool == nil {
+			continue
+		}
+		if pool.Advertised = covered[o.Name]; pool.Advertised {
+			continue
+		}
+		r := p.reporter(KindIPAddressPool, &o.ObjectMeta)
+		r.add("", Warning, "no L2Advertisement or BGPAdvertisement selects this pool: Services get IPs from it that no node announces; add an advertisement that names it in spec.ipAddressPools or selects its labels")
+		r.last().Code = CodeNotAdvertised
+	}
 }
 
 type parser struct {

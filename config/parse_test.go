@@ -14,6 +14,12 @@ metadata: {name: base, namespace: herald-system, creationTimestamp: "2026-01-01T
 spec:
   addresses: [198.51.100.0/24, "2001:db8:1::/120"]
 ---
+# Announces every pool, so that no case warns of an unannounced pool.
+apiVersion: herald.io/v1beta1
+kind: L2Advertisement
+metadata: {name: everything, namespace: herald-system, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec: {}
+---
 apiVersion: herald.io/v1beta1
 kind: BFDProfile
 metadata: {name: bfd, namespace: herald-system}

@@ -34,7 +34,15 @@ type Problem struct {
 	Field    string
 	Message  string
 	Severity Severity
+	// Code marks the problems callers treat apart (CodeNotAdvertised);
+	// empty for the others.
+	Code string
 }
+
+// CodeNotAdvertised marks the warning that no advertisement announces a
+// pool: its Services get IPs that no node answers for. The controller
+// shows it as the pool's Advertised condition rather than in Valid.
+const CodeNotAdvertised = "NotAdvertised"
 
 // Object is "Kind namespace/name", or "Kind name" without a namespace.
 func (p Problem) Object() string {
@@ -133,6 +141,9 @@ func (r *reporter) errorf(field, format string, args ...any) {
 func (r *reporter) warnf(field, format string, args ...any) {
 	r.add(field, Warning, format, args...)
 }
+
+// last is the problem added last, to mark it.
+func (r *reporter) last() *Problem { return &(*r.out)[len(*r.out)-1] }
 
 func (r *reporter) add(field string, sev Severity, format string, args ...any) {
 	*r.out = append(*r.out, Problem{

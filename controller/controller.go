@@ -72,6 +72,8 @@ type Controller struct {
 	// aliasNoted maps Services that use MetalLB's annotation names to the
 	// events last written about it (noteAliases).
 	aliasNoted map[allocator.Key]string
+	// unadvertised are the pools in force that no advertisement selects.
+	unadvertised map[string]bool
 	// problems are the parser's findings of the last configuration;
 	// reported maps an object ("Kind/name") to the problems already sent
 	// as events.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/internal/lbapi"
@@ -665,5 +666,42 @@ func TestRequestMetalLBAliasProblemNamesIt(t *testing.T) {
 	var re *RequestError
 	if !errors.As(err, &re) || re.Field != "annotation metallb.universe.tf/loadBalancerIPs" {
 		t.Errorf("got %v, want a problem with annotation metallb.universe.tf/loadBalancerIPs", err)
+	}
+}
+
+// A pool no advertisement selects: it stays Valid, its Advertised
+// condition says why nothing answers, and each Service that gets an IP
+// from it is told; an advertisement fixes both.
+func TestUnadvertisedPool(t *testing.T) {
+	e := newEnv(t)
+	e.removeEverythingAdvertisement()
+	e.addPool("lan", []string{l2Range})
+	e.addService(lbService("shop", "web"))
+	e.start()
+	e.expectEvents(
+		"IPAddressPool herald-system/lan Warning ConfigurationWarning: no L2Advertisement or BGPAdvertisement selects this pool",
+		"shop/web Normal IPAllocated: Assigned 198.51.100.200 from pool lan",
+		"shop/web Warning PoolNotAdvertised: no L2Advertisement or BGPAdvertisement selects pool lan, so no node announces 198.51.100.200: add one that names the pool",
+	)
+	p := e.pool("lan")
+	if c := apimeta.FindStatusCondition(p.Status.Conditions, v1beta1.ConditionValid); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Valid = %+v, want True: the pool itself is fine", c)
+	}
+	if c := apimeta.FindStatusCondition(p.Status.Conditions, ConditionAdvertised); c == nil || c.Status != metav1.ConditionFalse || c.Reason != config.CodeNotAdvertised {
+		t.Errorf("Advertised = %+v, want False/NotAdvertised", c)
+	}
+
+	adv := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1beta1.GroupVersion.String(), "kind": "L2Advertisement",
+		"metadata": map[string]any{"name": "lan", "namespace": ns, "uid": "uid-l2-lan", "generation": int64(1)},
+		"spec":     map[string]any{"ipAddressPools": []any{"lan"}},
+	}}
+	if _, err := e.dyn.Resource(informer.GVR("l2advertisements")).Namespace(ns).Create(e.ctx, adv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	e.expectEvents()
+	if c := apimeta.FindStatusCondition(e.pool("lan").Status.Conditions, ConditionAdvertised); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Advertised after adding an L2Advertisement = %+v, want True", c)
 	}
 }

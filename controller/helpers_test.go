@@ -107,7 +107,26 @@ func newEnv(t *testing.T, opts ...func(*Options)) *env {
 		clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds)
 	e.c = New(o, e.kube, e.dyn, e.rec, NewMetrics(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// Every pool is announced, as in a working cluster, unless a test
+	// removes this (removeEverythingAdvertisement).
+	everything := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1beta1.GroupVersion.String(), "kind": "L2Advertisement",
+		"metadata": map[string]any{"name": "everything", "namespace": ns, "uid": "uid-l2-everything", "generation": int64(1)},
+		"spec":     map[string]any{},
+	}}
+	if _, err := e.dyn.Resource(informer.GVR("l2advertisements")).Namespace(ns).Create(e.ctx, everything, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	return e
+}
+
+// removeEverythingAdvertisement deletes the L2Advertisement newEnv
+// creates, which leaves the pools unannounced.
+func (e *env) removeEverythingAdvertisement() {
+	e.t.Helper()
+	if err := e.dyn.Resource(informer.GVR("l2advertisements")).Namespace(ns).Delete(e.ctx, "everything", metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 func (e *env) tick() metav1.Time {

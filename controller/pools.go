@@ -71,6 +71,12 @@ func (c *Controller) reportProblems(problems config.Problems, cfg *config.Config
 	}
 	c.mu.Lock()
 	c.problems, c.objects = problems, cfg.Objects
+	c.unadvertised = map[string]bool{}
+	for name, pool := range cfg.Pools {
+		if !pool.Advertised {
+			c.unadvertised[name] = true
+		}
+	}
 	c.waitsOnAddresses.Store(cfg.WaitsOnAddresses())
 	c.passwords = passwordsInForce(cfg)
 	type report struct {
@@ -257,32 +263,66 @@ func desiredStatus(kind string, u *unstructured.Unstructured, ps config.Problems
 	if raw == nil {
 		raw = map[string]any{}
 	}
-	cond := validCondition(ps, st, u.GetGeneration())
 	if kind == config.KindIPAddressPool {
-		var st0 v1beta1.IPAddressPoolStatus
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st0); err != nil {
-			return nil, nil, err
-		}
-		next := *st0.DeepCopy()
-		s := stats[u.GetName()]
-		next.AssignedIPv4, next.AssignedIPv6 = 0, 0
-		next.AvailableIPv4, next.AvailableIPv6 = 0, 0
-		if s.IPv4.Total != nil {
-			next.AssignedIPv4, next.AvailableIPv4 = int64(s.IPv4.InUse), s.IPv4.AvailableInt64()
-			next.AssignedIPv6, next.AvailableIPv6 = int64(s.IPv6.InUse), s.IPv6.AvailableInt64()
-		}
-		apimeta.SetStatusCondition(&next.Conditions, cond)
-		if next.InForce, err = inForce(u, st, next.InForce, now); err != nil {
-			return nil, nil, err
-		}
-		return st0, next, nil
+		return desiredPoolStatus(u, raw, ps, st, stats, now)
 	}
+	cond := validCondition(ps, st, u.GetGeneration())
 	var st0 v1beta1.ConfigStatus
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st0); err != nil {
 		return nil, nil, err
 	}
 	next := *st0.DeepCopy()
 	apimeta.SetStatusCondition(&next.Conditions, cond)
+	if next.InForce, err = inForce(u, st, next.InForce, now); err != nil {
+		return nil, nil, err
+	}
+	return st0, next, nil
+}
+
+// ConditionAdvertised is a pool's condition that says whether an
+// advertisement in force selects it (only while the pool is in use).
+const ConditionAdvertised = "Advertised"
+
+// desiredPoolStatus is desiredStatus for a pool: the address counts, the
+// Valid condition, and the Advertised condition in place of the parser's
+// warning that no advertisement selects the pool (the pool itself is
+// valid; its Services' IPs just go unannounced).
+func desiredPoolStatus(u *unstructured.Unstructured, raw map[string]any, ps config.Problems, st config.ObjectState, stats map[string]allocator.PoolStats, now metav1.Time) (cur, want any, err error) {
+	var unannounced *config.Problem
+	rest := make(config.Problems, 0, len(ps))
+	for i := range ps {
+		if ps[i].Code == config.CodeNotAdvertised {
+			unannounced = &ps[i]
+			continue
+		}
+		rest = append(rest, ps[i])
+	}
+	cond := validCondition(rest, st, u.GetGeneration())
+	var st0 v1beta1.IPAddressPoolStatus
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st0); err != nil {
+		return nil, nil, err
+	}
+	next := *st0.DeepCopy()
+	s := stats[u.GetName()]
+	next.AssignedIPv4, next.AssignedIPv6 = 0, 0
+	next.AvailableIPv4, next.AvailableIPv6 = 0, 0
+	if s.IPv4.Total != nil {
+		next.AssignedIPv4, next.AvailableIPv4 = int64(s.IPv4.InUse), s.IPv4.AvailableInt64()
+		next.AssignedIPv6, next.AvailableIPv6 = int64(s.IPv6.InUse), s.IPv6.AvailableInt64()
+	}
+	apimeta.SetStatusCondition(&next.Conditions, cond)
+	adv := metav1.Condition{Type: ConditionAdvertised, Status: metav1.ConditionTrue, Reason: "Advertised",
+		Message: "an L2Advertisement or BGPAdvertisement selects this pool", ObservedGeneration: u.GetGeneration()}
+	switch {
+	case st.InForce == 0:
+		// Not in use: nothing is announced or not announced.
+		apimeta.RemoveStatusCondition(&next.Conditions, ConditionAdvertised)
+	case unannounced != nil:
+		adv.Status, adv.Reason, adv.Message = metav1.ConditionFalse, config.CodeNotAdvertised, unannounced.Message
+		fallthrough
+	default:
+		apimeta.SetStatusCondition(&next.Conditions, adv)
+	}
 	if next.InForce, err = inForce(u, st, next.InForce, now); err != nil {
 		return nil, nil, err
 	}

@@ -27,6 +27,9 @@ const (
 	// EventAnnotationAlias: the Service uses MetalLB's name for one of
 	// herald's annotations (normal), or two names disagree (warning).
 	EventAnnotationAlias = "AnnotationAlias"
+	// EventPoolNotAdvertised: the Service got IPs from a pool that no
+	// advertisement selects, so no node announces them.
+	EventPoolNotAdvertised = "PoolNotAdvertised"
 )
 
 func metaFor(k allocator.Key) metav1.ObjectMeta {
@@ -99,6 +102,13 @@ func (c *Controller) syncService(ctx context.Context, ns, name string) error {
 			msg += fmt.Sprintf(" (was %s)", ipList(old))
 		}
 		c.rec.Event(svc, corev1.EventTypeNormal, EventIPAllocated, msg)
+		c.mu.Lock()
+		unannounced := c.unadvertised[asg.Pool]
+		c.mu.Unlock()
+		if unannounced {
+			c.rec.Event(svc, corev1.EventTypeWarning, EventPoolNotAdvertised, fmt.Sprintf(
+				"no L2Advertisement or BGPAdvertisement selects pool %s, so no node announces %s: add one that names the pool", asg.Pool, ipList(asg.IPs)))
+		}
 		c.metrics.allocations.Inc()
 		c.statusDirty.Store(true)
 		if had && !slices.Equal(before.IPs, asg.IPs) {

@@ -79,6 +79,11 @@ status:
   inForce:
     generation: 2
     spec: {addresses: ["198.51.100.0/28"]}
+---
+apiVersion: herald.io/v1beta1
+kind: L2Advertisement
+metadata: {name: lan, namespace: herald-system}
+spec: {ipAddressPools: [lan]}
 `
 	f := filepath.Join(t.TempDir(), "in.yaml")
 	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
@@ -99,5 +104,40 @@ status:
 	}
 	if n != 1 {
 		t.Errorf("%d problems, want 1", n)
+	}
+}
+
+// A pool no advertisement selects is MetalLB users' most asked question:
+// validate warns about it.
+func TestValidateWarnsOfUnannouncedPool(t *testing.T) {
+	yaml := `apiVersion: herald.io/v1beta1
+kind: IPAddressPool
+metadata: {name: lan, namespace: herald-system}
+spec: {addresses: ["198.51.100.0/28"]}
+---
+apiVersion: herald.io/v1beta1
+kind: IPAddressPool
+metadata: {name: routed, namespace: herald-system, labels: {via: bgp}}
+spec: {addresses: ["203.0.113.0/28"]}
+---
+apiVersion: herald.io/v1beta1
+kind: BGPPeer
+metadata: {name: tor, namespace: herald-system}
+spec: {myASN: 64512, peerASN: 64512, peerAddress: 192.0.2.1}
+---
+apiVersion: herald.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: routed, namespace: herald-system}
+spec:
+  ipAddressPoolSelectors: [{matchLabels: {via: bgp}}]
+`
+	var out strings.Builder
+	n, err := Stream(&out, "herald-system", "in", strings.NewReader(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "IPAddressPool herald-system/lan: no L2Advertisement or BGPAdvertisement selects this pool: Services get IPs from it that no node announces; add an advertisement that names it in spec.ipAddressPools or selects its labels (warning)"
+	if n != 1 || !strings.Contains(out.String(), want) {
+		t.Errorf("%d problems, want exactly %q:\n%s", n, want, out.String())
 	}
 }
