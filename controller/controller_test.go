@@ -484,8 +484,8 @@ func TestPoolMetrics(t *testing.T) {
 		name, family string
 		want         float64
 	}{
-		{"herald_controller_pool_addresses_total", "IPv4", 10},
-		{"herald_controller_pool_addresses_total", "IPv6", 1 << 64},
+		{"herald_controller_pool_addresses", "IPv4", 10},
+		{"herald_controller_pool_addresses", "IPv6", 1 << 64},
 		{"herald_controller_pool_addresses_in_use", "IPv4", 1},
 		{"herald_controller_pool_addresses_in_use", "IPv6", 0},
 	} {
@@ -504,7 +504,7 @@ func TestPoolMetricsForgetDeletedPools(t *testing.T) {
 	e.addPool("lan", []string{l2Range})
 	e.addPool("gone", []string{"203.0.113.128/30"})
 	e.start()
-	if got := testPoolGauge(t, e.c.metrics, "herald_controller_pool_addresses_total", "gone", "IPv4"); got != 4 {
+	if got := testPoolGauge(t, e.c.metrics, "herald_controller_pool_addresses", "gone", "IPv4"); got != 4 {
 		t.Fatalf("gone: %v addresses", got)
 	}
 	if err := e.dyn.Resource(informer.GVR("ipaddresspools")).Namespace(ns).Delete(e.ctx, "gone", metav1.DeleteOptions{}); err != nil {
@@ -524,7 +524,7 @@ func TestPoolMetricsForgetDeletedPools(t *testing.T) {
 			}
 		}
 	}
-	if got := testPoolGauge(t, e.c.metrics, "herald_controller_pool_addresses_total", "lan", "IPv4"); got != 10 {
+	if got := testPoolGauge(t, e.c.metrics, "herald_controller_pool_addresses", "lan", "IPv4"); got != 10 {
 		t.Errorf("lan: %v addresses", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/controller/allocator"
+	"github.com/herald-lb/herald/internal/buildinfo"
 )
 
 // Metrics are the controller's Prometheus metrics, in a registry of their
@@ -37,7 +38,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		addresses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "herald_controller_pool_addresses_total",
+			Name: "herald_controller_pool_addresses",
 			Help: "Addresses a pool can hand out, per family (IPv6 counts beyond 2^53 lose precision).",
 		}, []string{"pool", "family"}),
 		inUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -80,7 +81,7 @@ func NewMetrics() *Metrics {
 	}
 	m.Registry.MustRegister(m.addresses, m.inUse, m.allocations, m.failures, m.releases, m.reconcile,
 		m.leader, m.startup, m.adopted, m.stale,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("controller"))
 	return m
 }
 

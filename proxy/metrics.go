@@ -3,6 +3,8 @@ package proxy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/herald-lb/herald/internal/buildinfo"
 )
 
 // Metrics are the proxy's Prometheus metrics, named like kube-proxy's
@@ -68,6 +70,6 @@ func NewMetrics() *Metrics {
 	}
 	m.Registry.MustRegister(m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.rules,
 		m.restoreFailures, m.partialFailures, m.noLocalEndpoints, m.conntrackDeleted,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("proxy"))
 	return m
 }

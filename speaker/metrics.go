@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/herald-lb/herald/internal/buildinfo"
 	"github.com/herald-lb/herald/speaker/layer2"
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 )
@@ -61,7 +62,7 @@ func NewMetrics() *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.announced, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.recovering, m.keys,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("speaker"))
 	return m
 }
 

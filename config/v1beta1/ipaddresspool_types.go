@@ -110,7 +110,7 @@ type IPAddressPoolStatus struct {
 // IPAddressPool is a set of addresses herald assigns to LoadBalancer Services.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=ippool;ippools,categories=herald
+// +kubebuilder:resource:shortName=hpool,categories=herald
 // +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=`.spec.addresses`
 // +kubebuilder:printcolumn:name="Auto Assign",type=boolean,JSONPath=`.spec.autoAssign`
 // +kubebuilder:printcolumn:name="Assigned IPv4",type=integer,JSONPath=`.status.assignedIPv4`
