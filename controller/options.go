@@ -12,13 +12,17 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/listen"
+	"github.com/herald-lb/herald/internal/logging"
 )
 
 // Options configure `herald controller`.
 type Options struct {
 	// Kubeconfig is a kubeconfig file; empty means in-cluster.
 	Kubeconfig string
+	// LogFormat is --log-format: text or json.
+	LogFormat logging.Format
 	// Namespace is where herald reads its configuration from.
 	Namespace string
 	// LBClass is the spec.loadBalancerClass handled; empty: only Services
@@ -75,6 +79,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	logging.Register(fs, &o.LogFormat)
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of herald's configuration (default: $POD_NAMESPACE or herald-system)")
 	fs.StringVar(&o.LBClass, "lb-class", "", "handle only Services with this spec.loadBalancerClass (default: only Services without a class)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address serving /metrics, /healthz and /readyz")
@@ -91,7 +96,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.StringVar(&o.Identity, "leader-elect-identity", o.Identity, "this replica's name in the Lease (default: $POD_NAME, else host name and a random suffix)")
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: herald controller [flags]\n\nAssigns external IPs from IPAddressPools to LoadBalancer Services.")
-		fs.PrintDefaults()
+		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err

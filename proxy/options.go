@@ -12,7 +12,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/listen"
+	"github.com/herald-lb/herald/internal/logging"
 	"github.com/herald-lb/herald/proxy/iptables"
 )
 
@@ -25,6 +27,8 @@ const EnvClusterCIDR = "HERALD_CLUSTER_CIDR"
 type Options struct {
 	// Kubeconfig is a kubeconfig file; empty means in-cluster.
 	Kubeconfig string
+	// LogFormat is --log-format: text or json.
+	LogFormat logging.Format
 	// NodeName is this node's name (--hostname-override, else $NODE_NAME,
 	// else the host name).
 	NodeName string
@@ -81,6 +85,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	logging.Register(fs, &o.LogFormat)
 	fs.StringVar(&o.NodeName, "hostname-override", o.NodeName, "this node's name (default: $NODE_NAME, else the host name)")
 	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove every rule and chain herald's proxy installed, then exit")
 	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "requests per second to the API server")
@@ -88,7 +93,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	finish := BindFlags(fs, &o)
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: herald proxy [flags]\n\nPrograms this node's iptables for ClusterIP, NodePort, LoadBalancer and external IPs, like kube-proxy's iptables mode.")
-		fs.PrintDefaults()
+		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err

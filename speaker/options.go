@@ -13,8 +13,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/lbapi"
 	"github.com/herald-lb/herald/internal/listen"
+	"github.com/herald-lb/herald/internal/logging"
 	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
 )
@@ -23,6 +25,8 @@ import (
 type Options struct {
 	// Kubeconfig is a kubeconfig file; empty means in-cluster.
 	Kubeconfig string
+	// LogFormat is --log-format: text or json.
+	LogFormat logging.Format
 	// NodeName is this node's Node name ($NODE_NAME).
 	NodeName string
 	// Namespace holds the configuration, the memberlist Secret and the
@@ -115,6 +119,7 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	advertise, bind := os.Getenv("NODE_IP"), ""
 	logLevel := "info"
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	logging.Register(fs, &o.LogFormat)
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's Node name (default: $NODE_NAME)")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of herald's configuration, the memberlist Secret and the ServiceAnnouncements (default: $POD_NAMESPACE or herald-system)")
 	fs.StringVar(&o.LBClass, "lb-class", "", "announce only Services with this spec.loadBalancerClass (default: only Services without a class), as the controller's --lb-class")
@@ -143,7 +148,7 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	}
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: herald speaker [flags]\n\nAnswers ARP and NDP for the LoadBalancer IPs this node wins, advertises them over\nBGP to the BGPPeers selecting it, and runs the service\nproxy (the proxy's flags are accepted too; see herald proxy -h).")
-		fs.PrintDefaults()
+		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -16,6 +16,8 @@ import (
 	"github.com/herald-lb/herald/config/validate"
 	"github.com/herald-lb/herald/controller"
 	"github.com/herald-lb/herald/internal/cli/status"
+	"github.com/herald-lb/herald/internal/flagusage"
+	"github.com/herald-lb/herald/internal/logging"
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/proxy"
 )
@@ -29,11 +31,11 @@ var commands = map[string]command{
 	"validate": {"check herald YAML offline before kubectl apply", runValidate},
 	"version":  {"print the version, git revision and Go version", func([]string) int { fmt.Print(version.Get().Long()); return 0 }},
 	"controller": {"assign LoadBalancer IPs to Services from IPAddressPools",
-		longRunning("controller", controller.ParseFlags, infoLevel[controller.Options], controller.Run)},
+		longRunning("controller", controller.ParseFlags, func(o controller.Options) (logging.Format, slog.Level) { return o.LogFormat, slog.LevelInfo }, controller.Run)},
 	"proxy": {"iptables service proxy replacing kube-proxy",
-		longRunning("proxy", proxy.ParseFlags, infoLevel[proxy.Options], runProxy)},
+		longRunning("proxy", proxy.ParseFlags, func(o proxy.Options) (logging.Format, slog.Level) { return o.LogFormat, slog.LevelInfo }, runProxy)},
 	"speaker": {"announce LoadBalancer IPs over layer 2 and BGP, and run the proxy",
-		longRunning("speaker", parseSpeaker, func(c speakerCmd) slog.Level { return c.speaker.LogLevel }, runSpeaker)},
+		longRunning("speaker", parseSpeaker, func(c speakerCmd) (logging.Format, slog.Level) { return c.speaker.LogFormat, c.speaker.LogLevel }, runSpeaker)},
 	"status":  {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
 	"migrate": {"translate MetalLB's configuration into herald's", runMigrate},
 }
@@ -76,14 +78,18 @@ func (f *files) Set(v string) error { *f = append(*f, v); return nil }
 
 func runValidate(args []string) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(flagusage.Output(args))
 	var paths files
 	fs.Var(&paths, "f", "YAML file to check (repeatable; - for stdin)")
 	ns := fs.String("namespace", "herald-system", "namespace herald reads its configuration from")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: herald validate -f FILE [-f FILE...] [--namespace NS]\n\nRuns herald's configuration parser over the files and prints every problem; exits 1 if there is any.")
-		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "usage: herald validate -f FILE [-f FILE...] [--namespace NS]\n\nRuns herald's configuration parser over the files and prints every problem; exits 1 if there is any.")
+		flagusage.PrintDefaults(fs.Output(), fs)
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	paths = append(paths, fs.Args()...)
@@ -104,10 +110,10 @@ func runValidate(args []string) int {
 
 // longRunning parses a component's flags and runs it until SIGINT or SIGTERM:
 // exit 0 on -h, 2 on bad flags, 1 when it stops with an error.
-func longRunning[O any](name string, parse func([]string, io.Writer) (O, error), level func(O) slog.Level,
+func longRunning[O any](name string, parse func([]string, io.Writer) (O, error), logOpts func(O) (logging.Format, slog.Level),
 	run func(context.Context, O, *slog.Logger) error) func([]string) int {
 	return func(args []string) int {
-		opts, err := parse(args, os.Stderr)
+		opts, err := parse(args, flagusage.Output(args))
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -117,7 +123,8 @@ func longRunning[O any](name string, parse func([]string, io.Writer) (O, error),
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level(opts)}))
+		format, level := logOpts(opts)
+		log := logging.New(os.Stderr, format, level)
 		if err := run(ctx, opts, log); err != nil {
 			log.Error("herald "+name+" stopped", "err", err)
 			return 1
@@ -125,8 +132,6 @@ func longRunning[O any](name string, parse func([]string, io.Writer) (O, error),
 		return 0
 	}
 }
-
-func infoLevel[O any](O) slog.Level { return slog.LevelInfo }
 
 func runStatus(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

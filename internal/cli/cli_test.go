@@ -19,6 +19,9 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"help"}, 0},
 		{[]string{"migrate"}, 2},
 		{[]string{"migrate", "-h"}, 0},
+		{[]string{"validate", "-h"}, 0},
+		{[]string{"status", "--help"}, 0},
+		{[]string{"controller", "--log-format=xml"}, 2},
 		{[]string{"migrate", "-f", "x.yaml", "--from-cluster"}, 2},
 		{[]string{"migrate", "-f", "/nonexistent/metallb.yaml"}, 2},
 	} {

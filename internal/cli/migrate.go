@@ -15,6 +15,7 @@ import (
 
 	"github.com/herald-lb/herald/config/migrate"
 	"github.com/herald-lb/herald/config/validate"
+	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/kubeclient"
 )
 
@@ -45,7 +46,7 @@ kubectl apply. Standard error reports every field that did not translate,
 naming the MetalLB object and field, then what herald validate finds in
 the output. Exit status: 0 when everything translated and validates, 1
 when anything was reported, 2 when the input could not be read.`)
-		fs.PrintDefaults()
+		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -61,7 +62,7 @@ when anything was reported, 2 when the input could not be read.`)
 }
 
 func runMigrate(args []string) int {
-	o, err := parseMigrate(args, os.Stderr)
+	o, err := parseMigrate(args, flagusage.Output(args))
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

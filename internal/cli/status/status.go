@@ -26,6 +26,7 @@ import (
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/informer"
 	"github.com/herald-lb/herald/config/v1beta1"
+	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/kubeclient"
 	"github.com/herald-lb/herald/internal/lbapi"
 )
@@ -49,7 +50,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.StringVar(&o.HeraldNamespace, "herald-namespace", o.HeraldNamespace, "herald's namespace, where the ServiceAnnouncements are")
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: herald status [flags] [NAMESPACE/NAME | NAME]\n\nShows each LoadBalancer Service's external IPs, their pool, and which node announces\neach IP, how and on which interfaces (from the speakers' ServiceAnnouncements).")
-		fs.PrintDefaults()
+		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -271,7 +272,7 @@ func canonical(ip string) string {
 
 // Main is the command: it exits 2 on a bad command line, 1 on failure.
 func Main(ctx context.Context, args []string) int {
-	o, err := ParseFlags(args, os.Stderr)
+	o, err := ParseFlags(args, flagusage.Output(args))
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
