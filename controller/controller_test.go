@@ -453,6 +453,9 @@ func TestPoolValidity(t *testing.T) {
 		t.Errorf("old pool's Valid condition: %+v", c)
 	}
 	e.expectEvents("IPAddressPool herald-system/new Warning InvalidConfiguration: spec.addresses[0]: ")
+	if got := metricValue(t, e.c.metrics, "herald_config_invalid_objects", map[string]string{"kind": "IPAddressPool"}); got != 1 {
+		t.Errorf("herald_config_invalid_objects{kind=IPAddressPool} = %v, want 1", got)
+	}
 	// Status is not written again when nothing changed, nor the event sent.
 	e.writes()
 	e.settle()
@@ -472,6 +475,9 @@ func TestPoolValidity(t *testing.T) {
 	}
 	if p.Status.AvailableIPv4 != 10 {
 		t.Errorf("fixed pool available = %d", p.Status.AvailableIPv4)
+	}
+	if got := metricValue(t, e.c.metrics, "herald_config_invalid_objects", map[string]string{"kind": "IPAddressPool"}); got != 0 {
+		t.Errorf("herald_config_invalid_objects{kind=IPAddressPool} = %v after the fix, want 0", got)
 	}
 }
 
@@ -690,6 +696,9 @@ func TestUnadvertisedPool(t *testing.T) {
 	if c := apimeta.FindStatusCondition(p.Status.Conditions, ConditionAdvertised); c == nil || c.Status != metav1.ConditionFalse || c.Reason != config.CodeNotAdvertised {
 		t.Errorf("Advertised = %+v, want False/NotAdvertised", c)
 	}
+	if got := metricValue(t, e.c.metrics, "herald_controller_pool_advertised", map[string]string{"pool": "lan"}); got != 0 {
+		t.Errorf("herald_controller_pool_advertised{pool=lan} = %v, want 0", got)
+	}
 
 	adv := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1beta1.GroupVersion.String(), "kind": "L2Advertisement",
@@ -703,5 +712,8 @@ func TestUnadvertisedPool(t *testing.T) {
 	e.expectEvents()
 	if c := apimeta.FindStatusCondition(e.pool("lan").Status.Conditions, ConditionAdvertised); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Advertised after adding an L2Advertisement = %+v, want True", c)
+	}
+	if got := metricValue(t, e.c.metrics, "herald_controller_pool_advertised", map[string]string{"pool": "lan"}); got != 1 {
+		t.Errorf("herald_controller_pool_advertised{pool=lan} = %v, want 1", got)
 	}
 }

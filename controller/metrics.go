@@ -28,6 +28,8 @@ type Metrics struct {
 	startup     prometheus.Gauge
 	adopted     prometheus.Gauge
 	stale       *prometheus.GaugeVec
+	invalid     *prometheus.GaugeVec
+	advertised  *prometheus.GaugeVec
 
 	mu    sync.Mutex
 	pools map[string]bool // pools with published gauges
@@ -78,15 +80,25 @@ func NewMetrics() *Metrics {
 			Name: "herald_config_stale_objects",
 			Help: "Configuration objects whose current spec (or the Secret it names) was refused while their last valid version stays in force, by kind.",
 		}, []string{"kind"}),
+		invalid: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herald_config_invalid_objects",
+			Help: "Configuration objects left out because of errors (no version of them in force), by kind.",
+		}, []string{"kind"}),
+		advertised: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herald_controller_pool_advertised",
+			Help: "1 when an L2Advertisement or BGPAdvertisement selects the pool, 0 when none does and its addresses go unannounced.",
+		}, []string{"pool"}),
 	}
 	m.Registry.MustRegister(m.addresses, m.inUse, m.allocations, m.failures, m.releases, m.reconcile,
-		m.leader, m.startup, m.adopted, m.stale,
+		m.leader, m.startup, m.adopted, m.stale, m.invalid, m.advertised,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("controller"))
 	return m
 }
 
-// setPools publishes the pool counts and forgets pools that are gone.
-func (m *Metrics) setPools(stats []allocator.PoolStats) {
+// setPools publishes the pool counts and whether each pool is advertised
+// (unadvertised names the pools no advertisement selects), and forgets
+// pools that are gone.
+func (m *Metrics) setPools(stats []allocator.PoolStats, unadvertised map[string]bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	seen := map[string]bool{}
@@ -97,10 +109,16 @@ func (m *Metrics) setPools(stats []allocator.PoolStats) {
 		if !seen[p] {
 			m.addresses.DeletePartialMatch(prometheus.Labels{"pool": p})
 			m.inUse.DeletePartialMatch(prometheus.Labels{"pool": p})
+			m.advertised.DeletePartialMatch(prometheus.Labels{"pool": p})
 		}
 	}
 	m.pools = seen
 	for _, s := range stats {
+		adv := 1.0
+		if unadvertised[s.Pool] {
+			adv = 0
+		}
+		m.advertised.WithLabelValues(s.Pool).Set(adv)
 		for _, f := range []struct {
 			name string
 			st   allocator.FamilyStats
@@ -109,6 +127,23 @@ func (m *Metrics) setPools(stats []allocator.PoolStats) {
 			m.addresses.WithLabelValues(s.Pool, f.name).Set(total)
 			m.inUse.WithLabelValues(s.Pool, f.name).Set(float64(f.st.InUse))
 		}
+	}
+}
+
+// setInvalid publishes how many objects of each kind are left out: not
+// in force at all (a stale object keeps an older version in force).
+func (m *Metrics) setInvalid(objects map[string]config.ObjectState) {
+	counts := map[string]int{}
+	for _, k := range informer.Kinds {
+		counts[k.Kind] = 0
+	}
+	for _, o := range objects {
+		if o.InForce == 0 {
+			counts[o.Kind]++
+		}
+	}
+	for k, n := range counts {
+		m.invalid.WithLabelValues(k).Set(float64(n))
 	}
 }
 

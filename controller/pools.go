@@ -103,6 +103,7 @@ func (c *Controller) reportProblems(problems config.Problems, cfg *config.Config
 	}
 	c.mu.Unlock()
 	c.metrics.setStale(stale)
+	c.metrics.setInvalid(cfg.Objects)
 	for _, r := range send {
 		kind, name, _ := strings.Cut(r.key, "/")
 		obj := c.configObject(kind, name)
@@ -214,7 +215,10 @@ func (c *Controller) writeStatuses(ctx context.Context) (failed int) {
 	for _, s := range all {
 		stats[s.Pool] = s
 	}
-	c.metrics.setPools(all)
+	c.mu.Lock()
+	unadvertised := c.unadvertised
+	c.mu.Unlock()
+	c.metrics.setPools(all, unadvertised)
 	c.mu.Lock()
 	problems, objects := c.problems, c.objects
 	c.mu.Unlock()

@@ -14,6 +14,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	announced       *prometheus.GaugeVec
+	unannounced     *prometheus.GaugeVec
 	elected         prometheus.Gauge
 	members         prometheus.Gauge
 	electionChanges prometheus.Counter
@@ -32,6 +33,10 @@ func NewMetrics() *Metrics {
 			Name: "herald_speaker_announced_ips",
 			Help: "LoadBalancer IPs this node announces, by address family.",
 		}, []string{"family"}),
+		unannounced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herald_speaker_layer2_unannounced_ips",
+			Help: "LoadBalancer IPs an L2Advertisement covers that no node may announce, as this node sees them, by reason (every speaker computes the same election).",
+		}, []string{"reason"}),
 		elected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_speaker_layer2_ips",
 			Help: "LoadBalancer IPs elected over layer 2 in the cluster (any winner), as this node sees them.",
@@ -61,7 +66,7 @@ func NewMetrics() *Metrics {
 			Help: "Keys in the memberlist keyring (the primary one included): 2 while a key rotation is under way.",
 		}),
 	}
-	m.Registry.MustRegister(m.announced, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.recovering, m.keys,
+	m.Registry.MustRegister(m.announced, m.unannounced, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.recovering, m.keys,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("speaker"))
 	return m
 }
@@ -84,6 +89,12 @@ func (m *Metrics) observe(st l2plan.State, ch l2plan.Changes, members int, isola
 		}
 	}
 	m.elected.Set(float64(elected))
+	m.unannounced.Reset()
+	for _, ip := range st.IPs {
+		if ip.Winner == "" && ip.Reason != "" {
+			m.unannounced.WithLabelValues(ip.Reason).Inc()
+		}
+	}
 	m.members.Set(float64(members))
 	m.isolated.Set(0)
 	if isolated {

@@ -216,6 +216,19 @@ func TestLocalPolicyFollowsEndpoints(t *testing.T) {
 		if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
 			t.Fatalf("%s announces without any endpoint", self)
 		}
+		// Every speaker counts the address as unannounced, with the reason.
+		reason := l.sp.State().IPs[0].Reason
+		if reason == "" {
+			t.Fatalf("%s: no reason for the unannounced IP", self)
+		}
+		if got := testutil.ToFloat64(l.sp.d.Metrics.unannounced.WithLabelValues(reason)); got != 1 {
+			t.Errorf("%s: herald_speaker_layer2_unannounced_ips{reason=%q} = %v, want 1", self, reason, got)
+		}
+		l.endpoints("web", "node1")
+		l.sp.Sync()
+		if n := testutil.CollectAndCount(l.sp.d.Metrics.unannounced); n != 0 {
+			t.Errorf("%s: %d unannounced series once node1 has a pod, want none", self, n)
+		}
 	}
 }
 
