@@ -6,6 +6,7 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/informer"
@@ -34,6 +36,8 @@ import (
 // Options configure `herald status`.
 type Options struct {
 	Cluster kubeclient.Flags
+	// Output is the format: text (a table), json or yaml.
+	Output string
 	// HeraldNamespace holds the ServiceAnnouncements.
 	HeraldNamespace string
 	// Namespace and Name select Services; empty means all.
@@ -46,6 +50,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(out)
 	o.Cluster.Register(fs)
+	fs.StringVar(&o.Output, "o", "text", "output format: text, json or yaml")
 	fs.StringVar(&o.Namespace, "n", "", "only Services of this namespace (default: all)")
 	fs.StringVar(&o.HeraldNamespace, "herald-namespace", o.HeraldNamespace, "herald's namespace, where the ServiceAnnouncements are")
 	fs.Usage = func() {
@@ -54,6 +59,11 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	switch o.Output {
+	case "text", "json", "yaml":
+	default:
+		return o, fmt.Errorf("-o %q: use text, json or yaml", o.Output)
 	}
 	switch fs.NArg() {
 	case 0:
@@ -121,9 +131,6 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			anns = append(anns, a)
 		}
 	}
-	if err := Render(out, svcs, anns); err != nil {
-		return err
-	}
 	var objs []ConfigObject
 	for _, k := range informer.Kinds {
 		l, err := dyn.Resource(informer.GVR(k.Resource)).Namespace(o.HeraldNamespace).List(ctx, metav1.ListOptions{})
@@ -140,7 +147,41 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			objs = append(objs, c)
 		}
 	}
-	return RenderConfig(out, objs)
+	report := Report{Services: Build(svcs, anns), Configuration: BuildConfig(objs)}
+	switch o.Output {
+	case "json":
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(report)
+	case "yaml":
+		data, err := yaml.Marshal(report)
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(data)
+		return err
+	}
+	if err := renderText(out, report.Services); err != nil {
+		return err
+	}
+	return renderConfigText(out, report.Configuration)
+}
+
+// Report is `herald status -o json|yaml`.
+type Report struct {
+	Services []ServiceStatus `json:"services"`
+	// Configuration lists the objects herald does not use as written.
+	Configuration []ConfigIssue `json:"configuration,omitempty"`
+}
+
+// ConfigIssue is a configuration object herald does not use as written.
+type ConfigIssue struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// State is "in force: generation N, refused: generation M", or
+	// "not in force" for an object left out.
+	State   string `json:"state"`
+	Message string `json:"message"`
 }
 
 // ConfigObject is what `herald status` shows of a configuration object.
@@ -151,11 +192,11 @@ type ConfigObject struct {
 	Valid      *metav1.Condition
 }
 
-// RenderConfig lists the configuration objects herald does not use as
+// BuildConfig picks the configuration objects herald does not use as
 // written: a refused edit with the version kept in force, or an object
-// left out. Nothing is printed when every object is in use.
-func RenderConfig(out io.Writer, objs []ConfigObject) error {
-	var lines []string
+// left out, sorted by kind and name.
+func BuildConfig(objs []ConfigObject) []ConfigIssue {
+	var out []ConfigIssue
 	for _, o := range objs {
 		if o.Valid == nil || o.Valid.Status == metav1.ConditionTrue || o.Valid.Reason == lbapi.ReasonPartlyIgnored {
 			continue
@@ -165,21 +206,139 @@ func RenderConfig(out io.Writer, objs []ConfigObject) error {
 		if o.InForce != nil && o.Valid.Reason == lbapi.ReasonEditRefused {
 			st.InForce, st.Stale = o.InForce.Generation, true
 		}
-		lines = append(lines, fmt.Sprintf("%s %s: %s\n    %s", o.Kind, o.Name, st.Describe(), o.Valid.Message))
+		out = append(out, ConfigIssue{Kind: o.Kind, Name: o.Name, State: st.Describe(), Message: o.Valid.Message})
 	}
-	if len(lines) == 0 {
+	slices.SortFunc(out, func(a, b ConfigIssue) int { return strings.Compare(a.Kind+"/"+a.Name, b.Kind+"/"+b.Name) })
+	return out
+}
+
+// RenderConfig lists the configuration objects herald does not use as
+// written: a refused edit with the version kept in force, or an object
+// left out. Nothing is printed when every object is in use.
+func RenderConfig(out io.Writer, objs []ConfigObject) error {
+	return renderConfigText(out, BuildConfig(objs))
+}
+
+func renderConfigText(out io.Writer, issues []ConfigIssue) error {
+	if len(issues) == 0 {
 		return nil
 	}
-	slices.Sort(lines)
 	if _, err := fmt.Fprintln(out, "\nConfiguration herald does not use as written (kubectl describe shows the events):"); err != nil {
 		return err
 	}
-	for _, l := range lines {
-		if _, err := fmt.Fprintln(out, "  "+l); err != nil {
+	for _, c := range issues {
+		if _, err := fmt.Fprintf(out, "  %s %s: %s\n    %s\n", c.Kind, c.Name, c.State, c.Message); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Announcer is one node announcing an address, and how.
+type Announcer struct {
+	Node       string   `json:"node"`
+	Protocol   string   `json:"protocol"`
+	Interfaces []string `json:"interfaces,omitempty"`
+	Peers      []string `json:"peers,omitempty"`
+}
+
+func (a Announcer) String() string {
+	how := a.Node + " (" + a.Protocol
+	switch {
+	case len(a.Interfaces) > 0:
+		how += " on " + strings.Join(a.Interfaces, ",")
+	case len(a.Peers) > 0:
+		how += " to " + strings.Join(a.Peers, ",")
+	}
+	return how + ")"
+}
+
+// Address is one external IP of a Service and who announces it.
+type Address struct {
+	IP          string      `json:"ip"`
+	AnnouncedBy []Announcer `json:"announcedBy"`
+	// Problem says what is wrong: nobody announces the address, or more
+	// than one node does over layer 2.
+	Problem string `json:"problem,omitempty"`
+}
+
+// ServiceStatus is what `herald status` shows of one LoadBalancer
+// Service.
+type ServiceStatus struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Pool is the herald.io/ip-allocated-from-pool annotation.
+	Pool   string `json:"pool,omitempty"`
+	Policy string `json:"externalTrafficPolicy"`
+	// Pending says why the Service has no address yet.
+	Pending   string    `json:"pending,omitempty"`
+	Addresses []Address `json:"addresses,omitempty"`
+}
+
+// Problems of an address, as Build words them.
+const (
+	ProblemNobody      = "nobody announces it (see the speakers' logs: no eligible node, or no advertisement)"
+	ProblemTwoOverL2   = "more than one node announces it over layer 2"
+	textNobody         = "nobody (see the speakers' logs: no eligible node, or no advertisement)"
+	textMoreThanOneL2  = "  <- more than one node over layer 2"
+	pendingNoClassText = "<pending>"
+)
+
+// Build gathers, for each LoadBalancer Service (sorted by namespace and
+// name), its addresses and the nodes announcing each from the
+// ServiceAnnouncements. An address nobody announces says so; one that
+// two nodes claim over layer 2 (a moment during a failover, or a
+// partition) lists both.
+func Build(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement) []ServiceStatus {
+	svcs = slices.Clone(svcs)
+	slices.SortFunc(svcs, func(a, b corev1.Service) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	type key struct{ ns, name, ip string }
+	by := map[key][]Announcer{}
+	for _, a := range anns {
+		who := Announcer{Node: a.Status.Node, Protocol: string(a.Status.Protocol), Interfaces: a.Status.Interfaces, Peers: a.Status.Peers}
+		for _, ip := range a.Status.IPs {
+			k := key{a.Status.Service.Namespace, a.Status.Service.Name, canonical(ip)}
+			by[k] = append(by[k], who)
+		}
+	}
+	out := []ServiceStatus{}
+	for _, s := range svcs {
+		if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue
+		}
+		st := ServiceStatus{Namespace: s.Namespace, Name: s.Name, Pool: s.Annotations[lbapi.AnnotationAllocatedFromPool],
+			Policy: string(s.Spec.ExternalTrafficPolicy)}
+		if st.Policy == "" {
+			st.Policy = string(corev1.ServiceExternalTrafficPolicyCluster)
+		}
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			if in.IP == "" {
+				continue
+			}
+			who := append([]Announcer{}, by[key{s.Namespace, s.Name, canonical(in.IP)}]...)
+			slices.SortFunc(who, func(a, b Announcer) int { return strings.Compare(a.String(), b.String()) })
+			addr := Address{IP: in.IP, AnnouncedBy: who}
+			switch {
+			case len(who) == 0:
+				addr.Problem = ProblemNobody
+			case layer2Claims(who) > 1:
+				// Over BGP many nodes advertise at once (ECMP); over
+				// layer 2 only one may answer ARP/NDP.
+				addr.Problem = ProblemTwoOverL2
+			}
+			st.Addresses = append(st.Addresses, addr)
+		}
+		if len(st.Addresses) == 0 {
+			st.Pending = "no address assigned yet"
+			if s.Spec.LoadBalancerClass != nil {
+				st.Pending = "loadBalancerClass " + *s.Spec.LoadBalancerClass
+			}
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // Render writes one line per LoadBalancer Service IP: the pool, the
@@ -187,75 +346,44 @@ func RenderConfig(out io.Writer, objs []ConfigObject) error {
 // peers). An IP nobody announces says so; one that two nodes claim (a
 // moment during a failover, or a partition) lists both.
 func Render(out io.Writer, svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement) error {
-	svcs = slices.Clone(svcs)
-	slices.SortFunc(svcs, func(a, b corev1.Service) int {
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
-	type key struct{ ns, name, ip string }
-	by := map[key][]string{}
-	for _, a := range anns {
-		how := a.Status.Node + " (" + string(a.Status.Protocol)
-		switch {
-		case len(a.Status.Interfaces) > 0:
-			how += " on " + strings.Join(a.Status.Interfaces, ",")
-		case len(a.Status.Peers) > 0:
-			how += " to " + strings.Join(a.Status.Peers, ",")
-		}
-		how += ")"
-		for _, ip := range a.Status.IPs {
-			k := key{a.Status.Service.Namespace, a.Status.Service.Name, canonical(ip)}
-			by[k] = append(by[k], how)
-		}
-	}
+	return renderText(out, Build(svcs, anns))
+}
+
+func renderText(out io.Writer, sts []ServiceStatus) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tSERVICE\tIP\tPOOL\tPOLICY\tANNOUNCED BY")
-	n := 0
-	for _, s := range svcs {
-		if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
-			continue
-		}
-		n++
-		pool := s.Annotations[lbapi.AnnotationAllocatedFromPool]
+	for _, s := range sts {
+		pool := s.Pool
 		if pool == "" {
 			pool = "-"
 		}
-		policy := string(s.Spec.ExternalTrafficPolicy)
-		if policy == "" {
-			policy = string(corev1.ServiceExternalTrafficPolicyCluster)
-		}
-		var ips []string
-		for _, in := range s.Status.LoadBalancer.Ingress {
-			if in.IP != "" {
-				ips = append(ips, in.IP)
+		if len(s.Addresses) == 0 {
+			why := pendingNoClassText
+			if strings.HasPrefix(s.Pending, "loadBalancerClass ") {
+				why = "<pending> (" + s.Pending + ")"
 			}
-		}
-		if len(ips) == 0 {
-			why := "<pending>"
-			if s.Spec.LoadBalancerClass != nil {
-				why = "<pending> (loadBalancerClass " + *s.Spec.LoadBalancerClass + ")"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, why, pool, policy, "-")
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, why, pool, s.Policy, "-")
 			continue
 		}
-		for _, ip := range ips {
-			who := by[key{s.Namespace, s.Name, canonical(ip)}]
-			slices.Sort(who)
-			text := strings.Join(who, ", ")
-			switch {
-			case len(who) == 0:
-				text = "nobody (see the speakers' logs: no eligible node, or no advertisement)"
-			case layer2Claims(who) > 1:
-				// Over BGP many nodes advertise at once (ECMP); over
-				// layer 2 only one may answer ARP/NDP.
-				text += "  <- more than one node over layer 2"
+		for _, a := range s.Addresses {
+			names := make([]string, len(a.AnnouncedBy))
+			for i, w := range a.AnnouncedBy {
+				names[i] = w.String()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, ip, pool, policy, text)
+			text := strings.Join(names, ", ")
+			switch a.Problem {
+			case ProblemNobody:
+				text = textNobody
+			case ProblemTwoOverL2:
+				text += textMoreThanOneL2
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, a.IP, pool, s.Policy, text)
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if n == 0 {
+	if len(sts) == 0 {
 		_, err := fmt.Fprintln(out, "no LoadBalancer Services")
 		return err
 	}
@@ -287,12 +415,11 @@ func Main(ctx context.Context, args []string) int {
 	return 0
 }
 
-// layer2Claims counts the layer-2 announcers in Render's "node (protocol
-// ...)" descriptions.
-func layer2Claims(who []string) int {
+// layer2Claims counts the layer-2 announcers.
+func layer2Claims(who []Announcer) int {
 	n := 0
 	for _, w := range who {
-		if strings.Contains(w, " (layer2") {
+		if w.Protocol == string(v1beta1.ProtocolLayer2) {
 			n++
 		}
 	}

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -148,5 +149,32 @@ func TestRenderConfig(t *testing.T) {
 	_ = RenderConfig(&b, objs[:1])
 	if b.Len() != 0 {
 		t.Errorf("all valid, yet printed %q", b.String())
+	}
+}
+
+// -o json carries what the table shows, for scripts: addresses, who
+// announces them, problems, and the configuration herald does not use.
+func TestReportJSON(t *testing.T) {
+	svc := corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Annotations: map[string]string{"herald.io/ip-allocated-from-pool": "lan"}},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
+		Status:     corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "198.51.100.200"}, {IP: "198.51.100.201"}}}},
+	}
+	ann := v1beta1.ServiceAnnouncement{Status: v1beta1.ServiceAnnouncementStatus{
+		Service: v1beta1.ServiceReference{Namespace: "shop", Name: "web"}, Node: "node1", Protocol: v1beta1.ProtocolLayer2,
+		IPs: []string{"198.51.100.200"}, Interfaces: []string{"eth0"}}}
+	r := Report{Services: Build([]corev1.Service{svc}, []v1beta1.ServiceAnnouncement{ann})}
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"services":[{"namespace":"shop","name":"web","pool":"lan","externalTrafficPolicy":"Cluster","addresses":[` +
+		`{"ip":"198.51.100.200","announcedBy":[{"node":"node1","protocol":"layer2","interfaces":["eth0"]}]},` +
+		`{"ip":"198.51.100.201","announcedBy":[],"problem":"nobody announces it (see the speakers' logs: no eligible node, or no advertisement)"}]}]}`
+	if string(data) != want {
+		t.Errorf("got  %s\nwant %s", data, want)
+	}
+	if _, err := ParseFlags([]string{"-o", "xml"}, io.Discard); err == nil || !strings.Contains(err.Error(), `-o "xml"`) {
+		t.Errorf("-o xml: %v", err)
 	}
 }
