@@ -533,6 +533,21 @@ func DeployDir(e2eModuleDir string) string {
 // herald-proxy gives herald's proxy the lab's pod network. Up returns once
 // the controller is available and every node's speaker is ready (with
 // herald's proxy: it has written the node's rules).
+// InstallHerald installs herald into a lab brought up Bare, as Up would
+// have (with kube-proxy as the proxy, herald without its own proxy), and
+// waits until its controller is available and its speakers are ready:
+// for tests of what happens before herald arrives (a move from MetalLB).
+func (l *Lab) InstallHerald(ctx context.Context) error {
+	if !l.Bare {
+		return errors.New("herald is installed already (the lab is not bare)")
+	}
+	if err := l.installHerald(ctx); err != nil {
+		return err
+	}
+	l.Bare = false
+	return l.save()
+}
+
 func (l *Lab) installHerald(ctx context.Context) error {
 	apply, dir := []string{"apply", "-f"}, DeployDir(l.ModuleDir)
 	if l.Proxy == ProxyKubeProxy {

@@ -1,0 +1,242 @@
+package e2e
+
+// Like baseline_kubeproxy_test.go, this test brings up a lab of its own,
+// and its file name sorts before the tests that use the shared lab.
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/herald-lb/herald/e2e/harness"
+	"github.com/herald-lb/herald/e2e/lab/cluster"
+	"github.com/herald-lb/herald/e2e/lab/labbin"
+	"github.com/herald-lb/herald/e2e/lab/topology"
+)
+
+// metallbCRDs are MetalLB's kinds the move reads, without schemas: the
+// test needs their API, not MetalLB. BGPPeer is served at v1beta1 and
+// stored at v1beta2, as MetalLB's CRD has it.
+func metallbCRDs() string {
+	var b strings.Builder
+	for _, k := range []struct{ kind, plural string }{
+		{"IPAddressPool", "ipaddresspools"}, {"L2Advertisement", "l2advertisements"},
+		{"BGPAdvertisement", "bgpadvertisements"}, {"BGPPeer", "bgppeers"},
+	} {
+		versions := `  - {name: v1beta1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}`
+		if k.kind == "BGPPeer" {
+			versions = `  - {name: v1beta1, served: true, storage: false, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+  - {name: v1beta2, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}`
+		}
+		fmt.Fprintf(&b, `---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: %[2]s.metallb.io}
+spec:
+  group: metallb.io
+  scope: Namespaced
+  names: {kind: %[1]s, plural: %[2]s, singular: %[3]s, listKind: %[1]sList}
+  versions:
+%[4]s
+`, k.kind, k.plural, strings.ToLower(k.kind), versions)
+	}
+	return b.String()
+}
+
+// metallbConfig is a MetalLB configuration as its users write it: a pool
+// announced over layer 2, a pool announced over BGP to the lab router,
+// the peer with one setting only MetalLB's FRR mode has (vrf, which
+// herald leaves out and reports).
+func metallbConfig() string {
+	return fmt.Sprintf(`---
+apiVersion: v1
+kind: Namespace
+metadata: {name: metallb-system}
+---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: lan, namespace: metallb-system}
+spec: {addresses: [198.51.100.210-198.51.100.219]}
+---
+apiVersion: metallb.io/v1beta1
+kind: L2Advertisement
+metadata: {name: lan, namespace: metallb-system}
+spec: {ipAddressPools: [lan]}
+---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: routed, namespace: metallb-system}
+spec: {addresses: [203.0.113.176/28], autoAssign: false}
+---
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: routed, namespace: metallb-system}
+spec: {ipAddressPools: [routed]}
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: router, namespace: metallb-system}
+spec: {myASN: %d, peerASN: %d, peerAddress: %s, holdTime: 9s, vrf: ""}
+`, bgpNodeASN, cluster.RouterASN, topology.RouterLANv4)
+}
+
+// metallbServices are Services as MetalLB left them: its annotations
+// (the current and the older names), and each with the address MetalLB
+// gave it, which the test writes into the status as MetalLB would (with
+// MetalLB's pool annotation). None of them is the lowest free address of
+// its pool, so an address assigned anew would show.
+var metallbServices = []struct {
+	name, ann, ip, pool string
+	port                int
+}{
+	{"mig-l2", "metallb.io/address-pool: lan", "198.51.100.213", "lan", 80},
+	{"mig-share-80", "metallb.universe.tf/allow-shared-ip: web", "198.51.100.215", "lan", 80},
+	{"mig-share-81", "metallb.io/allow-shared-ip: web", "198.51.100.215", "lan", 81},
+	{"mig-bgp", `metallb.io/loadBalancerIPs: "203.0.113.181"`, "203.0.113.181", "routed", 80},
+}
+
+// TestMigrateFromMetalLB moves a cluster from MetalLB to herald as
+// docs/migrating-from-metallb.md says: MetalLB's CRDs (schema-less, for
+// the test), its configuration and Services carrying the addresses MetalLB
+// gave them; `herald migrate --from-cluster | kubectl apply -f -`; herald
+// installed next to kube-proxy. No address changes, every address
+// answers (layer 2 from the LAN client, BGP from the remote client behind
+// the router), herald status shows each announced, and the Services' use
+// of MetalLB's annotation names is pointed out in events.
+func TestMigrateFromMetalLB(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	h := harness.UpOwnLab(t, ctx, cluster.Options{Prefix: "hmg", Nodes: 2, Bare: true, Proxy: cluster.ProxyKubeProxy})
+	herald := h.Lab.Bins.Path(labbin.Herald)
+
+	h.Apply(metallbCRDs())
+	h.Poll(30*time.Second, "MetalLB's CRDs established", func() (bool, string) {
+		out, err := h.K.Run(ctx, "wait", "--for=condition=Established", "--timeout=5s",
+			"crd/ipaddresspools.metallb.io", "crd/l2advertisements.metallb.io", "crd/bgpadvertisements.metallb.io", "crd/bgppeers.metallb.io")
+		return err == nil, out
+	})
+	h.Apply(metallbConfig())
+	h.Apply(echoDeploymentYAML("mig-echo", "node1", 1))
+	for _, s := range metallbServices {
+		h.Apply(fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata:
+  name: %s
+  namespace: default
+  annotations:
+    %s
+    metallb.io/ip-allocated-from-pool: %s
+spec:
+  type: LoadBalancer
+  selector: {app: mig-echo}
+  ports: [{port: %d, targetPort: 8080, protocol: TCP}]
+`, s.name, s.ann, s.pool, s.port))
+		h.Kubectl("patch", "service", s.name, "--subresource=status", "--type=merge",
+			"-p", fmt.Sprintf(`{"status":{"loadBalancer":{"ingress":[{"ip":%q}]}}}`, s.ip))
+	}
+	h.ReadyPods("app=mig-echo", 1, 2*time.Minute)
+
+	// The translation, straight into the cluster.
+	migrate := exec.CommandContext(ctx, herald, "migrate", "--from-cluster", "--kubeconfig", h.Lab.Kubeconfig)
+	var stderr strings.Builder
+	migrate.Stderr = &stderr
+	yaml, err := migrate.Output()
+	t.Logf("herald migrate --from-cluster: %v\nreport:\n%s", err, stderr.String())
+	if code := migrate.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("exit code %d, want 1: the peer's vrf does not translate", code)
+	}
+	if !strings.Contains(stderr.String(), "BGPPeer metallb-system/router: spec.vrf: not translated") {
+		t.Errorf("the report does not name the peer's vrf")
+	}
+	h.Apply(string(yaml))
+	t.Logf("kubectl -n herald-system get ipaddresspools.herald.io,l2advertisements.herald.io,bgpadvertisements.herald.io,bgppeers.herald.io:\n%s",
+		h.Kubectl("-n", cluster.HeraldNamespace, "get", "ipaddresspools.herald.io,l2advertisements.herald.io,bgpadvertisements.herald.io,bgppeers.herald.io"))
+
+	start := time.Now()
+	if err := h.Lab.InstallHerald(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("TIMING herald installed in %s", time.Since(start).Round(time.Millisecond))
+
+	// herald's controller has adopted every address: its own pool
+	// annotation appears, the address stays.
+	for _, s := range metallbServices {
+		h.Poll(time.Minute, s.name+" adopted by herald", func() (bool, string) {
+			svc, err := h.CS.CoreV1().Services("default").Get(ctx, s.name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var ips []string
+			for _, in := range svc.Status.LoadBalancer.Ingress {
+				ips = append(ips, in.IP)
+			}
+			got := fmt.Sprintf("%v pool %q", ips, svc.Annotations["herald.io/ip-allocated-from-pool"])
+			return got == fmt.Sprintf("[%s] pool %q", s.ip, s.pool), got
+		})
+	}
+
+	// Every address answers where its pool is announced.
+	for _, s := range metallbServices {
+		url := fmt.Sprintf("http://%s:%d/", s.ip, s.port)
+		from, where := h.Layout.Client, "the LAN client (layer 2)"
+		if s.pool == "routed" {
+			from, where = h.Layout.Remote, "the remote client (BGP)"
+		}
+		h.Poll(2*time.Minute, fmt.Sprintf("%s answering %s", url, where), func() (bool, string) {
+			page, err := harness.HTTPGetFrom(from, url)
+			return err == nil && strings.Contains(page, "CLIENT VALUES:"), fmt.Sprintf("err %v", err)
+		})
+		t.Logf("%s (%s) answers %s, %s after herald's installation began", url, s.name, where, time.Since(start).Round(time.Millisecond))
+	}
+
+	// herald status: each address announced, none by nobody.
+	out, err := exec.CommandContext(ctx, herald, "status", "--kubeconfig", h.Lab.Kubeconfig).CombinedOutput()
+	t.Logf("herald status:\n%s", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range metallbServices {
+		proto := "layer2"
+		if s.pool == "routed" {
+			proto = "bgp"
+		}
+		found := false
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 2 && f[1] == s.name && f[2] == s.ip && strings.Contains(line, "("+proto) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("herald status shows no %s announcement of %s for %s", proto, s.ip, s.name)
+		}
+	}
+	if strings.Contains(string(out), "nobody") {
+		t.Errorf("herald status shows an address nobody announces")
+	}
+
+	// No address changed; the MetalLB annotation names are pointed out.
+	for _, s := range metallbServices {
+		evs, err := h.CS.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + s.name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var alias bool
+		for _, e := range evs.Items {
+			switch e.Reason {
+			case "IPAllocated", "IPReleased", "AllocationFailed":
+				t.Errorf("%s: %s event %q: the address should have been kept as it was", s.name, e.Reason, e.Message)
+			case "AnnotationAlias":
+				alias = alias || strings.Contains(e.Message, "herald reads "+strings.SplitN(s.ann, ":", 2)[0])
+			}
+		}
+		if !alias {
+			t.Errorf("%s: no AnnotationAlias event for %s", s.name, strings.SplitN(s.ann, ":", 2)[0])
+		}
+	}
+}
