@@ -153,6 +153,9 @@ spec:
 	if !strings.Contains(stderr.String(), "BGPPeer metallb-system/router: spec.vrf: not translated") {
 		t.Errorf("the report does not name the peer's vrf")
 	}
+	// As docs/migrating-from-metallb.md: herald's namespace and
+	// configuration first, then herald.
+	h.Apply(fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", cluster.HeraldNamespace))
 	h.Apply(string(yaml))
 	t.Logf("kubectl -n herald-system get ipaddresspools.herald.io,l2advertisements.herald.io,bgpadvertisements.herald.io,bgppeers.herald.io:\n%s",
 		h.Kubectl("-n", cluster.HeraldNamespace, "get", "ipaddresspools.herald.io,l2advertisements.herald.io,bgpadvertisements.herald.io,bgppeers.herald.io"))
