@@ -285,7 +285,7 @@ func desiredStatus(kind string, u *unstructured.Unstructured, ps config.Problems
 
 // ConditionAdvertised is a pool's condition that says whether an
 // advertisement in force selects it (only while the pool is in use).
-const ConditionAdvertised = "Advertised"
+const ConditionAdvertised = lbapi.ConditionAdvertised
 
 // desiredPoolStatus is desiredStatus for a pool: the address counts, the
 // Valid condition, and the Advertised condition in place of the parser's

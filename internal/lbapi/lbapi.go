@@ -99,6 +99,11 @@ const (
 	PasswordsSecretName = "herald-bgp-passwords"
 )
 
+// ConditionAdvertised is the IPAddressPool condition the controller
+// writes: False (reason NotAdvertised) when no L2Advertisement or
+// BGPAdvertisement selects the pool.
+const ConditionAdvertised = "Advertised"
+
 // Reasons of the Valid condition on configuration objects.
 const (
 	ReasonValid         = "Valid"

@@ -18,6 +18,7 @@ import (
 	"text/tabwriter"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -144,10 +145,20 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 				_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st)
 			}
 			c.InForce, c.Valid = st.InForce, apimeta.FindStatusCondition(st.Conditions, v1beta1.ConditionValid)
+			c.Advertised = apimeta.FindStatusCondition(st.Conditions, lbapi.ConditionAdvertised)
 			objs = append(objs, c)
 		}
 	}
-	report := Report{Services: Build(svcs, anns), Configuration: BuildConfig(objs)}
+	facts := Facts{Unadvertised: map[string]string{}}
+	for _, c := range objs {
+		if c.Kind == config.KindIPAddressPool && c.Advertised != nil && c.Advertised.Status == metav1.ConditionFalse {
+			facts.Unadvertised[c.Name] = c.Advertised.Message
+		}
+	}
+	if eps, err := kube.DiscoveryV1().EndpointSlices(o.Namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		facts.ReadyEndpoints = readyEndpoints(eps.Items)
+	}
+	report := Report{Services: BuildWith(svcs, anns, facts), Configuration: BuildConfig(objs)}
 	switch o.Output {
 	case "json":
 		enc := json.NewEncoder(out)
@@ -184,12 +195,34 @@ type ConfigIssue struct {
 	Message string `json:"message"`
 }
 
+// readyEndpoints counts the ready endpoints of each Service
+// ("namespace/name") in its EndpointSlices.
+func readyEndpoints(slices []discoveryv1.EndpointSlice) map[string]int {
+	out := map[string]int{}
+	for _, sl := range slices {
+		svc := sl.Labels[discoveryv1.LabelServiceName]
+		if svc == "" {
+			continue
+		}
+		key := sl.Namespace + "/" + svc
+		out[key] += 0
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				out[key]++
+			}
+		}
+	}
+	return out
+}
+
 // ConfigObject is what `herald status` shows of a configuration object.
 type ConfigObject struct {
 	Kind, Name string
 	Generation int64
 	InForce    *v1beta1.InForce
 	Valid      *metav1.Condition
+	// Advertised is a pool's Advertised condition.
+	Advertised *metav1.Condition
 }
 
 // BuildConfig picks the configuration objects herald does not use as
@@ -290,6 +323,39 @@ const (
 // two nodes claim over layer 2 (a moment during a failover, or a
 // partition) lists both.
 func Build(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement) []ServiceStatus {
+	return BuildWith(svcs, anns, Facts{})
+}
+
+// Facts are what the API tells of why nobody announces an address,
+// besides the ServiceAnnouncements.
+type Facts struct {
+	// Unadvertised maps the pools no advertisement selects to the
+	// message of their Advertised condition (the controller's).
+	Unadvertised map[string]string
+	// ReadyEndpoints counts each Service's ready endpoints
+	// ("namespace/name"), from its EndpointSlices; nil when unknown.
+	ReadyEndpoints map[string]int
+}
+
+// nobodyBecause is why nobody announces the address of s, when the facts
+// tell: its pool is advertised by nothing, or under
+// externalTrafficPolicy Local no node has a ready endpoint.
+func (f Facts) nobodyBecause(s ServiceStatus) string {
+	if msg, ok := f.Unadvertised[s.Pool]; ok && s.Pool != "" {
+		if msg == "" {
+			msg = "no L2Advertisement or BGPAdvertisement selects it"
+		}
+		return "pool " + s.Pool + ": " + msg
+	}
+	if f.ReadyEndpoints != nil && s.Policy == string(corev1.ServiceExternalTrafficPolicyLocal) && f.ReadyEndpoints[s.Namespace+"/"+s.Name] == 0 {
+		return "externalTrafficPolicy is Local and no node has a ready endpoint"
+	}
+	return ""
+}
+
+// BuildWith is Build with the facts that explain an address nobody
+// announces.
+func BuildWith(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement, facts Facts) []ServiceStatus {
 	svcs = slices.Clone(svcs)
 	slices.SortFunc(svcs, func(a, b corev1.Service) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
@@ -323,6 +389,9 @@ func Build(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement) []ServiceS
 			switch {
 			case len(who) == 0:
 				addr.Problem = ProblemNobody
+				if why := facts.nobodyBecause(st); why != "" {
+					addr.Problem = "nobody announces it: " + why
+				}
 			case layer2Claims(who) > 1:
 				// Over BGP many nodes advertise at once (ECMP); over
 				// layer 2 only one may answer ARP/NDP.
@@ -371,10 +440,12 @@ func renderText(out io.Writer, sts []ServiceStatus) error {
 				names[i] = w.String()
 			}
 			text := strings.Join(names, ", ")
-			switch a.Problem {
-			case ProblemNobody:
+			switch {
+			case a.Problem == ProblemNobody:
 				text = textNobody
-			case ProblemTwoOverL2:
+			case strings.HasPrefix(a.Problem, "nobody announces it: "):
+				text = "nobody: " + strings.TrimPrefix(a.Problem, "nobody announces it: ")
+			case a.Problem == ProblemTwoOverL2:
 				text += textMoreThanOneL2
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, a.IP, pool, s.Policy, text)

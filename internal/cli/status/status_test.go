@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/herald-lb/herald/config/v1beta1"
@@ -178,3 +179,46 @@ func TestReportJSON(t *testing.T) {
 		t.Errorf("-o xml: %v", err)
 	}
 }
+
+// An address nobody announces says why when the API tells: its pool has
+// no advertisement (the pool's Advertised condition), or the Service is
+// Local and no node has a ready endpoint.
+func TestNobodyBecause(t *testing.T) {
+	mk := func(name, pool string, local bool) corev1.Service {
+		s := corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Annotations: map[string]string{"herald.io/ip-allocated-from-pool": pool}},
+			Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
+			Status:     corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "198.51.100." + map[string]string{"dark": "1", "local": "2", "other": "3"}[name]}}}},
+		}
+		if local {
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}
+		return s
+	}
+	svcs := []corev1.Service{mk("dark", "unannounced", false), mk("local", "lan", true), mk("other", "lan", false)}
+	ready := true
+	slices := []discoveryv1.EndpointSlice{{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "local-x", Labels: map[string]string{discoveryv1.LabelServiceName: "local"}},
+		Endpoints:  []discoveryv1.Endpoint{{Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(false)}}},
+	}, {
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "other-x", Labels: map[string]string{discoveryv1.LabelServiceName: "other"}},
+		Endpoints:  []discoveryv1.Endpoint{{Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+	}}
+	facts := Facts{Unadvertised: map[string]string{"unannounced": "no L2Advertisement or BGPAdvertisement selects this pool"}, ReadyEndpoints: readyEndpoints(slices)}
+	var b strings.Builder
+	if err := renderText(&b, BuildWith(svcs, nil, facts)); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"nobody: pool unannounced: no L2Advertisement or BGPAdvertisement selects this pool",
+		"nobody: externalTrafficPolicy is Local and no node has a ready endpoint",
+		"nobody (see the speakers' logs", // other: the API does not tell why
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
