@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -149,6 +150,17 @@ func TestSpeakerBGP(t *testing.T) {
 			return true, ""
 		})
 		t.Logf("events on BGPPeer %s: %q", name, b.objectEvents("BGPPeer", name))
+		// herald status bgp reads the same from every speaker.
+		st, err := b.heraldStatus("bgp")
+		t.Logf("herald status bgp:\n%s", st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if !regexp.MustCompile(`(?m)^` + n + `\s+` + name + `\s+` + regexp.QuoteMeta(topology.RouterLANv4.String()) + `\s+Established\b`).MatchString(st) {
+				t.Errorf("herald status bgp shows no Established session from %s to %s", n, name)
+			}
+		}
 	})
 
 	h.Apply(echoDeploymentYAML(name, nodes[0], 1) + lbServiceYAML(name, name, name, "Cluster", ""))

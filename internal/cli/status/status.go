@@ -39,6 +39,8 @@ type Options struct {
 	Cluster kubeclient.Flags
 	// Output is the format: text (a table), json or yaml.
 	Output string
+	// BGP: `herald status bgp`, the speakers' BGP sessions.
+	BGP bool
 	// HeraldNamespace holds the ServiceAnnouncements.
 	HeraldNamespace string
 	// Namespace and Name select Services; empty means all.
@@ -48,6 +50,9 @@ type Options struct {
 // ParseFlags reads `herald status [flags] [NAMESPACE/NAME | NAME]`.
 func ParseFlags(args []string, out io.Writer) (Options, error) {
 	o := Options{HeraldNamespace: "herald-system"}
+	if len(args) > 0 && args[0] == "bgp" {
+		o.BGP, args = true, args[1:]
+	}
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(out)
 	o.Cluster.Register(fs)
@@ -55,7 +60,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.StringVar(&o.Namespace, "n", "", "only Services of this namespace (default: all)")
 	fs.StringVar(&o.HeraldNamespace, "herald-namespace", o.HeraldNamespace, "herald's namespace, where the ServiceAnnouncements are")
 	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: herald status [flags] [NAMESPACE/NAME | NAME]\n\nShows each LoadBalancer Service's external IPs, their pool, and which node announces\neach IP, how and on which interfaces (from the speakers' ServiceAnnouncements).")
+		fmt.Fprintln(out, "usage: herald status [flags] [NAMESPACE/NAME | NAME]\n       herald status bgp [flags]\n\nShows each LoadBalancer Service's external IPs, their pool, and which node announces\neach IP, how and on which interfaces (from the speakers' ServiceAnnouncements).\n`herald status bgp` shows each speaker's BGP sessions (state, BFD, prefixes), read from\nthe speakers' metrics through the API server (get on pods/proxy in herald's namespace).")
 		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -99,6 +104,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
+	}
+	if o.BGP {
+		return RunBGP(ctx, o, kube, out)
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {

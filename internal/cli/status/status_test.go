@@ -222,3 +222,13 @@ func TestNobodyBecause(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+func TestParseFlagsBGP(t *testing.T) {
+	o, err := ParseFlags([]string{"bgp", "-o", "json", "--herald-namespace", "lb"}, io.Discard)
+	if err != nil || !o.BGP || o.Output != "json" || o.HeraldNamespace != "lb" {
+		t.Errorf("bgp flags: %+v, %v", o, err)
+	}
+	if o, _ := ParseFlags([]string{"shop/web"}, io.Discard); o.BGP {
+		t.Error("a Service name read as bgp")
+	}
+}
