@@ -71,6 +71,15 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	default:
 		return o, fmt.Errorf("-o %q: use text, json or yaml", o.Output)
 	}
+	if !o.BGP && fs.NArg() == 1 && fs.Arg(0) == "bgp" {
+		// `herald status --kubeconfig F bgp`: the subcommand after the
+		// flags (a Service called bgp is default/bgp).
+		o.BGP = true
+		return o, nil
+	}
+	if o.BGP && fs.NArg() > 0 {
+		return o, fmt.Errorf("herald status bgp takes no Service, got %q", fs.Args())
+	}
 	switch fs.NArg() {
 	case 0:
 	case 1:

@@ -231,4 +231,13 @@ func TestParseFlagsBGP(t *testing.T) {
 	if o, _ := ParseFlags([]string{"shop/web"}, io.Discard); o.BGP {
 		t.Error("a Service name read as bgp")
 	}
+	if o, err := ParseFlags([]string{"--kubeconfig", "k", "bgp"}, io.Discard); err != nil || !o.BGP {
+		t.Errorf("bgp after the flags: %+v, %v", o, err)
+	}
+	if o, err := ParseFlags([]string{"default/bgp"}, io.Discard); err != nil || o.BGP || o.Name != "bgp" {
+		t.Errorf("the Service default/bgp: %+v, %v", o, err)
+	}
+	if _, err := ParseFlags([]string{"bgp", "shop/web"}, io.Discard); err == nil {
+		t.Error("bgp with a Service: no error")
+	}
 }
