@@ -3,7 +3,6 @@ package status
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -17,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 )
 
 // Session is one BGP session of one node's speaker, as the speaker's
@@ -150,18 +148,8 @@ func RunBGP(ctx context.Context, o Options, kube kubernetes.Interface, out io.Wr
 		report.Sessions = append(report.Sessions, sessions...)
 	}
 	slices.SortStableFunc(report.Sessions, func(a, b Session) int { return strings.Compare(a.Node, b.Node) })
-	switch o.Output {
-	case "json":
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(report)
-	case "yaml":
-		data, err := yaml.Marshal(report)
-		if err != nil {
-			return err
-		}
-		_, err = out.Write(data)
-		return err
+	if o.Output == "json" || o.Output == "yaml" {
+		return writeData(out, o.Output, report)
 	}
 	return RenderBGP(out, report)
 }

@@ -176,23 +176,28 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		facts.ReadyEndpoints = readyEndpoints(eps.Items)
 	}
 	report := Report{Services: BuildWith(svcs, anns, facts), Configuration: BuildConfig(objs)}
-	switch o.Output {
-	case "json":
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(report)
-	case "yaml":
-		data, err := yaml.Marshal(report)
-		if err != nil {
-			return err
-		}
-		_, err = out.Write(data)
-		return err
+	if o.Output == "json" || o.Output == "yaml" {
+		return writeData(out, o.Output, report)
 	}
 	if err := renderText(out, report.Services); err != nil {
 		return err
 	}
 	return renderConfigText(out, report.Configuration)
+}
+
+// writeData writes v as JSON (indented) or YAML, as -o asks.
+func writeData(out io.Writer, format string, v any) error {
+	if format == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(data)
+	return err
 }
 
 // Report is `herald status -o json|yaml`.
