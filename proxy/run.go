@@ -47,7 +47,25 @@ type Proxy struct {
 	health atomic.Pointer[healthcheck.ProxyHealth]
 	// mode is the iptables backend chosen at start, once chosen.
 	mode atomic.Pointer[iptables.Mode]
+	// syncer is the running one, for Programmed; notify is told when
+	// the programmed VIPs change (SetOnProgrammed).
+	syncer atomic.Pointer[Syncer]
+	notify atomic.Pointer[func()]
 }
+
+// Programmed is Syncer.Programmed of the running proxy; handled is false
+// while it is not running or has not synced ip's family.
+func (p *Proxy) Programmed(ip netip.Addr) (handled, ok bool) {
+	s := p.syncer.Load()
+	if s == nil {
+		return false, false
+	}
+	return s.Programmed(ip)
+}
+
+// SetOnProgrammed sets what is called (from the sync loop; it must not
+// block) when the LoadBalancer VIPs in this node's rules change.
+func (p *Proxy) SetOnProgrammed(f func()) { p.notify.Store(&f) }
 
 // New returns a proxy with the options; Run runs it.
 func New(o Options) *Proxy { return &Proxy{o: o} }
@@ -225,6 +243,13 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	}
 	syncer := NewSyncer(cfg, tracker, fams, hc, health, conntrack.Netlink{}, m, log)
 	current.Store(syncer)
+	syncer.OnProgrammed = func() {
+		if f := p.notify.Load(); f != nil {
+			(*f)()
+		}
+	}
+	p.syncer.Store(syncer)
+	defer p.syncer.Store(nil)
 	syncer.Report = func(p rules.Problem) {
 		if p.Service == (rules.ServicePortName{}) {
 			return

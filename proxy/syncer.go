@@ -97,6 +97,10 @@ type Syncer struct {
 	Report func(rules.Problem)
 
 	synced atomic.Bool
+	// programmed is published after each successful family sync, for
+	// Programmed; OnProgrammed, when set, is called when it changed.
+	programmed   atomic.Pointer[programmed]
+	OnProgrammed func()
 }
 
 // NewSyncer makes a syncer. hc, health and ct may be nil (nothing to
@@ -190,6 +194,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 	var health [][]rules.ServiceHealth
 	var stats rules.Stats
 	var problems []rules.Problem
+	var synced []rules.Family
 	allOK := true
 	for i, f := range s.fams {
 		fr := &res.Families[i]
@@ -209,6 +214,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 			continue
 		}
 		f.needFull = false
+		synced = append(synced, f.Family)
 		if fr.Full {
 			f.lastFull = s.now()
 		}
@@ -217,6 +223,9 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 		res.ConntrackDeleted += s.reconcileConntrack(f, snap, node, fr.Full)
 	}
 	s.reportProblems(problems)
+	if len(synced) > 0 && s.recordProgrammed(snap, synced) && s.OnProgrammed != nil {
+		s.OnProgrammed()
+	}
 	if len(health) > 0 {
 		s.feedHealth(health)
 		s.metrics.rules.WithLabelValues("filter").Set(float64(stats.FilterRules))

@@ -535,3 +535,56 @@ func TestSyncReportsFamilyProblemsOnce(t *testing.T) {
 		t.Errorf("reported %q, want the IPv6 problem once", got)
 	}
 }
+
+// TestProgrammed: a LoadBalancer VIP counts as programmed once a restore
+// holding it succeeded in its family, not before, not after a failed
+// one; a family without a successful sync is not handled; the VIP goes
+// when the Service does; OnProgrammed is told of each change only.
+func TestProgrammed(t *testing.T) {
+	v4, v6 := iptables.NewFake(), iptables.NewFake()
+	tr := NewTracker(testNode, nil)
+	s := NewSyncer(Config{NodeName: testNode, MasqueradeBit: 14}, tr,
+		[]Backend{{Family: rules.IPv4, Runner: v4}, {Family: rules.IPv6, Runner: v6}}, nil, nil, nil, nil, nil)
+	told := 0
+	s.OnProgrammed = func() { told++ }
+	vip, vip6 := netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7")
+	if h, _ := s.Programmed(vip); h {
+		t.Fatal("handled before any sync")
+	}
+	svc := clusterIPService("shop", "web", "10.96.0.10")
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	svc.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::10"}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: vip.String()}, {IP: vip6.String()}}
+	v6.FailRestore = errors.New("ip6tables-restore: boom")
+	v4.FailRestore = errors.New("iptables-restore: boom")
+	tr.UpdateService(svc)
+	s.Sync(context.Background(), false)
+	if h, ok := s.Programmed(vip); h || ok || told != 0 {
+		t.Fatalf("after failed restores: handled %v programmed %v told %d", h, ok, told)
+	}
+	v4.FailRestore = nil
+	s.Sync(context.Background(), false)
+	if h, ok := s.Programmed(vip); !h || !ok || told != 1 {
+		t.Fatalf("IPv4 restored: handled %v programmed %v told %d", h, ok, told)
+	}
+	if h, _ := s.Programmed(vip6); h {
+		t.Error("IPv6 handled while its restores fail")
+	}
+	if _, ok := s.Programmed(netip.MustParseAddr("203.0.113.8")); ok {
+		t.Error("an address of no Service is programmed")
+	}
+	v6.FailRestore = nil
+	s.Sync(context.Background(), false)
+	if h, ok := s.Programmed(vip6); !h || !ok || told != 2 {
+		t.Fatalf("IPv6 restored: handled %v programmed %v told %d", h, ok, told)
+	}
+	s.Sync(context.Background(), true)
+	if told != 2 {
+		t.Errorf("told %d times, want no call without a change", told)
+	}
+	tr.DeleteService("shop", "web")
+	s.Sync(context.Background(), false)
+	if h, ok := s.Programmed(vip); !h || ok || told != 3 {
+		t.Errorf("Service deleted: handled %v programmed %v told %d", h, ok, told)
+	}
+}

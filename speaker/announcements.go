@@ -161,7 +161,7 @@ func (w *AnnouncementWriter) Set(anns []view.Announcement) {
 	w.mu.Lock()
 	changed := map[string]bool{}
 	for name, a := range want {
-		if old, ok := w.desired[name]; !ok || !sameAnnouncement(old, a) {
+		if old, ok := w.desired[name]; !ok || !old.Equal(a) {
 			changed[name] = true
 		}
 	}
@@ -362,17 +362,16 @@ func desiredStatus(a view.Announcement) v1beta1.ServiceAnnouncementStatus {
 	for _, ip := range a.IPs {
 		st.IPs = append(st.IPs, ip.String())
 	}
+	for _, u := range a.Unannounced {
+		st.Unannounced = append(st.Unannounced, v1beta1.UnannouncedIP{IP: u.Addr.String(), Reason: u.Reason, Detail: u.Detail})
+	}
 	return st
 }
 
 func sameStatus(a, b v1beta1.ServiceAnnouncementStatus) bool {
 	return a.Service == b.Service && a.Node == b.Node && a.Protocol == b.Protocol &&
-		slices.Equal(a.IPs, b.IPs) && slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers)
-}
-
-func sameAnnouncement(a, b view.Announcement) bool {
-	return a.Service == b.Service && a.Node == b.Node && a.Protocol == b.Protocol &&
-		slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers) && slices.Equal(a.IPs, b.IPs)
+		slices.Equal(a.IPs, b.IPs) && slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers) &&
+		slices.Equal(a.Unannounced, b.Unannounced)
 }
 
 func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {

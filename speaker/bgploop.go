@@ -40,13 +40,14 @@ type bgpState struct {
 
 // syncBGP decides what this node advertises and applies it; it returns
 // the ServiceAnnouncements of what was applied.
-func (s *Speaker) syncBGP(snap Snapshot) []view.Announcement {
+func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.Addr]bool) []view.Announcement {
 	if s.d.BGP == nil {
 		return nil
 	}
 	plan := bgpplan.Compute(bgpplan.Input{
 		Config: snap.Config, Services: snap.Services, Nodes: snap.Nodes,
-		Node: s.d.Node, NodeIPs: snap.NodeIPs, Options: s.d.Options,
+		Node: s.d.Node, NodeIPs: snap.NodeIPs, Options: s.d.Options, Reporter: reporter,
+		Unprogrammed: unprogrammed,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := s.d.BGP.Apply(ctx, plan)
@@ -95,15 +96,22 @@ func (s *Speaker) syncBGP(snap Snapshot) []view.Announcement {
 		st.routes[a.Peer.Name] = len(a.Routes)
 	}
 	st.mu.Unlock()
-	var anns []view.Announcement
+	var anns, advertised []view.Announcement
 	for _, a := range plan.Announcements {
 		a.Peers = slices.DeleteFunc(slices.Clone(a.Peers), func(p string) bool { return !names[p] })
-		if len(a.Peers) > 0 {
+		if len(a.Peers) == 0 {
+			a.IPs = nil
+		}
+		if len(a.IPs) > 0 {
+			advertised = append(advertised, a)
+		}
+		if len(a.IPs) > 0 || len(a.Unannounced) > 0 {
 			anns = append(anns, a)
 		}
 	}
-	s.bgpEvents(s.bgpAnns, anns)
-	s.bgpAnns = anns
+	// Events are about what is advertised, not about the reasons.
+	s.bgpEvents(s.bgpAnns, advertised)
+	s.bgpAnns = advertised
 	return anns
 }
 

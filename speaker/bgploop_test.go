@@ -65,7 +65,7 @@ func TestBGPAdvertisesFollowingEndpoints(t *testing.T) {
 	}
 	want := view.Announcement{Service: view.ServiceRef{Namespace: "shop", Name: "web"}, Node: "node1", Protocol: "bgp",
 		Peers: []string{"router"}, IPs: []netip.Addr{addr("203.0.113.130")}}
-	if len(l.status.anns) != 1 || !sameAnnouncement(l.status.anns[0], want) {
+	if len(l.status.anns) != 1 || !l.status.anns[0].Equal(want) {
 		t.Errorf("status %+v, want %+v", l.status.anns, want)
 	}
 	ev := l.takeEvents()

@@ -70,6 +70,9 @@ type Options struct {
 	// Ready, when set, is another check /readyz makes: the in-process
 	// proxy's health, set by the command line that runs both.
 	Ready func() error `json:"-"`
+	// ProxyRules, when set, is the in-process proxy: addresses won here
+	// wait for its rules before they are announced (Deps.Proxy).
+	ProxyRules ProxyRules `json:"-"`
 	// PodNamespace, PodName and PodUID ($POD_NAMESPACE, $POD_NAME,
 	// $POD_UID from the downward API) are the speaker's pod, which owns
 	// its ServiceAnnouncements when they are in its namespace: the

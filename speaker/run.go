@@ -154,8 +154,11 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
 		Status: writer, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
 		Recovery: recovery.NewTracker(o.RecoveryHold, nil),
-	})
+	}.withProxy(o.ProxyRules))
 	spMu.Unlock()
+	if o.ProxyRules != nil {
+		o.ProxyRules.SetOnProgrammed(sp.Trigger)
+	}
 
 	trigger := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { sp.Trigger() },

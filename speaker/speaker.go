@@ -1,6 +1,7 @@
 package speaker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -94,7 +95,37 @@ type Deps struct {
 	// Recovery remembers when the cluster last counted this speaker out
 	// (declared dead, or isolated); nil: never recovering.
 	Recovery *recovery.Tracker
+	// Proxy is the service proxy in this process; nil when another
+	// proxy serves the node. An address won here is announced once its
+	// rules are in (or after MaxProxyWait).
+	Proxy ProxyGate
+	// ProxyWait bounds the wait for Proxy per address (MaxProxyWait).
+	ProxyWait time.Duration
 }
+
+// ProxyGate tells whether this node's proxy has the rules for a
+// LoadBalancer VIP (proxy.Proxy.Programmed).
+type ProxyGate interface {
+	Programmed(ip netip.Addr) (handled, ok bool)
+}
+
+// ProxyRules is the in-process proxy as the speaker's command wires it:
+// a ProxyGate that says when its VIPs change.
+type ProxyRules interface {
+	ProxyGate
+	// SetOnProgrammed sets what is called (without blocking) when the
+	// programmed VIPs change.
+	SetOnProgrammed(func())
+}
+
+// MaxProxyWait bounds how long an address waits for this node's proxy:
+// a proxy that never lists it (a filter it applies that the speaker does
+// not know of) must not keep it dark for good.
+const MaxProxyWait = 5 * time.Second
+
+// labelServiceProxyName marks a Service another proxy programs; herald's
+// proxy leaves it out, so its addresses are not waited for.
+const labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 
 type responderEntry struct {
 	r    Responder
@@ -144,7 +175,10 @@ type Speaker struct {
 	ifs     Interfaces
 	swept   map[string]bool
 	logged  map[string]string
-	bgpAnns []view.Announcement
+	// proxyWait: when each address still waiting for the proxy was
+	// first seen waiting.
+	proxyWait map[netip.Addr]time.Time
+	bgpAnns   []view.Announcement
 
 	bgp bgpState
 }
@@ -171,6 +205,7 @@ func New(d Deps) *Speaker {
 		metaCh:     make(chan members.Meta, 1),
 		swept:      map[string]bool{},
 		logged:     map[string]string{},
+		proxyWait:  map[netip.Addr]time.Time{},
 	}
 	d.Metrics.register(s)
 	return s
@@ -378,6 +413,11 @@ func (s *Speaker) Sync() {
 		in.Members = append(in.Members, l2plan.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces, Recovering: ownRecovering})
 	}
 	in.Isolated = isolated
+	in.Unprogrammed = s.unprogrammed(snap.Services, time.Now())
+	// One speaker publishes the reasons every node computes alike: the
+	// first live member by name, as for sweeping, unless isolated (the
+	// others then have a reporter of their own).
+	in.Reporter = !isolated && firstLive(liveNames) == s.d.Node
 	if in.Isolated != s.state.Isolated {
 		if in.Isolated {
 			s.d.Log.Warn("isolated: no other speaker is reachable over memberlist, but the API shows others alive; announcing only addresses no other node may announce (check that the memberlist port, TCP and UDP, is open between the nodes and that every speaker has the key)")
@@ -400,7 +440,7 @@ func (s *Speaker) Sync() {
 			}
 		}
 	}
-	bgpAnns := s.syncBGP(snap)
+	bgpAnns := s.syncBGP(snap, in.Reporter, in.Unprogrammed)
 	s.d.Status.Set(append(slices.Clone(st.Announcements), bgpAnns...))
 	s.events(ch)
 	s.sweep(liveNames)
@@ -597,13 +637,12 @@ func (s *Speaker) events(ch l2plan.Changes) {
 // the cluster (it died without cleaning up), once per departure. Only
 // the first live member by name does it, so N speakers do not race.
 func (s *Speaker) sweep(live map[string]bool) {
-	names := slices.Sorted(maps.Keys(live))
 	for n := range s.swept {
 		if live[n] {
 			delete(s.swept, n)
 		}
 	}
-	if len(names) == 0 || names[0] != s.d.Node {
+	if firstLive(live) != s.d.Node {
 		return
 	}
 	for _, n := range s.d.Status.Nodes() {
@@ -614,6 +653,60 @@ func (s *Speaker) sweep(live map[string]bool) {
 		s.d.Log.Info("removing the ServiceAnnouncements of a speaker that left", "node", n)
 		s.d.Status.Sweep(n)
 	}
+}
+
+// unprogrammed is the addresses this node's proxy has no rules for yet,
+// each for at most MaxProxyWait from when this speaker first saw it so.
+func (s *Speaker) unprogrammed(svcs []view.Service, now time.Time) map[netip.Addr]bool {
+	if s.d.Proxy == nil {
+		return nil
+	}
+	out := map[netip.Addr]bool{}
+	for _, svc := range svcs {
+		if _, other := svc.Labels[labelServiceProxyName]; other {
+			continue
+		}
+		for _, a := range svc.IPs {
+			handled, ok := s.d.Proxy.Programmed(a)
+			if !handled || ok || out[a] {
+				continue
+			}
+			wait := cmp.Or(s.d.ProxyWait, MaxProxyWait)
+			first, seen := s.proxyWait[a]
+			if !seen {
+				first = now
+				s.proxyWait[a] = now
+				// Sync again when the wait runs out, should the proxy
+				// never say.
+				time.AfterFunc(wait, s.Trigger)
+			}
+			if now.Sub(first) < wait {
+				out[a] = true
+			} else {
+				s.logOnce("proxywait/"+a.String(), "waited", func() {
+					s.d.Log.Warn("announcing an address this node's proxy has not programmed after waiting", "ip", a, "waited", wait)
+				})
+			}
+		}
+	}
+	for a := range s.proxyWait {
+		if handled, ok := s.d.Proxy.Programmed(a); !handled || ok {
+			delete(s.proxyWait, a)
+			delete(s.logged, "proxywait/"+a.String())
+		}
+	}
+	return out
+}
+
+// firstLive is the first live member by name, "" when there is none.
+func firstLive(live map[string]bool) string {
+	first := ""
+	for n := range live {
+		if first == "" || n < first {
+			first = n
+		}
+	}
+	return first
 }
 
 // logChanges logs what moved and, once per change, why IPs are not
@@ -703,4 +796,13 @@ func addStats(a, b layer2.Stats) layer2.Stats {
 		a.Ignored[k] += v
 	}
 	return a
+}
+
+// withProxy sets Proxy unless p is nil (a nil interface, not a nil
+// pointer in one).
+func (d Deps) withProxy(p ProxyRules) Deps {
+	if p != nil {
+		d.Proxy = p
+	}
+	return d
 }

@@ -2,16 +2,19 @@ package speaker
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/herald-lb/herald/speaker/layer2/election"
+	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 	"github.com/herald-lb/herald/speaker/members"
 	"github.com/herald-lb/herald/speaker/recovery"
 	"github.com/herald-lb/herald/speaker/view"
@@ -540,5 +543,65 @@ func TestRecoveringSpeakerLeavesItsIPs(t *testing.T) {
 	l.sp.Sync()
 	if !l.sp.Announcements().Announcing(addr(ip), "eth0") {
 		t.Fatal("recovering but alone: the IP must still be announced")
+	}
+}
+
+// fakeProxy is a ProxyGate whose programmed VIPs the test sets.
+type fakeProxy struct {
+	mu  sync.Mutex
+	ips map[netip.Addr]bool
+}
+
+func (f *fakeProxy) Programmed(ip netip.Addr) (handled, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return true, f.ips[ip]
+}
+
+func (f *fakeProxy) program(ip string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ips[addr(ip)] = true
+}
+
+// TestWaitsForTheProxy: the winner answers for a new address only once
+// this node's proxy has its rules (the others do not take it meanwhile),
+// and after ProxyWait even if the proxy never lists it.
+func TestWaitsForTheProxy(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node2", nodes...)
+	l := newLab(t, "node2", nodes...)
+	px := &fakeProxy{ips: map[netip.Addr]bool{}}
+	l.sp.d.Proxy, l.sp.d.ProxyWait = px, 300*time.Millisecond
+	l.service("web", false, ip)
+	l.sp.Sync()
+	r := l.responders.live("eth0")
+	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) || len(r.takeGratuitous()) != 0 || len(l.status.anns) != 0 {
+		t.Fatalf("announced %s before the proxy programmed it", ip)
+	}
+	if got, _ := l.sp.state.Lookup(addr(ip)); got.Winner != "node2" || got.Reason != l2plan.ReasonUnprogrammed {
+		t.Errorf("%+v: want won by node2, waiting for the proxy", got)
+	}
+	px.program(ip)
+	l.sp.Sync()
+	if !l.sp.Announcements().AnnouncingAnywhere(addr(ip)) || !slices.Equal(r.takeGratuitous(), []netip.Addr{addr(ip)}) {
+		t.Fatalf("not announced (with a gratuitous burst) once programmed")
+	}
+
+	other := ""
+	for i := 249; i >= 200 && other == ""; i-- {
+		if c := fmt.Sprintf("198.51.100.%d", i); c != ip && winner(c, nodes...) == "node2" {
+			other = c
+		}
+	}
+	l.service("api", false, other)
+	l.sp.Sync()
+	if l.sp.Announcements().AnnouncingAnywhere(addr(other)) {
+		t.Fatalf("announced %s at once", other)
+	}
+	time.Sleep(350 * time.Millisecond)
+	l.sp.Sync()
+	if !l.sp.Announcements().AnnouncingAnywhere(addr(other)) {
+		t.Errorf("%s still not announced after ProxyWait", other)
 	}
 }

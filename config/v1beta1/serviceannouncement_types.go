@@ -47,11 +47,36 @@ type ServiceAnnouncementStatus struct {
 	// +listType=set
 	// +optional
 	Peers []string `json:"peers,omitempty"`
+	// Unannounced are addresses of the Service that no node announces
+	// this way, with the reason this speaker computed: written by the
+	// node that won an address but cannot announce it (no interface up,
+	// isolated), and, for reasons that hold on every node (no eligible
+	// node, no advertisement selects the Service, no serving endpoint),
+	// by the first live speaker by name. `herald status` prints them.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=ip
+	// +optional
+	Unannounced []UnannouncedIP `json:"unannounced,omitempty"`
+}
+
+// UnannouncedIP is an address that is not announced, and why.
+type UnannouncedIP struct {
+	// +kubebuilder:validation:MaxLength=45
+	IP string `json:"ip"`
+	// Reason, as the speakers log it.
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason"`
+	// Detail, such as why each node is not eligible.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Detail string `json:"detail,omitempty"`
 }
 
 // ServiceAnnouncement is written by the speakers, one per Service per node
 // announcing it, so `kubectl get serviceannouncements` shows who announces
-// what. Users do not write it.
+// what; one with no IPs only reports addresses nobody announces
+// (status.unannounced). Users do not write it.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=svcannounce,categories=herald

@@ -57,6 +57,7 @@ func runSpeaker(ctx context.Context, c speakerCmd, log *slog.Logger) error {
 	plog := log.With("component", "proxy")
 	p := proxy.New(c.proxy)
 	c.speaker.Ready = p.Healthy
+	c.speaker.ProxyRules = p
 	g := guardUninstall(ctx, c.proxy, plog)
 	pctx, stopProxy := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -74,6 +74,10 @@ const (
 	ReasonNotAllocated     = "no herald.io/ip-allocated-from-pool annotation: the IP was not assigned by herald"
 	ReasonPoolMismatch     = "IP is not in the pool the herald.io/ip-allocated-from-pool annotation names"
 	ReasonDuplicateService = "Service given twice; the first is used"
+	// ReasonUnprogrammed: this node's proxy has not written the rules
+	// for the address yet; announcing it would route its first packets
+	// onwards un-NATed.
+	ReasonUnprogrammed = "waiting for this node's proxy to program the address"
 )
 
 // Ignored is a Service's IP left out before the election, or a Service
@@ -96,12 +100,81 @@ type Announcement struct {
 	// Peers are the BGP sessions the IPs are advertised to (BGP only).
 	Peers []string
 	IPs   []netip.Addr
+	// Unannounced are addresses of the Service this node reports as not
+	// announced, by address; an Announcement may carry only these.
+	Unannounced []Unannounced
+}
+
+// Unannounced is an address nobody announces, with the reason a speaker
+// computed, published so that `herald status` can say why.
+type Unannounced struct {
+	Addr   netip.Addr
+	Reason string
+	Detail string
 }
 
 // Equal reports whether a and b publish the same status.
 func (a Announcement) Equal(b Announcement) bool {
 	return a.Service == b.Service && a.Node == b.Node && a.Protocol == b.Protocol &&
-		slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers) && slices.Equal(a.IPs, b.IPs)
+		slices.Equal(a.Interfaces, b.Interfaces) && slices.Equal(a.Peers, b.Peers) && slices.Equal(a.IPs, b.IPs) &&
+		slices.Equal(a.Unannounced, b.Unannounced)
+}
+
+// SortUnannounced sorts by address and drops repeats of one address (a
+// shared IP reached twice), keeping the first.
+func SortUnannounced(u []Unannounced) []Unannounced {
+	slices.SortStableFunc(u, func(a, b Unannounced) int { return a.Addr.Compare(b.Addr) })
+	return slices.CompactFunc(u, func(a, b Unannounced) bool { return a.Addr == b.Addr })
+}
+
+// maxDetail bounds a published Detail (the API field's MaxLength).
+const maxDetail = 1024
+
+// NodesDetail summarises why each node is not eligible, nodes grouped by
+// reason ("reason: node1, node2; other reason: node3"), the most common
+// reason first, cut to fit the API's limit with a count of what was left
+// out: at a thousand nodes the reasons matter, not every name.
+func NodesDetail(why map[string]string) string {
+	byReason := map[string][]string{}
+	for n, r := range why {
+		byReason[r] = append(byReason[r], n)
+	}
+	reasons := make([]string, 0, len(byReason))
+	for r, ns := range byReason {
+		slices.Sort(ns)
+		reasons = append(reasons, r)
+	}
+	slices.SortFunc(reasons, func(a, b string) int {
+		if d := len(byReason[b]) - len(byReason[a]); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	var b strings.Builder
+	left := 0
+	for _, r := range reasons {
+		for i, n := range byReason[r] {
+			part := n
+			switch {
+			case i == 0 && b.Len() == 0:
+				part = r + ": " + n
+			case i == 0:
+				part = "; " + r + ": " + n
+			default:
+				part = ", " + n
+			}
+			// Room for the longest tail: " (and 99999 more)".
+			if left > 0 || b.Len()+len(part) > maxDetail-20 {
+				left++
+				continue
+			}
+			b.WriteString(part)
+		}
+	}
+	if left > 0 {
+		fmt.Fprintf(&b, " (and %d more)", left)
+	}
+	return b.String()
 }
 
 // Group is one address with the Services sharing it and the

@@ -315,6 +315,27 @@ type Address struct {
 	// Problem says what is wrong: nobody announces the address, or more
 	// than one node does over layer 2.
 	Problem string `json:"problem,omitempty"`
+	// Reasons are why nobody announces it, as the speakers published
+	// them in their ServiceAnnouncements (status.unannounced).
+	Reasons []Reason `json:"reasons,omitempty"`
+}
+
+// Reason is a speaker's reason for not announcing an address.
+type Reason struct {
+	// Node is the speaker that published it: the one that won the
+	// address but cannot announce it, or the one reporting for all.
+	Node     string `json:"node"`
+	Protocol string `json:"protocol"`
+	Reason   string `json:"reason"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+func (r Reason) String() string {
+	s := r.Protocol + ": " + r.Reason
+	if r.Detail != "" {
+		s += " (" + r.Detail + ")"
+	}
+	return s
 }
 
 // ServiceStatus is what `herald status` shows of one LoadBalancer
@@ -332,9 +353,9 @@ type ServiceStatus struct {
 
 // Problems of an address, as Build words them.
 const (
-	ProblemNobody      = "nobody announces it (see the speakers' logs: no eligible node, or no advertisement)"
+	ProblemNobody      = "nobody announces it (no speaker published a reason: see the speakers' logs)"
 	ProblemTwoOverL2   = "more than one node announces it over layer 2"
-	textNobody         = "nobody (see the speakers' logs: no eligible node, or no advertisement)"
+	textNobody         = "nobody (no speaker published a reason: see the speakers' logs)"
 	textMoreThanOneL2  = "  <- more than one node over layer 2"
 	pendingNoClassText = "<pending>"
 )
@@ -384,11 +405,16 @@ func BuildWith(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement, facts 
 	})
 	type key struct{ ns, name, ip string }
 	by := map[key][]Announcer{}
+	reasons := map[key][]Reason{}
 	for _, a := range anns {
 		who := Announcer{Node: a.Status.Node, Protocol: string(a.Status.Protocol), Interfaces: a.Status.Interfaces, Peers: a.Status.Peers}
 		for _, ip := range a.Status.IPs {
 			k := key{a.Status.Service.Namespace, a.Status.Service.Name, canonical(ip)}
 			by[k] = append(by[k], who)
+		}
+		for _, u := range a.Status.Unannounced {
+			k := key{a.Status.Service.Namespace, a.Status.Service.Name, canonical(u.IP)}
+			reasons[k] = append(reasons[k], Reason{Node: a.Status.Node, Protocol: string(a.Status.Protocol), Reason: u.Reason, Detail: u.Detail})
 		}
 	}
 	out := []ServiceStatus{}
@@ -410,8 +436,17 @@ func BuildWith(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement, facts 
 			addr := Address{IP: in.IP, AnnouncedBy: who}
 			switch {
 			case len(who) == 0:
+				addr.Reasons = sortedReasons(reasons[key{s.Namespace, s.Name, canonical(in.IP)}])
 				addr.Problem = ProblemNobody
-				if why := facts.nobodyBecause(st); why != "" {
+				why := facts.nobodyBecause(st)
+				if why == "" && len(addr.Reasons) > 0 {
+					var parts []string
+					for _, r := range addr.Reasons {
+						parts = append(parts, r.String())
+					}
+					why = strings.Join(slices.Compact(parts), "; ")
+				}
+				if why != "" {
 					addr.Problem = "nobody announces it: " + why
 				}
 			case layer2Claims(who) > 1:
@@ -430,6 +465,15 @@ func BuildWith(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement, facts 
 		out = append(out, st)
 	}
 	return out
+}
+
+// sortedReasons orders the reasons by protocol, node and text, each once.
+func sortedReasons(rs []Reason) []Reason {
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b Reason) int {
+		return strings.Compare(a.Protocol+"\x00"+a.Node+"\x00"+a.Reason+"\x00"+a.Detail, b.Protocol+"\x00"+b.Node+"\x00"+b.Reason+"\x00"+b.Detail)
+	})
+	return slices.Compact(rs)
 }
 
 // Render writes one line per LoadBalancer Service IP: the pool, the

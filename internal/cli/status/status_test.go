@@ -61,7 +61,7 @@ func TestRender(t *testing.T) {
 	want := `NAMESPACE  SERVICE  IP                 POOL  POLICY   ANNOUNCED BY
 default    dns      198.51.100.201     lan   Cluster  node1 (layer2 on eth0), node3 (layer2 on eth0)  <- more than one node over layer 2
 shop       classed  <pending> (loadBalancerClass other)  -     Cluster  -
-shop       orphan   198.51.100.202     lan   Cluster  nobody (see the speakers' logs: no eligible node, or no advertisement)
+shop       orphan   198.51.100.202     lan   Cluster  nobody (no speaker published a reason: see the speakers' logs)
 shop       pending  <pending>          -     Cluster  -
 shop       web      198.51.100.200     lan   Local    node2 (layer2 on eth0)
 shop       web      2001:db8:0:1::200  lan   Local    node3 (layer2 on eth0,eth1)
@@ -171,7 +171,7 @@ func TestReportJSON(t *testing.T) {
 	}
 	want := `{"services":[{"namespace":"shop","name":"web","pool":"lan","externalTrafficPolicy":"Cluster","addresses":[` +
 		`{"ip":"198.51.100.200","announcedBy":[{"node":"node1","protocol":"layer2","interfaces":["eth0"]}]},` +
-		`{"ip":"198.51.100.201","announcedBy":[],"problem":"nobody announces it (see the speakers' logs: no eligible node, or no advertisement)"}]}]}`
+		`{"ip":"198.51.100.201","announcedBy":[],"problem":"nobody announces it (no speaker published a reason: see the speakers' logs)"}]}]}`
 	if string(data) != want {
 		t.Errorf("got  %s\nwant %s", data, want)
 	}
@@ -213,11 +213,54 @@ func TestNobodyBecause(t *testing.T) {
 	for _, want := range []string{
 		"nobody: pool unannounced: no L2Advertisement or BGPAdvertisement selects this pool",
 		"nobody: externalTrafficPolicy is Local and no node has a ready endpoint",
-		"nobody (see the speakers' logs", // other: the API does not tell why
+		"nobody (no speaker published a reason", // other: the API does not tell why
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// An address nobody announces shows the reasons the speakers published
+// in their ServiceAnnouncements, in text and in -o json; an address that
+// is announced does not carry the reasons of a speaker that lags.
+func TestSpeakersReasons(t *testing.T) {
+	svc := corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Annotations: map[string]string{"herald.io/ip-allocated-from-pool": "lan"}},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{
+			{IP: "198.51.100.9"}, {IP: "2001:db8::9"},
+		}}},
+	}
+	ann := func(node, proto string, ips []string, un ...v1beta1.UnannouncedIP) v1beta1.ServiceAnnouncement {
+		return v1beta1.ServiceAnnouncement{Status: v1beta1.ServiceAnnouncementStatus{
+			Service: v1beta1.ServiceReference{Namespace: "shop", Name: "web"}, Node: node,
+			Protocol: v1beta1.AnnouncementProtocol(proto), IPs: ips, Unannounced: un,
+		}}
+	}
+	anns := []v1beta1.ServiceAnnouncement{
+		ann("node1", "layer2", nil, v1beta1.UnannouncedIP{IP: "198.51.100.9", Reason: "no node is eligible to announce the IP",
+			Detail: "node labelled node.kubernetes.io/exclude-from-external-load-balancers: node1, node2"}),
+		ann("node1", "bgp", nil, v1beta1.UnannouncedIP{IP: "198.51.100.9", Reason: "the Service has no serving endpoint"}),
+		ann("node3", "layer2", []string{"2001:db8::9"}),
+		ann("node2", "layer2", nil, v1beta1.UnannouncedIP{IP: "2001:db8::9", Reason: "this node won the IP but none of its interfaces for it is up"}),
+	}
+	sts := BuildWith([]corev1.Service{svc}, anns, Facts{})
+	a := sts[0].Addresses
+	want := "nobody announces it: bgp: the Service has no serving endpoint; layer2: no node is eligible to announce the IP " +
+		"(node labelled node.kubernetes.io/exclude-from-external-load-balancers: node1, node2)"
+	if a[0].Problem != want || len(a[0].Reasons) != 2 || a[0].Reasons[0].Node != "node1" {
+		t.Errorf("198.51.100.9: %+v\nwant problem %q", a[0], want)
+	}
+	if a[1].Problem != "" || len(a[1].Reasons) != 0 || len(a[1].AnnouncedBy) != 1 {
+		t.Errorf("2001:db8::9 is announced by node3: %+v", a[1])
+	}
+	var b strings.Builder
+	if err := renderText(&b, sts); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "nobody: bgp: the Service has no serving endpoint; layer2: no node is eligible") {
+		t.Errorf("text:\n%s", b.String())
 	}
 }
 

@@ -41,6 +41,13 @@ type Input struct {
 	Node    string
 	NodeIPs []netip.Addr
 	Options view.Options
+	// Reporter: this speaker publishes the reasons that hold on every
+	// node (no serving endpoint, no BGPAdvertisement selects the
+	// Service), once for the cluster; see layer2/plan.Input.Reporter.
+	Reporter bool
+	// Unprogrammed are addresses this node's proxy has no rules for
+	// yet; they are not advertised until it has.
+	Unprogrammed map[netip.Addr]bool
 }
 
 // Route is one prefix advertised to one peer, with its attributes.
@@ -145,6 +152,7 @@ const (
 	ReasonNoLocalEndpoint    = election.ReasonNoLocalEndpoint
 	ReasonNoSession          = "no BGP session of this node is selected by the IP's BGPAdvertisements"
 	ReasonNoSessionOfFamily  = "no BGP session of this node is of the IP's family (IPv4 prefixes go to IPv4 peers, IPv6 to IPv6)"
+	ReasonUnprogrammed       = view.ReasonUnprogrammed
 )
 
 // Compute decides what this node advertises.
@@ -174,6 +182,14 @@ func Compute(in Input) Plan {
 	// advertisement sending the prefix to the peer.
 	routes := map[string]map[netip.Prefix]*Route{}
 	perService := map[view.ServiceRef]*view.Announcement{}
+	announcement := func(ref view.ServiceRef) *view.Announcement {
+		an := perService[ref]
+		if an == nil {
+			an = &view.Announcement{Service: ref, Node: in.Node, Protocol: Protocol}
+			perService[ref] = an
+		}
+		return an
+	}
 	nodeWhy := nodeIneligible(node, in.Options)
 	for a, g := range groups {
 		ip := IP{Addr: a, Pool: g.Pool}
@@ -189,6 +205,9 @@ func Compute(in Input) Plan {
 		ip.Reason = nodeWhy
 		if ip.Reason == "" {
 			ip.Reason = serviceIneligible(g.Services, in.Node)
+		}
+		if ip.Reason == "" && in.Unprogrammed[a] {
+			ip.Reason = ReasonUnprogrammed
 		}
 		if ip.Reason == "" {
 			ip.Reason = ReasonNodeNotSelected
@@ -220,18 +239,28 @@ func Compute(in Input) Plan {
 				ip.Reason = ReasonNoSessionOfFamily
 			}
 		}
-		if ip.Advertised() {
+		switch {
+		case ip.Advertised():
 			for _, ref := range ip.Services {
-				an := perService[ref]
-				if an == nil {
-					an = &view.Announcement{Service: ref, Node: in.Node, Protocol: Protocol}
-					perService[ref] = an
-				}
+				an := announcement(ref)
 				an.IPs = append(an.IPs, a)
 				an.Peers = append(an.Peers, ip.Peers...)
 			}
+		case in.Reporter && !serving(g.Services):
+			for _, ref := range ip.Services {
+				an := announcement(ref)
+				an.Unannounced = append(an.Unannounced, view.Unannounced{Addr: a, Reason: ReasonNoEndpoints})
+			}
 		}
 		p.IPs = append(p.IPs, ip)
+	}
+	if in.Reporter {
+		for _, ig := range p.Ignored {
+			if ig.Reason == ReasonServiceNotSelected && ig.Addr.IsValid() {
+				an := announcement(ig.Service)
+				an.Unannounced = append(an.Unannounced, view.Unannounced{Addr: ig.Addr, Reason: ig.Reason, Detail: ig.Detail})
+			}
+		}
 	}
 	slices.SortFunc(p.IPs, func(a, b IP) int { return a.Addr.Compare(b.Addr) })
 	for i := range p.Sessions {
@@ -245,6 +274,7 @@ func Compute(in Input) Plan {
 		slices.SortFunc(an.IPs, netip.Addr.Compare)
 		slices.Sort(an.Peers)
 		an.Peers = slices.Compact(an.Peers)
+		an.Unannounced = view.SortUnannounced(an.Unannounced)
 		p.Announcements = append(p.Announcements, *an)
 	}
 	slices.SortFunc(p.Announcements, func(a, b view.Announcement) int { return compareRefs(a.Service, b.Service) })
@@ -364,11 +394,7 @@ func nodeIneligible(n *view.Node, opts view.Options) string {
 // serviceIneligible says why the Services sharing an IP cannot be served
 // from node: none has a serving endpoint, or a Local one has none here.
 func serviceIneligible(svcs []view.Service, node string) string {
-	serving := false
 	for _, s := range svcs {
-		if len(s.ReadyNodes) > 0 || len(s.ServingTerminatingNodes) > 0 {
-			serving = true
-		}
 		if !s.Local {
 			continue
 		}
@@ -380,10 +406,21 @@ func serviceIneligible(svcs []view.Service, node string) string {
 			return ReasonNoLocalEndpoint
 		}
 	}
-	if !serving {
+	if !serving(svcs) {
 		return ReasonNoEndpoints
 	}
 	return ""
+}
+
+// serving reports whether any of the Services has a serving endpoint on
+// some node.
+func serving(svcs []view.Service) bool {
+	for _, s := range svcs {
+		if len(s.ReadyNodes) > 0 || len(s.ServingTerminatingNodes) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func compareRefs(a, b view.ServiceRef) int {

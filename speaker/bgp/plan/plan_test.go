@@ -347,3 +347,43 @@ func TestDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestReporterPublishesWhy: the reporter publishes, once for the cluster,
+// the IPs of Services with no serving endpoint anywhere (Local or not)
+// and of Services no BGPAdvertisement selects; nothing for an IP that is
+// advertised or only not advertised from this node; a speaker that is not
+// the reporter publishes no reasons.
+func TestReporterPublishesWhy(t *testing.T) {
+	cfg := testConfig()
+	cfg.BGPAdvertisements = append(cfg.BGPAdvertisements,
+		&config.BGPAdvertisement{Name: "web-only", Pools: []string{"agg"}, ServiceSelectors: sel("tier", "web")})
+	cfg.BGPAdvertisements = slices.DeleteFunc(cfg.BGPAdvertisements, func(a *config.BGPAdvertisement) bool { return a.Name == "agg" })
+	idle := svc("idle", "bgp", "203.0.113.131")
+	idle.ReadyNodes = nil
+	idle.Local = true
+	local := svc("local", "bgp", "203.0.113.132") // its endpoint is on node2
+	local.Local = true
+	in := input("node1", svc("web", "bgp", "203.0.113.130"), idle, local, svc("api", "agg", "203.0.113.200"))
+	in.Config = cfg
+	in.Reporter = true
+	p := Compute(in)
+	var got []string
+	for _, a := range p.Announcements {
+		for _, u := range a.Unannounced {
+			got = append(got, a.Service.Name+" "+u.Addr.String()+": "+u.Reason)
+		}
+		if a.Node != "node1" || a.Protocol != Protocol {
+			t.Errorf("announcement %+v", a)
+		}
+	}
+	want := []string{"api 203.0.113.200: " + ReasonServiceNotSelected, "idle 203.0.113.131: " + ReasonNoEndpoints}
+	if !slices.Equal(got, want) {
+		t.Errorf("reasons %q, want %q", got, want)
+	}
+	in.Reporter = false
+	for _, a := range Compute(in).Announcements {
+		if len(a.Unannounced) > 0 {
+			t.Errorf("not the reporter, publishes %+v", a)
+		}
+	}
+}

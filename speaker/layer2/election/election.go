@@ -78,7 +78,7 @@ const (
 	ReasonNetworkUnavailable = "node NetworkUnavailable"
 	ReasonExcluded           = "node labelled " + ExcludeLabel
 	ReasonNoAdvertisement    = "no L2Advertisement selects the node for this IP"
-	ReasonInterfacesDown     = "every interface the IP would be announced on is down"
+	ReasonInterfacesDown     = "no interface to announce the IP on is present and up"
 	ReasonNoLocalEndpoint    = "externalTrafficPolicy Local and no local endpoint"
 	ReasonRecovering         = "speaker recovering: the cluster declared it dead or it was isolated lately, and another candidate is healthy"
 )

@@ -31,8 +31,9 @@ type Changes struct {
 	Lost []IPChange
 	// Moved are the addresses whose winner changed, on any node.
 	Moved []Move
-	// Create, Update and Delete are this node's ServiceAnnouncements to
-	// write; Delete holds the old values.
+	// Create, Update and Delete are this node's announcements of
+	// addresses (those only reporting reasons left out) that started,
+	// changed or ended, for events; Delete holds the old values.
 	Create, Update, Delete []view.Announcement
 }
 
@@ -70,11 +71,11 @@ func Diff(old, cur State) Changes {
 	slices.SortFunc(c.Moved, func(a, b Move) int { return a.Addr.Compare(b.Addr) })
 
 	oldAn := map[view.ServiceRef]view.Announcement{}
-	for _, a := range old.Announcements {
+	for _, a := range announcing(old.Announcements) {
 		oldAn[a.Service] = a
 	}
 	curAn := map[view.ServiceRef]bool{}
-	for _, a := range cur.Announcements {
+	for _, a := range announcing(cur.Announcements) {
 		curAn[a.Service] = true
 		prev, ok := oldAn[a.Service]
 		switch {
@@ -84,12 +85,25 @@ func Diff(old, cur State) Changes {
 			c.Update = append(c.Update, a)
 		}
 	}
-	for _, a := range old.Announcements {
+	for _, a := range announcing(old.Announcements) {
 		if !curAn[a.Service] {
 			c.Delete = append(c.Delete, a)
 		}
 	}
 	return c
+}
+
+// announcing is the announcements that carry addresses, without the
+// reasons for the others: what Create, Update and Delete are about.
+func announcing(anns []view.Announcement) []view.Announcement {
+	var out []view.Announcement
+	for _, a := range anns {
+		if len(a.IPs) > 0 {
+			a.Unannounced = nil
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func byAddr(s State) map[netip.Addr]IP {

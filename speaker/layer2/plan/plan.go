@@ -62,6 +62,15 @@ type Input struct {
 	// announces only the addresses no other node could announce
 	// (ReasonIsolated for the rest), so a client never gets two answers.
 	Isolated bool
+	// Reporter: this speaker publishes the reasons that hold on every
+	// node (no eligible node, no L2Advertisement selects the Service),
+	// so that one object, not one per node, says why. The speakers pick
+	// the first live member by name, as for sweeping.
+	Reporter bool
+	// Unprogrammed are addresses this node's proxy has no rules for yet:
+	// won here, they are not answered until it has (the election does
+	// not change, so no other node takes them meanwhile).
+	Unprogrammed map[netip.Addr]bool
 }
 
 // Why a Service's IP is left out of the layer-2 election (besides the
@@ -73,9 +82,10 @@ const (
 
 // Why an elected IP is not announced.
 const (
-	ReasonNoCandidate = "no node is eligible to announce the IP"
-	ReasonLocalDown   = "this node won the IP but none of its interfaces for it is up"
-	ReasonIsolated    = "this speaker reaches no other speaker while the API shows others alive; it announces only addresses no other node may announce"
+	ReasonNoCandidate  = "no node is eligible to announce the IP"
+	ReasonLocalDown    = "this node won the IP but none of its interfaces for it is up"
+	ReasonIsolated     = "this speaker reaches no other speaker while the API shows others alive; it announces only addresses no other node may announce"
+	ReasonUnprogrammed = view.ReasonUnprogrammed
 )
 
 // IP is the election result for one address.
@@ -160,6 +170,14 @@ func Compute(in Input) State {
 		apiNodes = assumeAlive(nodes, in)
 	}
 	perService := map[view.ServiceRef]*view.Announcement{}
+	announcement := func(ref view.ServiceRef) *view.Announcement {
+		an := perService[ref]
+		if an == nil {
+			an = &view.Announcement{Service: ref, Node: in.Local.Name, Protocol: Protocol}
+			perService[ref] = an
+		}
+		return an
+	}
 	for a, g := range groups {
 		ip := IP{Addr: a, Pool: g.Pool}
 		eip := election.IP{Addr: a, Advertisements: g.Ads}
@@ -185,30 +203,53 @@ func Compute(in Input) State {
 		case ip.Reason == ReasonIsolated:
 		case ip.Winner == "":
 			ip.Reason = ReasonNoCandidate
+		case ip.Winner == in.Local.Name && localKnown && in.Unprogrammed[a]:
+			ip.Reason = ReasonUnprogrammed
 		case ip.Winner == in.Local.Name && localKnown:
 			ip.Interfaces = localInterfaces(g.Ads, localLabels, in.Local)
 			if len(ip.Interfaces) == 0 {
 				ip.Reason = ReasonLocalDown
 			}
 		}
-		if ip.Announced() {
+		switch {
+		case ip.Announced():
 			for _, ref := range ip.Services {
-				an := perService[ref]
-				if an == nil {
-					an = &view.Announcement{Service: ref, Node: in.Local.Name, Protocol: Protocol}
-					perService[ref] = an
-				}
+				an := announcement(ref)
 				an.IPs = append(an.IPs, a)
 				an.Interfaces = append(an.Interfaces, ip.Interfaces...)
 			}
+		case ip.Reason == ReasonLocalDown, ip.Reason == ReasonNoCandidate && in.Reporter:
+			// The winner that cannot announce says so itself; a
+			// reason every node computes alike, only the reporter.
+			// An isolated speaker publishes nothing per address: the
+			// others elect without it and announce them, and a write
+			// per Service from it would only repeat its one problem
+			// (herald_speaker_isolated and its log say it).
+			u := view.Unannounced{Addr: a, Reason: ip.Reason}
+			if ip.Reason == ReasonNoCandidate {
+				u.Detail = view.NodesDetail(ip.Excluded)
+			}
+			for _, ref := range ip.Services {
+				an := announcement(ref)
+				an.Unannounced = append(an.Unannounced, u)
+			}
 		}
 		st.IPs = append(st.IPs, ip)
+	}
+	if in.Reporter {
+		for _, ig := range st.Ignored {
+			if ig.Reason == ReasonServiceNotSelected && ig.Addr.IsValid() {
+				an := announcement(ig.Service)
+				an.Unannounced = append(an.Unannounced, view.Unannounced{Addr: ig.Addr, Reason: ig.Reason, Detail: ig.Detail})
+			}
+		}
 	}
 	slices.SortFunc(st.IPs, func(a, b IP) int { return a.Addr.Compare(b.Addr) })
 	for _, an := range perService {
 		slices.SortFunc(an.IPs, netip.Addr.Compare)
 		slices.Sort(an.Interfaces)
 		an.Interfaces = slices.Compact(an.Interfaces)
+		an.Unannounced = view.SortUnannounced(an.Unannounced)
 		st.Announcements = append(st.Announcements, *an)
 	}
 	slices.SortFunc(st.Announcements, func(a, b view.Announcement) int { return a.Service.Compare(b.Service) })

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/herald-lb/herald/config"
@@ -403,8 +404,16 @@ func TestLocalViewStale(t *testing.T) {
 	in = as(in, w)
 	in.Local.DownInterfaces = []string{"eth0", "eth1"}
 	st := Compute(in)
-	if ip := st.IPs[0]; ip.Winner != w || ip.Announced() || ip.Reason != ReasonLocalDown || len(st.Announcements) != 0 {
+	if ip := st.IPs[0]; ip.Winner != w || ip.Announced() || ip.Reason != ReasonLocalDown {
 		t.Errorf("%+v", st)
+	}
+	// It publishes why, in its own ServiceAnnouncement without IPs.
+	want := []view.Announcement{{
+		Service: view.ServiceRef{Namespace: "shop", Name: "web"}, Node: w, Protocol: Protocol,
+		Unannounced: []view.Unannounced{{Addr: addr("192.0.2.9"), Reason: ReasonLocalDown}},
+	}}
+	if !slices.EqualFunc(st.Announcements, want, view.Announcement.Equal) {
+		t.Errorf("announcements %+v, want %+v", st.Announcements, want)
 	}
 }
 
@@ -633,5 +642,52 @@ func TestIsolatedAnnouncesOnlyWhatNoOtherNodeMay(t *testing.T) {
 	}
 	if n := len(got.Announcements); n != 2 {
 		t.Errorf("announcements %+v, want the two Services no other node may announce", got.Announcements)
+	}
+}
+
+// TestReporterPublishesWhy: a reason every node computes alike (no
+// eligible node, the Service selected by no L2Advertisement) is published
+// once, by the reporter, with why each node is not eligible; the other
+// speakers publish nothing for it.
+func TestReporterPublishesWhy(t *testing.T) {
+	local := view.Service{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr("192.0.2.20")},
+		Local: true, ReadyNodes: map[string]bool{"node2": true}}
+	in := testInput(local, svc("api", "picky", "203.0.113.5"))
+	in.Nodes[1].Labels[election.ExcludeLabel] = ""
+	in.Reporter = true
+	st := Compute(in)
+	want := []view.Announcement{
+		{Service: ref("api"), Node: "node1", Protocol: Protocol, Unannounced: []view.Unannounced{{
+			Addr: addr("203.0.113.5"), Reason: ReasonServiceNotSelected, Detail: st.Ignored[0].Detail,
+		}}},
+		{Service: ref("web"), Node: "node1", Protocol: Protocol, Unannounced: []view.Unannounced{{
+			Addr: addr("192.0.2.20"), Reason: ReasonNoCandidate,
+			Detail: election.ReasonNoLocalEndpoint + ": node1, node3; " + election.ReasonExcluded + ": node2",
+		}}},
+	}
+	if !slices.EqualFunc(st.Announcements, want, view.Announcement.Equal) {
+		t.Errorf("reporter's announcements\n %+v\nwant\n %+v", st.Announcements, want)
+	}
+	for _, n := range []string{"node2", "node3"} {
+		other := as(in, n)
+		other.Reporter = false
+		if st := Compute(other); len(st.Announcements) != 0 {
+			t.Errorf("%s (not the reporter) publishes %+v", n, st.Announcements)
+		}
+	}
+}
+
+func TestNodesDetail(t *testing.T) {
+	why := map[string]string{}
+	for i := range 300 {
+		why[fmt.Sprintf("node%03d", i)] = "no ready local endpoint"
+	}
+	why["edge1"] = "excluded"
+	d := view.NodesDetail(why)
+	if !strings.HasPrefix(d, "no ready local endpoint: node000, node001, ") || !strings.HasSuffix(d, " more)") || len(d) > 1024 {
+		t.Errorf("%d characters: %s", len(d), d)
+	}
+	if got := view.NodesDetail(map[string]string{"b": "x", "a": "x", "c": "y"}); got != "x: a, b; y: c" {
+		t.Errorf("got %q", got)
 	}
 }
