@@ -49,6 +49,9 @@ func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.A
 		Node: s.d.Node, NodeIPs: snap.NodeIPs, Options: s.d.Options, Reporter: reporter,
 		Unprogrammed: unprogrammed,
 	})
+	if s.d.Metrics != nil {
+		s.d.Metrics.observeBGP(plan.Unadvertised)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := s.d.BGP.Apply(ctx, plan)
 	cancel()

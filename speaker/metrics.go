@@ -15,6 +15,7 @@ type Metrics struct {
 
 	announced       *prometheus.GaugeVec
 	unannounced     *prometheus.GaugeVec
+	unadvertised    *prometheus.GaugeVec
 	elected         prometheus.Gauge
 	members         prometheus.Gauge
 	electionChanges prometheus.Counter
@@ -36,6 +37,10 @@ func NewMetrics() *Metrics {
 		unannounced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "herald_speaker_layer2_unannounced_ips",
 			Help: "LoadBalancer IPs an L2Advertisement covers that no node may announce, as this node sees them, by reason (every speaker computes the same election).",
+		}, []string{"reason"}),
+		unadvertised: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herald_speaker_bgp_unadvertised_ips",
+			Help: "LoadBalancer IPs a BGPAdvertisement covers that no node advertises, for a reason that holds on every node (no serving endpoint, the Service not selected), by reason (every speaker computes the same).",
 		}, []string{"reason"}),
 		elected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_speaker_layer2_ips",
@@ -66,7 +71,7 @@ func NewMetrics() *Metrics {
 			Help: "Keys in the memberlist keyring (the primary one included): 2 while a key rotation is under way.",
 		}),
 	}
-	m.Registry.MustRegister(m.announced, m.unannounced, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.recovering, m.keys,
+	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.recovering, m.keys,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("speaker"))
 	return m
 }
@@ -110,6 +115,14 @@ func (m *Metrics) observe(st l2plan.State, ch l2plan.Changes, members int, isola
 
 // register adds the responder counters, read from the responders at
 // scrape time.
+// observeBGP sets the BGP counts of a plan.
+func (m *Metrics) observeBGP(unadvertised map[string]int) {
+	m.unadvertised.Reset()
+	for reason, n := range unadvertised {
+		m.unadvertised.WithLabelValues(reason).Set(float64(n))
+	}
+}
+
 func (m *Metrics) register(s *Speaker) {
 	m.Registry.MustRegister(responderCollector{s}, bgpCollector{s})
 }

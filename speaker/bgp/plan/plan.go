@@ -119,6 +119,11 @@ type Plan struct {
 	// Problems are configuration this node cannot honour; they name the
 	// object and field.
 	Problems []string
+	// Unadvertised counts, by reason, the IPs no node advertises for a
+	// reason that holds on every node (no serving endpoint, no
+	// BGPAdvertisement selects the Service): every speaker computes the
+	// same counts, for the metric and the alert.
+	Unadvertised map[string]int
 }
 
 // Session returns the session of the named peer.
@@ -157,7 +162,7 @@ const (
 
 // Compute decides what this node advertises.
 func Compute(in Input) Plan {
-	p := Plan{Node: in.Node}
+	p := Plan{Node: in.Node, Unadvertised: map[string]int{}}
 	var node *view.Node
 	for i := range in.Nodes {
 		if in.Nodes[i].Name == in.Node {
@@ -239,6 +244,9 @@ func Compute(in Input) Plan {
 				ip.Reason = ReasonNoSessionOfFamily
 			}
 		}
+		if !serving(g.Services) {
+			p.Unadvertised[ReasonNoEndpoints]++
+		}
 		switch {
 		case ip.Advertised():
 			for _, ref := range ip.Services {
@@ -254,12 +262,19 @@ func Compute(in Input) Plan {
 		}
 		p.IPs = append(p.IPs, ip)
 	}
-	if in.Reporter {
-		for _, ig := range p.Ignored {
-			if ig.Reason == ReasonServiceNotSelected && ig.Addr.IsValid() {
+	notSelected := map[netip.Addr]bool{}
+	for _, ig := range p.Ignored {
+		if ig.Reason == ReasonServiceNotSelected && ig.Addr.IsValid() {
+			notSelected[ig.Addr] = true
+			if in.Reporter {
 				an := announcement(ig.Service)
 				an.Unannounced = append(an.Unannounced, view.Unannounced{Addr: ig.Addr, Reason: ig.Reason, Detail: ig.Detail})
 			}
+		}
+	}
+	for a := range notSelected {
+		if _, elected := groups[a]; !elected {
+			p.Unadvertised[ReasonServiceNotSelected]++
 		}
 	}
 	slices.SortFunc(p.IPs, func(a, b IP) int { return a.Addr.Compare(b.Addr) })

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -381,9 +382,15 @@ func TestReporterPublishesWhy(t *testing.T) {
 		t.Errorf("reasons %q, want %q", got, want)
 	}
 	in.Reporter = false
-	for _, a := range Compute(in).Announcements {
+	q := Compute(in)
+	for _, a := range q.Announcements {
 		if len(a.Unannounced) > 0 {
 			t.Errorf("not the reporter, publishes %+v", a)
 		}
+	}
+	// Every speaker counts them, for the metric.
+	wantCounts := map[string]int{ReasonNoEndpoints: 1, ReasonServiceNotSelected: 1}
+	if !maps.Equal(p.Unadvertised, wantCounts) || !maps.Equal(q.Unadvertised, wantCounts) {
+		t.Errorf("unadvertised %v (reporter) %v (other), want %v", p.Unadvertised, q.Unadvertised, wantCounts)
 	}
 }
