@@ -16,8 +16,17 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current renderer")
 
-// goldenCases are small rulesets whose exact text is reviewed by hand.
-func goldenCases() map[string]rules.Ruleset {
+// goldenInput is the input of one golden case.
+type goldenInput struct {
+	family rules.Family
+	svcs   []rules.Service
+	eps    map[rules.ServicePortName][]rules.Endpoint
+	node   rules.NodeConfig
+}
+
+// goldenInputs are small rulesets whose exact text is reviewed by hand,
+// in both modes.
+func goldenInputs() map[string]goldenInput {
 	l := lab4
 	nginx := rules.Service{Namespace: "default", Name: "nginx", PortName: "http", Protocol: rules.TCP, Port: 80,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")}}
@@ -35,12 +44,21 @@ func goldenCases() map[string]rules.Ruleset {
 	empty6.Name, empty6.PortName, empty6.Protocol, empty6.NodePort, empty6.LoadBalancerIngress = "empty", "", rules.UDP, 0, nil
 	empty6.ClusterIPs = []netip.Addr{netip.MustParseAddr("fd00:10:96::53")}
 
-	return map[string]rules.Ruleset{
-		"clusterip-v4": rules.Render(rules.IPv4, []rules.Service{nginx}, epMap(nginx, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()),
-		"lb-local-v4":  rules.Render(rules.IPv4, []rules.Service{lb}, epMap(lb, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()),
-		"nodeport-v6": rules.Render(rules.IPv6, []rules.Service{np6, empty6}, map[rules.ServicePortName][]rules.Endpoint{
-			np6.ID(): {ready(l6.epRemote, nodeB)}}, l6.node()),
+	return map[string]goldenInput{
+		"clusterip-v4": {rules.IPv4, []rules.Service{nginx}, epMap(nginx, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()},
+		"lb-local-v4":  {rules.IPv4, []rules.Service{lb}, epMap(lb, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()},
+		"nodeport-v6": {rules.IPv6, []rules.Service{np6, empty6}, map[rules.ServicePortName][]rules.Endpoint{
+			np6.ID(): {ready(l6.epRemote, nodeB)}}, l6.node()},
 	}
+}
+
+// goldenCases are goldenInputs rendered for iptables.
+func goldenCases() map[string]rules.Ruleset {
+	out := map[string]rules.Ruleset{}
+	for name, c := range goldenInputs() {
+		out[name] = rules.Render(c.family, c.svcs, c.eps, c.node)
+	}
+	return out
 }
 
 func TestGolden(t *testing.T) {

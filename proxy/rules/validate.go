@@ -214,6 +214,7 @@ type nodeParams struct {
 	podCIDR   netip.Prefix // invalid = no local-traffic detector
 	masqAll   bool
 	mark      string // "0x4000"
+	markBit   uint32
 	markMask  string // "0x4000/0x4000"
 	random    bool
 	ctLiberal bool
@@ -258,7 +259,7 @@ func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 		probs = append(probs, Problem{Field: "masqueradeMark", Message: fmt.Sprintf("%#x must have exactly one bit set; using %#x", mark, DefaultMasqueradeMark)})
 		mark = DefaultMasqueradeMark
 	}
-	np.mark = fmt.Sprintf("%#x", mark)
+	np.mark, np.markBit = fmt.Sprintf("%#x", mark), mark
 	np.markMask = np.mark + "/" + np.mark
 	return np, probs
 }

@@ -1,0 +1,233 @@
+package nft
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/herald-lb/herald/internal/ipfamily"
+)
+
+// Expr is one match or statement of a rule. Text spells it in nft syntax
+// for the table's family.
+type Expr interface {
+	Text(f ipfamily.Family) string
+}
+
+// MatchAddr matches the source or destination address against a prefix
+// (a single address is a full-length prefix).
+type MatchAddr struct {
+	Field  Field // Saddr or Daddr
+	Prefix netip.Prefix
+	Not    bool
+}
+
+// MatchSet matches the packet's fields against a named set (an affinity
+// set of client addresses, the health-check ports, the LB addresses
+// behind a firewall).
+type MatchSet struct {
+	Key KeyType
+	Set string
+}
+
+// MatchProto matches the layer-4 protocol.
+type MatchProto struct{ Proto Proto }
+
+// MatchDport matches the destination port (of any protocol with ports).
+type MatchDport struct{ Port uint16 }
+
+// MatchFibLocal matches packets whose source or destination address is
+// one of the node's own (fib ... type local; iptables' addrtype LOCAL).
+type MatchFibLocal struct {
+	Field Field // Saddr or Daddr
+}
+
+// MatchMark matches packets with (or, with Not, without) the mark bit.
+type MatchMark struct {
+	Bit uint32
+	Not bool
+}
+
+// CtState is a conntrack state.
+type CtState string
+
+// The states herald matches.
+const (
+	CtInvalid     CtState = "invalid"
+	CtEstablished CtState = "established"
+	CtRelated     CtState = "related"
+	CtNew         CtState = "new"
+)
+
+// MatchCtState matches packets in any of the conntrack states.
+type MatchCtState struct{ States []CtState }
+
+// Counter counts the packets and bytes that reach it.
+type Counter struct{}
+
+// Reject refuses the packet with an ICMP (ICMPv6) port unreachable, for
+// TCP too, as the iptables mode's REJECT does, so both modes answer a
+// Service without endpoints alike.
+type Reject struct{}
+
+// DNAT rewrites the destination.
+type DNAT struct{ To netip.AddrPort }
+
+// Masquerade rewrites the source to the outgoing interface's address.
+type Masquerade struct{ FullyRandom bool }
+
+// MarkOr sets the mark bit.
+type MarkOr struct{ Bit uint32 }
+
+// MarkXor flips the mark bit (clears it on packets that have it).
+type MarkXor struct{ Bit uint32 }
+
+// VmapLookup looks the packet's fields up in a verdict map and applies
+// the element's verdict; no element, no verdict.
+type VmapLookup struct {
+	Key KeyType
+	Map string
+}
+
+// NumgenVmap picks one of the chains at random, evenly (numgen random mod
+// n into an anonymous verdict map of gotos).
+type NumgenVmap struct{ Chains []string }
+
+// UpdateSet adds the source or destination address to a dynamic set, or
+// refreshes its timeout (session affinity).
+type UpdateSet struct {
+	Field Field
+	Set   string
+}
+
+// Text implementations.
+
+func addrKeyword(f ipfamily.Family) string {
+	if f == ipfamily.IPv6 {
+		return "ip6"
+	}
+	return "ip"
+}
+
+func fieldText(f ipfamily.Family, fl Field) string {
+	switch fl {
+	case Saddr:
+		return addrKeyword(f) + " saddr"
+	case Daddr:
+		return addrKeyword(f) + " daddr"
+	case L4Proto:
+		return "meta l4proto"
+	case Dport:
+		return "th dport"
+	}
+	return fmt.Sprintf("field(%d)", int(fl))
+}
+
+func prefixText(p netip.Prefix) string {
+	if p.IsSingleIP() {
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+// Text implements Expr.
+func (m MatchAddr) Text(f ipfamily.Family) string {
+	op := " "
+	if m.Not {
+		op = " != "
+	}
+	return fieldText(f, m.Field) + op + prefixText(m.Prefix)
+}
+
+// Text implements Expr.
+func (m MatchSet) Text(f ipfamily.Family) string { return keyText(f, m.Key) + " @" + m.Set }
+
+// Text implements Expr.
+func (m MatchProto) Text(ipfamily.Family) string { return "meta l4proto " + m.Proto.String() }
+
+// Text implements Expr.
+func (m MatchDport) Text(ipfamily.Family) string { return fmt.Sprintf("th dport %d", m.Port) }
+
+// Text implements Expr.
+func (m MatchFibLocal) Text(ipfamily.Family) string {
+	if m.Field == Saddr {
+		return "fib saddr type local"
+	}
+	return "fib daddr type local"
+}
+
+// Text implements Expr.
+func (m MatchMark) Text(ipfamily.Family) string {
+	op := "!="
+	if m.Not {
+		op = "=="
+	}
+	return fmt.Sprintf("meta mark & 0x%08x %s 0x00000000", m.Bit, op)
+}
+
+// Text implements Expr.
+func (m MatchCtState) Text(ipfamily.Family) string {
+	s := make([]string, len(m.States))
+	for i, st := range m.States {
+		s[i] = string(st)
+	}
+	return "ct state " + strings.Join(s, ",")
+}
+
+// Text implements Expr.
+func (Counter) Text(ipfamily.Family) string { return "counter" }
+
+// Text implements Expr.
+func (Reject) Text(f ipfamily.Family) string {
+	if f == ipfamily.IPv6 {
+		return "reject with icmpv6 port-unreachable"
+	}
+	return "reject with icmp port-unreachable"
+}
+
+// Text implements Expr.
+func (d DNAT) Text(f ipfamily.Family) string {
+	return "dnat " + addrKeyword(f) + " to " + d.To.String()
+}
+
+// Text implements Expr.
+func (m Masquerade) Text(ipfamily.Family) string {
+	if m.FullyRandom {
+		return "masquerade fully-random"
+	}
+	return "masquerade"
+}
+
+// Text implements Expr.
+func (m MarkOr) Text(ipfamily.Family) string { return fmt.Sprintf("meta mark set meta mark | 0x%08x", m.Bit) }
+
+// Text implements Expr.
+func (m MarkXor) Text(ipfamily.Family) string { return fmt.Sprintf("meta mark set meta mark ^ 0x%08x", m.Bit) }
+
+func keyText(f ipfamily.Family, k KeyType) string {
+	s := make([]string, len(k))
+	for i, fl := range k {
+		s[i] = fieldText(f, fl)
+	}
+	return strings.Join(s, " . ")
+}
+
+// Text implements Expr.
+func (v VmapLookup) Text(f ipfamily.Family) string { return keyText(f, v.Key) + " vmap @" + v.Map }
+
+// Text implements Expr.
+func (n NumgenVmap) Text(ipfamily.Family) string {
+	parts := make([]string, len(n.Chains))
+	for i, c := range n.Chains {
+		parts[i] = fmt.Sprintf("%d : goto %s", i, c)
+	}
+	return fmt.Sprintf("numgen random mod %d vmap { %s }", len(n.Chains), strings.Join(parts, ", "))
+}
+
+// Text implements Expr.
+func (u UpdateSet) Text(f ipfamily.Family) string {
+	return "update @" + u.Set + " { " + fieldText(f, u.Field) + " }"
+}
+
+// Text implements Expr.
+func (v Verdict) Text(ipfamily.Family) string { return v.String() }

@@ -1,0 +1,498 @@
+package rules
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/herald-lb/herald/proxy/nft"
+)
+
+// The nftables layout (one "herald" table per family; see RenderNFT).
+// Base chains hook the same places the iptables mode's jumps do, so both
+// modes see the same packets at the same points.
+const (
+	NFTChainNATPrerouting  = "nat-prerouting"
+	NFTChainNATOutput      = "nat-output"
+	NFTChainNATPostrouting = "nat-postrouting"
+	NFTChainFilterInput    = "filter-input"
+	NFTChainFilterForward  = "filter-forward"
+	NFTChainFilterOutput   = "filter-output"
+
+	NFTChainServices      = "services"                // nat: dispatch by destination
+	NFTChainMasquerading  = "masquerading"            // nat: SNAT of marked packets
+	NFTChainMarkMasq      = "mark-for-masquerade"     // nat
+	NFTChainReject        = "reject-chain"            // filter: the target of "no endpoints"
+	NFTChainEndpointCheck = "service-endpoints-check" // filter: cluster IPs without endpoints
+	NFTChainExternalCheck = "external-services-check" // filter: external/LB IPs and NodePorts without endpoints
+	NFTChainFirewallCheck = "firewall-check"          // filter: loadBalancerSourceRanges
+	NFTChainForward       = "forward"                 // filter: forwarded service traffic
+
+	NFTMapServiceIPs       = "service-ips"           // daddr . proto . port : goto chain
+	NFTMapServiceNodePorts = "service-nodeports"     // proto . port : goto chain
+	NFTMapNoEndpoints      = "no-endpoint-services"  // cluster IPs: reject or drop
+	NFTMapNoEndpointsExt   = "no-endpoint-external"  // external and LB IPs: reject or drop
+	NFTMapNoEndpointsNP    = "no-endpoint-nodeports" // proto . port: reject or drop
+	NFTSetFirewallIPs      = "firewall-ips"          // LB IP . proto . port behind source ranges
+	NFTSetHealthCheckPorts = "health-check-nodeports"
+
+	// Per-service and per-endpoint chains (and affinity sets) are named
+	// prefix + hash16 (the iptables mode's hash) + a readable part.
+	NFTPrefixService  = "svc-"
+	NFTPrefixLocal    = "svl-"
+	NFTPrefixExternal = "ext-"
+	NFTPrefixFirewall = "fw-"
+	NFTPrefixEndpoint = "sep-"
+	NFTPrefixAffinity = "affinity-"
+)
+
+// NFTRuleset is the output of RenderNFT.
+type NFTRuleset struct {
+	Family Family
+	// Table is the whole desired table, sorted.
+	Table *nft.Table
+	// ServiceChains names, per Service port, the per-service and
+	// per-endpoint chains (and affinity sets) it owns, so a partial sync
+	// can tell which chains a changed Service rewrote.
+	ServiceChains map[ServicePortName][]string
+	Stats         Stats
+	Health        []ServiceHealth
+	Problems      []Problem
+}
+
+// IsNFTServiceChain reports whether an nft chain or set belongs to one
+// Service port (and is deleted with it).
+func IsNFTServiceChain(name string) bool {
+	for _, p := range []string{NFTPrefixService, NFTPrefixLocal, NFTPrefixExternal, NFTPrefixFirewall, NFTPrefixEndpoint, NFTPrefixAffinity} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// RenderNFT renders the complete desired state of one family as an
+// nftables table with the semantics of Render's iptables rules, rule for
+// rule where nftables has the same construct:
+//
+//	nat-prerouting, nat-output -> services:
+//	    daddr . proto . port vmap @service-ips  (cluster IP -> svc/svl,
+//	        external IP -> ext, LB IP -> ext or fw)
+//	    fib daddr local, daddr not loopback: proto . port vmap @service-nodeports -> ext
+//	svc-/svl-<h>  masquerade mark for off-cluster sources of the cluster IP,
+//	              affinity lookups, then numgen random mod n vmap -> sep
+//	ext-<h>, fw-<h>  as HERALD-EXT / HERALD-FW
+//	sep-<e>  hairpin mark, affinity update, dnat
+//	nat-postrouting -> masquerading: marked packets lose the mark, masquerade
+//	filter-input/forward/output (new connections): firewall-check (drop
+//	    what a source range refused), the no-endpoint maps (reject: none at
+//	    all; drop: none on this node), health-check ports accepted, and
+//	    forward accepts marked and established traffic.
+//
+// It is a pure function of its arguments.
+func RenderNFT(f Family, services []Service, endpoints map[ServicePortName][]Endpoint, node NodeConfig) NFTRuleset {
+	rs := NFTRuleset{Family: f, ServiceChains: map[ServicePortName][]string{}}
+	t := &nft.Table{Family: f}
+	rs.Table = t
+	if f != IPv4 && f != IPv6 {
+		rs.Problems = append(rs.Problems, Problem{Field: "family", Message: "unknown address family; nothing rendered"})
+		return rs
+	}
+	np, probs := normalizeNode(f, &node)
+	rs.Problems = append(rs.Problems, probs...)
+	r := &nftRenderer{f: f, node: np, rs: &rs, t: t, sets: map[string]*nft.Set{}, keys: map[string]map[nft.Key]bool{}}
+	r.static()
+
+	order := make([]int, len(services))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		x, y := &services[a], &services[b]
+		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name), cmp.Compare(x.PortName, y.PortName))
+	})
+	seen := make(map[ServicePortName]bool, len(services))
+	for _, i := range order {
+		in := &services[i]
+		id := in.ID()
+		if seen[id] {
+			rs.Problems = append(rs.Problems, Problem{Service: id, Field: "port.name", Message: "duplicate service port; the first one wins", Skipped: true})
+			continue
+		}
+		seen[id] = true
+		s, ok, probs := normalize(f, in)
+		rs.Problems = append(rs.Problems, probs...)
+		if !ok {
+			continue
+		}
+		eps, probs := normalizeEndpoints(f, &s, np.name, endpoints[id])
+		rs.Problems = append(rs.Problems, probs...)
+		r.service(&s, eps)
+	}
+	r.finish()
+	t.Sort()
+	for _, c := range t.Chains {
+		if c.Base == nil {
+			rs.Stats.NATRulesTotal += len(c.Rules)
+		}
+	}
+	rs.Stats.NATRules = rs.Stats.NATRulesTotal
+	rs.Stats.NATChains = len(t.Chains)
+	return rs
+}
+
+type nftRenderer struct {
+	f    Family
+	node nodeParams
+	rs   *NFTRuleset
+	t    *nft.Table
+	sets map[string]*nft.Set
+	keys map[string]map[nft.Key]bool
+}
+
+func (r *nftRenderer) chain(name string, base *nft.Base) *nft.Chain {
+	c := &nft.Chain{Name: name, Base: base}
+	r.t.Chains = append(r.t.Chains, c)
+	return c
+}
+
+func (r *nftRenderer) set(s *nft.Set) *nft.Set {
+	r.t.Sets = append(r.t.Sets, s)
+	r.sets[s.Name] = s
+	return s
+}
+
+// add adds an element; a key already there keeps its first verdict (the
+// Service first by name wins, as the first iptables rule would).
+func (r *nftRenderer) add(set string, key nft.Key, v nft.Verdict) {
+	if r.keys[set] == nil {
+		r.keys[set] = map[nft.Key]bool{}
+	}
+	if r.keys[set][key] {
+		return
+	}
+	r.keys[set][key] = true
+	s := r.sets[set]
+	s.Elements = append(s.Elements, nft.Element{Key: key, Verdict: v})
+}
+
+var (
+	keyAddrProtoPort = nft.KeyType{nft.Daddr, nft.L4Proto, nft.Dport}
+	keyProtoPort     = nft.KeyType{nft.L4Proto, nft.Dport}
+	ctNewOnly        = nft.MatchCtState{States: []nft.CtState{nft.CtNew}}
+)
+
+func rule(comment string, exprs ...nft.Expr) nft.Rule { return nft.Rule{Exprs: exprs, Comment: comment} }
+
+func jump(c string) nft.Verdict { return nft.Verdict{Kind: nft.Jump, Chain: c} }
+func goTo(c string) nft.Verdict { return nft.Verdict{Kind: nft.Goto, Chain: c} }
+
+func (r *nftRenderer) static() {
+	n := &r.node
+	base := func(name string, typ nft.ChainType, hook nft.Hook, prio int) *nft.Chain {
+		return r.chain(name, &nft.Base{Type: typ, Hook: hook, Priority: prio})
+	}
+	for _, c := range []*nft.Chain{
+		base(NFTChainNATPrerouting, nft.TypeNAT, nft.HookPrerouting, nft.PriorityDstNAT),
+		base(NFTChainNATOutput, nft.TypeNAT, nft.HookOutput, nft.PriorityDstNAT),
+	} {
+		c.Rules = append(c.Rules, rule("herald service portals", jump(NFTChainServices)))
+	}
+	base(NFTChainNATPostrouting, nft.TypeNAT, nft.HookPostrouting, nft.PrioritySrcNAT).Rules =
+		[]nft.Rule{rule("herald postrouting rules", jump(NFTChainMasquerading))}
+
+	in := base(NFTChainFilterInput, nft.TypeFilter, nft.HookInput, nft.PriorityFilter)
+	in.Rules = []nft.Rule{
+		rule("herald load balancer firewall", ctNewOnly, jump(NFTChainFirewallCheck)),
+		rule("herald health check service ports", nft.MatchProto{Proto: nft.TCP},
+			nft.MatchSet{Key: nft.KeyType{nft.Dport}, Set: NFTSetHealthCheckPorts}, nft.Verdict{Kind: nft.Accept}),
+		rule("herald externally-visible service portals", ctNewOnly, jump(NFTChainExternalCheck)),
+	}
+	fwd := base(NFTChainFilterForward, nft.TypeFilter, nft.HookForward, nft.PriorityFilter)
+	fwd.Rules = []nft.Rule{
+		rule("herald load balancer firewall", ctNewOnly, jump(NFTChainFirewallCheck)),
+		rule("herald forwarding rules", jump(NFTChainForward)),
+		rule("herald service portals", ctNewOnly, jump(NFTChainEndpointCheck)),
+		rule("herald externally-visible service portals", ctNewOnly, jump(NFTChainExternalCheck)),
+	}
+	out := base(NFTChainFilterOutput, nft.TypeFilter, nft.HookOutput, nft.PriorityFilter)
+	out.Rules = []nft.Rule{
+		rule("herald load balancer firewall", ctNewOnly, jump(NFTChainFirewallCheck)),
+		rule("herald service portals", ctNewOnly, jump(NFTChainEndpointCheck)),
+	}
+
+	r.set(&nft.Set{Name: NFTMapServiceIPs, Key: keyAddrProtoPort, Map: true})
+	r.set(&nft.Set{Name: NFTMapServiceNodePorts, Key: keyProtoPort, Map: true})
+	r.set(&nft.Set{Name: NFTMapNoEndpoints, Key: keyAddrProtoPort, Map: true})
+	r.set(&nft.Set{Name: NFTMapNoEndpointsExt, Key: keyAddrProtoPort, Map: true})
+	r.set(&nft.Set{Name: NFTMapNoEndpointsNP, Key: keyProtoPort, Map: true})
+	r.set(&nft.Set{Name: NFTSetFirewallIPs, Key: keyAddrProtoPort})
+	r.set(&nft.Set{Name: NFTSetHealthCheckPorts, Key: nft.KeyType{nft.Dport}})
+
+	r.chain(NFTChainReject, nil).Rules = []nft.Rule{rule("", nft.Reject{})}
+	r.chain(NFTChainEndpointCheck, nil).Rules = []nft.Rule{
+		rule("", nft.VmapLookup{Key: keyAddrProtoPort, Map: NFTMapNoEndpoints}),
+	}
+	r.chain(NFTChainExternalCheck, nil).Rules = []nft.Rule{
+		rule("", nft.VmapLookup{Key: keyAddrProtoPort, Map: NFTMapNoEndpointsExt}),
+		rule("", nft.MatchFibLocal{Field: nft.Daddr}, nft.VmapLookup{Key: keyProtoPort, Map: NFTMapNoEndpointsNP}),
+	}
+	r.chain(NFTChainFirewallCheck, nil).Rules = []nft.Rule{
+		rule("traffic a loadBalancerSourceRanges refused", nft.MatchSet{Key: keyAddrProtoPort, Set: NFTSetFirewallIPs}, nft.Verdict{Kind: nft.Drop}),
+	}
+	var fwdRules []nft.Rule
+	if !n.ctLiberal {
+		// Out-of-window packets would otherwise reach a pod un-NATed and
+		// be answered with a RST that kills the connection.
+		fwdRules = append(fwdRules, rule("", nft.MatchCtState{States: []nft.CtState{nft.CtInvalid}}, nft.Verdict{Kind: nft.Drop}))
+	}
+	fwdRules = append(fwdRules,
+		rule("herald forwarding rules", nft.MatchMark{Bit: n.markBit}, nft.Verdict{Kind: nft.Accept}),
+		rule("herald forwarding conntrack rule", nft.MatchCtState{States: []nft.CtState{nft.CtEstablished, nft.CtRelated}}, nft.Verdict{Kind: nft.Accept}))
+	r.chain(NFTChainForward, nil).Rules = fwdRules
+
+	// Unmarked packets leave untouched; marked ones lose the mark and are
+	// masqueraded.
+	r.chain(NFTChainMasquerading, nil).Rules = []nft.Rule{
+		rule("", nft.MatchMark{Bit: n.markBit, Not: true}, nft.Verdict{Kind: nft.Return}),
+		rule("", nft.MarkXor{Bit: n.markBit}),
+		rule("herald service traffic requiring SNAT", nft.Masquerade{FullyRandom: n.random}),
+	}
+	r.chain(NFTChainMarkMasq, nil).Rules = []nft.Rule{rule("", nft.MarkOr{Bit: n.markBit})}
+}
+
+func (r *nftRenderer) finish() {
+	// NodePorts are matched on any local address after every exact
+	// destination; loopback is excluded as in the iptables mode.
+	loop := netip.MustParsePrefix("127.0.0.0/8")
+	if r.f == IPv6 {
+		loop = netip.MustParsePrefix("::1/128")
+	}
+	r.chain(NFTChainServices, nil).Rules = []nft.Rule{
+		rule("", nft.VmapLookup{Key: keyAddrProtoPort, Map: NFTMapServiceIPs}),
+		rule("herald service nodeports", nft.MatchFibLocal{Field: nft.Daddr}, nft.MatchAddr{Field: nft.Daddr, Prefix: loop, Not: true},
+			nft.VmapLookup{Key: keyProtoPort, Map: NFTMapServiceNodePorts}),
+	}
+}
+
+func nftProto(p string) nft.Proto {
+	switch p {
+	case "udp":
+		return nft.UDP
+	case "sctp":
+		return nft.SCTP
+	}
+	return nft.TCP
+}
+
+// nftReadable is the readable tail of a Service port's chain names:
+// namespace/name/protocol/port name, in the characters nft names allow.
+func nftReadable(s *svcPort) string {
+	return s.id.Namespace + "/" + s.id.Name + "/" + s.proto + "/" + s.id.Port
+}
+
+func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
+	cluster, local, reachable, hasAny := categorize(s, eps)
+	rs := r.rs
+	rs.Stats.Services++
+	if s.hcnp != 0 {
+		n := 0
+		for _, e := range eps {
+			if e.local && e.ready {
+				n++
+			}
+		}
+		rs.Health = append(rs.Health, ServiceHealth{Service: s.id, HealthCheckNodePort: s.hcnp, LocalEndpoints: n})
+	}
+	readable := nftReadable(s)
+	svcChain := NFTPrefixService + s.hash + "-" + readable
+	svlChain := NFTPrefixLocal + s.hash + "-" + readable
+	extChain := NFTPrefixExternal + s.hash + "-" + readable
+	fwChain := NFTPrefixFirewall + s.hash + "-" + readable
+	sep := func(e epInfo) string { return NFTPrefixEndpoint + strings.TrimPrefix(e.chain, PrefixEndpoint) }
+	aff := func(e epInfo) string { return NFTPrefixAffinity + strings.TrimPrefix(e.chain, PrefixEndpoint) }
+
+	usesClusterChain := len(cluster) > 0 && s.usesClusterEndpoints()
+	usesLocalChain := len(local) > 0 && s.usesLocalEndpoints()
+	internalChain, hasInternal := svcChain, hasAny
+	if s.iTPLocal {
+		internalChain, hasInternal = svlChain, len(local) > 0
+	}
+	externalPolicyChain, hasExternal := svcChain, hasAny
+	if s.eTPLocal {
+		externalPolicyChain, hasExternal = svlChain, len(local) > 0
+	}
+	usesExtChain := hasAny && s.externallyAccessible()
+	usesFWChain := hasAny && len(s.lbVIPs) > 0 && s.restricted
+	lbChain := extChain
+	if usesFWChain {
+		lbChain = fwChain
+	}
+
+	// No endpoints at all: reject; none here: drop.
+	var intV, extV *nft.Verdict
+	reject, drop := goTo(NFTChainReject), nft.Verdict{Kind: nft.Drop}
+	if !hasAny {
+		intV, extV = &reject, &reject
+	} else {
+		if !hasInternal {
+			intV = &drop
+			rs.Stats.NoLocalEndpointsInternal++
+		}
+		if !hasExternal && s.externallyAccessible() {
+			extV = &drop
+			rs.Stats.NoLocalEndpointsExternal++
+		}
+	}
+
+	p := nftProto(s.proto)
+	port, _ := strconv.Atoi(s.port)
+	key := func(a netip.Addr) nft.Key { return nft.Key{Addr: a, Proto: p, Port: uint16(port)} }
+
+	if hasInternal {
+		r.add(NFTMapServiceIPs, key(s.clusterIP), goTo(internalChain))
+	} else {
+		r.add(NFTMapNoEndpoints, key(s.clusterIP), *intV)
+	}
+	for _, ip := range s.externalIPs {
+		if hasAny {
+			r.add(NFTMapServiceIPs, key(ip), goTo(extChain))
+		}
+		if !hasExternal {
+			r.add(NFTMapNoEndpointsExt, key(ip), *extV)
+		}
+	}
+	for _, ip := range s.lbVIPs {
+		if hasAny {
+			r.add(NFTMapServiceIPs, key(ip), goTo(lbChain))
+		}
+		if usesFWChain {
+			r.add(NFTSetFirewallIPs, key(ip), nft.Verdict{})
+		}
+		if !hasExternal {
+			r.add(NFTMapNoEndpointsExt, key(ip), *extV)
+		}
+	}
+	if s.nodePort != 0 {
+		k := nft.Key{Proto: p, Port: uint16(s.nodePort)}
+		if hasAny {
+			r.add(NFTMapServiceNodePorts, k, goTo(extChain))
+		}
+		if !hasExternal {
+			r.add(NFTMapNoEndpointsNP, k, *extV)
+		}
+	}
+	if s.hcnp != 0 {
+		r.add(NFTSetHealthCheckPorts, nft.Key{Port: uint16(s.hcnp)}, nft.Verdict{})
+	}
+
+	var owned []string
+	mk := func(name string) *nft.Chain {
+		owned = append(owned, name)
+		return r.chain(name, nil)
+	}
+	var ext, fw, svc, svl *nft.Chain
+	if usesExtChain {
+		ext = mk(extChain)
+	}
+	if usesFWChain {
+		fw = mk(fwChain)
+	}
+	if usesClusterChain {
+		svc = mk(svcChain)
+	}
+	if usesLocalChain {
+		svl = mk(svlChain)
+	}
+	seps := make([]*nft.Chain, len(reachable))
+	for i, e := range reachable {
+		seps[i] = mk(sep(e))
+		if s.affinity > 0 {
+			owned = append(owned, aff(e))
+			r.set(&nft.Set{Name: aff(e), Key: nft.KeyType{nft.Saddr}, Dynamic: true, Timeout: time.Duration(s.affinity) * time.Second})
+		}
+	}
+	rs.ServiceChains[s.id] = owned
+
+	proto := nft.MatchProto{Proto: p}
+	if hasInternal {
+		// Off-cluster clients of a cluster IP may be answered from another
+		// node: SNAT them; pods keep their source.
+		c := r.t.Chain(internalChain)
+		m := []nft.Expr{nft.MatchAddr{Field: nft.Daddr, Prefix: netip.PrefixFrom(s.clusterIP, s.clusterIP.BitLen())}, proto, nft.MatchDport{Port: uint16(port)}}
+		switch {
+		case r.node.masqAll:
+			c.Rules = append(c.Rules, rule(s.name+" cluster IP", append(m, jump(NFTChainMarkMasq))...))
+		case r.node.podCIDR.IsValid():
+			m = append(m, nft.MatchAddr{Field: nft.Saddr, Prefix: r.node.podCIDR, Not: true}, jump(NFTChainMarkMasq))
+			c.Rules = append(c.Rules, rule(s.name+" cluster IP", m...))
+		}
+	}
+	if ext != nil {
+		if !s.eTPLocal {
+			ext.Rules = append(ext.Rules, rule("masquerade traffic for "+s.name+" external destinations", jump(NFTChainMarkMasq)))
+		} else {
+			if r.node.podCIDR.IsValid() {
+				ext.Rules = append(ext.Rules, rule("pod traffic for "+s.name+" external destinations",
+					nft.MatchAddr{Field: nft.Saddr, Prefix: r.node.podCIDR}, goTo(svcChain)))
+			}
+			ext.Rules = append(ext.Rules,
+				rule("masquerade LOCAL traffic for "+s.name+" external destinations", nft.MatchFibLocal{Field: nft.Saddr}, jump(NFTChainMarkMasq)),
+				rule("route LOCAL traffic for "+s.name+" external destinations", nft.MatchFibLocal{Field: nft.Saddr}, goTo(svcChain)))
+		}
+		if hasExternal {
+			ext.Rules = append(ext.Rules, rule("", goTo(externalPolicyChain)))
+		}
+	}
+	if fw != nil {
+		fromNode := false
+		for _, pfx := range s.allowed {
+			fw.Rules = append(fw.Rules, rule(s.name+" loadbalancer IP", nft.MatchAddr{Field: nft.Saddr, Prefix: pfx}, goTo(extChain)))
+			for _, ip := range r.node.ips {
+				fromNode = fromNode || pfx.Contains(ip)
+			}
+		}
+		if fromNode {
+			for _, ip := range s.lbVIPs {
+				fw.Rules = append(fw.Rules, rule(s.name+" loadbalancer IP", nft.MatchAddr{Field: nft.Saddr, Prefix: netip.PrefixFrom(ip, ip.BitLen())}, goTo(extChain)))
+			}
+		}
+		fw.Rules = append(fw.Rules, rule("other traffic to "+s.name+" will be dropped by "+NFTChainFirewallCheck, nft.Counter{}))
+	}
+	if svc != nil {
+		r.endpointRules(svc, s, cluster, sep, aff)
+	}
+	if svl != nil {
+		r.endpointRules(svl, s, local, sep, aff)
+	}
+	for i, e := range reachable {
+		c := seps[i]
+		c.Rules = append(c.Rules, rule(s.name, nft.MatchAddr{Field: nft.Saddr, Prefix: netip.PrefixFrom(e.addr.Addr(), e.addr.Addr().BitLen())}, jump(NFTChainMarkMasq)))
+		if s.affinity > 0 {
+			c.Rules = append(c.Rules, rule(s.name, nft.UpdateSet{Field: nft.Saddr, Set: aff(e)}))
+		}
+		c.Rules = append(c.Rules, rule(s.name, proto, nft.DNAT{To: e.addr}))
+	}
+}
+
+// endpointRules: affinity lookups first, so a known client sticks to its
+// endpoint, then one random pick among all of them.
+func (r *nftRenderer) endpointRules(c *nft.Chain, s *svcPort, eps []epInfo, sep, aff func(epInfo) string) {
+	if s.affinity > 0 {
+		for _, e := range eps {
+			c.Rules = append(c.Rules, rule(s.name+" -> "+e.str, nft.MatchSet{Key: nft.KeyType{nft.Saddr}, Set: aff(e)}, goTo(sep(e))))
+		}
+	}
+	if len(eps) == 1 {
+		c.Rules = append(c.Rules, rule(s.name+" -> "+eps[0].str, goTo(sep(eps[0]))))
+		return
+	}
+	targets := make([]string, len(eps))
+	for i, e := range eps {
+		targets[i] = sep(e)
+	}
+	c.Rules = append(c.Rules, rule(s.name, nft.NumgenVmap{Chains: targets}))
+}
