@@ -234,6 +234,40 @@ func TestSpeakerBGP(t *testing.T) {
 		}
 	})
 
+	t.Run("no serving endpoint: withdrawn everywhere, and herald status says why", func(t *testing.T) {
+		b, h := b.on(t)
+		h.Kubectl("scale", "deployment", name, "--replicas=0")
+		restore := func() {
+			h.Kubectl("scale", "deployment", name, "--replicas=1")
+			h.ReadyPods("app="+name, 1, 2*time.Minute)
+			b.waitFRRNextHops(ip, nodes, time.Minute)
+		}
+		h.Poll(time.Minute, "FRR without a path for "+ip, func() (bool, string) {
+			paths, raw := b.frrPaths(ip)
+			return len(paths) == 0 && len(b.bgpAnnouncements("default", name)) == 0, raw
+		})
+		// The reporting speaker publishes the reason; every speaker
+		// counts it for the alert.
+		want := "nobody: bgp: the Service has no serving endpoint"
+		var st string
+		h.Poll(30*time.Second, "herald status to give the speakers' reason", func() (bool, string) {
+			st, _ = b.heraldStatus("default/" + name)
+			return strings.Contains(st, want), st
+		})
+		t.Logf("$ herald status default/%s  # deployment scaled to 0\n%s", name, st)
+		for _, n := range nodes {
+			v, err := b.speakerSample(n, "herald_speaker_bgp_unadvertised_ips", map[string]string{"reason": "the Service has no serving endpoint"})
+			if err != nil || v < 1 {
+				t.Errorf("%s: herald_speaker_bgp_unadvertised_ips{reason=no serving endpoint} = %v (%v), want >= 1", n, v, err)
+			}
+		}
+		restore()
+		h.Poll(30*time.Second, "herald status without the reason once advertised again", func() (bool, string) {
+			st, _ = b.heraldStatus("default/" + name)
+			return !strings.Contains(st, "nobody"), st
+		})
+	})
+
 	t.Run("Local: next hops follow the pods", func(t *testing.T) {
 		b, h := b.on(t)
 		h.Kubectl("patch", "service", name, "-p", `{"spec":{"externalTrafficPolicy":"Local"}}`)

@@ -199,10 +199,14 @@ func (m Masquerade) Text(ipfamily.Family) string {
 }
 
 // Text implements Expr.
-func (m MarkOr) Text(ipfamily.Family) string { return fmt.Sprintf("meta mark set meta mark | 0x%08x", m.Bit) }
+func (m MarkOr) Text(ipfamily.Family) string {
+	return fmt.Sprintf("meta mark set meta mark | 0x%08x", m.Bit)
+}
 
 // Text implements Expr.
-func (m MarkXor) Text(ipfamily.Family) string { return fmt.Sprintf("meta mark set meta mark ^ 0x%08x", m.Bit) }
+func (m MarkXor) Text(ipfamily.Family) string {
+	return fmt.Sprintf("meta mark set meta mark ^ 0x%08x", m.Bit)
+}
 
 func keyText(f ipfamily.Family, k KeyType) string {
 	s := make([]string, len(k))

@@ -185,7 +185,9 @@ var (
 	ctNewOnly        = nft.MatchCtState{States: []nft.CtState{nft.CtNew}}
 )
 
-func rule(comment string, exprs ...nft.Expr) nft.Rule { return nft.Rule{Exprs: exprs, Comment: comment} }
+func rule(comment string, exprs ...nft.Expr) nft.Rule {
+	return nft.Rule{Exprs: exprs, Comment: comment}
+}
 
 func jump(c string) nft.Verdict { return nft.Verdict{Kind: nft.Jump, Chain: c} }
 func goTo(c string) nft.Verdict { return nft.Verdict{Kind: nft.Goto, Chain: c} }
