@@ -1,0 +1,545 @@
+package nft
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/herald-lb/herald/internal/ipfamily"
+)
+
+// Kernel applies Changes to the running kernel over netlink, one
+// transaction (one netlink batch) per Apply: the kernel takes all of it
+// or none of it.
+type Kernel struct {
+	// NetNS, when not zero, is a network namespace fd to work in (tests).
+	NetNS int
+}
+
+// elementChunk bounds the elements per netlink message: a message's
+// attribute length is 16 bits, and the library silently truncates a
+// longer element list (measured: 5,000 elements in one call left 266).
+const elementChunk = 500
+
+// Socket buffers for one batch: every message is acknowledged and every
+// rule echoed before the library reads any reply, so the receive buffer
+// must hold them all. SO_*BUFFORCE needs CAP_NET_ADMIN, which the proxy
+// has; the size grows with the batch.
+func bufferSize(messages int) int {
+	n := 2048 * (messages + 64)
+	return max(n, 4<<20)
+}
+
+func (k *Kernel) conn(messages int) (*nftables.Conn, error) {
+	size := bufferSize(messages)
+	opts := []nftables.ConnOption{nftables.WithSockOptions(func(c *netlink.Conn) error {
+		raw, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		err = raw.Control(func(fd uintptr) {
+			if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size); e != nil {
+				serr = fmt.Errorf("SO_SNDBUFFORCE: %w", e)
+				return
+			}
+			if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size); e != nil {
+				serr = fmt.Errorf("SO_RCVBUFFORCE: %w", e)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if serr != nil {
+			return serr
+		}
+		return c.SetOption(netlink.ExtendedAcknowledge, true)
+	})}
+	if k.NetNS != 0 {
+		opts = append(opts, nftables.WithNetNSFd(k.NetNS))
+	}
+	return nftables.New(opts...)
+}
+
+func kernelTable(f ipfamily.Family) *nftables.Table {
+	fam := nftables.TableFamilyIPv4
+	if f == ipfamily.IPv6 {
+		fam = nftables.TableFamilyIPv6
+	}
+	return &nftables.Table{Name: TableName, Family: fam}
+}
+
+// Exists reports whether herald's table of the family is in the kernel
+// (the canary: someone running `nft flush ruleset` removes it).
+func (k *Kernel) Exists(f ipfamily.Family) (bool, error) {
+	c, err := k.conn(0)
+	if err != nil {
+		return false, err
+	}
+	_, err = c.ListTableOfFamily(TableName, kernelTable(f).Family)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Delete removes herald's table of the family, if any (--cleanup).
+func (k *Kernel) Delete(f ipfamily.Family) error {
+	c, err := k.conn(3)
+	if err != nil {
+		return err
+	}
+	t := kernelTable(f)
+	// Adding first makes the delete succeed whether or not it existed.
+	c.AddTable(t)
+	c.DelTable(t)
+	return c.Flush()
+}
+
+// Apply sends ch for the table of family f in one transaction.
+func (k *Kernel) Apply(f ipfamily.Family, want *Table, ch Changes) error {
+	added, deleted := ch.Elements()
+	msgs := 4 + len(ch.AddSets) + len(ch.FlushSets) + 2*len(ch.AddChains) + 2*len(ch.Rewrite) + ch.Rules()*2 +
+		(added+deleted)/elementChunk + len(ch.AddElements) + len(ch.DelElements) + 2*len(ch.DelChains) + len(ch.DelSets)
+	c, err := k.conn(msgs)
+	if err != nil {
+		return err
+	}
+	b := &batch{c: c, f: f, t: kernelTable(f), sets: map[string]*nftables.Set{}}
+	if err := b.build(want, ch); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables transaction (%s, %d rules, +%d/-%d elements): %w", ch.Mode, ch.Rules(), added, deleted, err)
+	}
+	return nil
+}
+
+// batch turns Changes into the library's queued messages.
+type batch struct {
+	c    *nftables.Conn
+	f    ipfamily.Family
+	t    *nftables.Table
+	sets map[string]*nftables.Set
+}
+
+func (b *batch) build(want *Table, ch Changes) error {
+	if ch.Mode == Recreate {
+		b.c.AddTable(b.t)
+		b.c.DelTable(b.t)
+	}
+	b.c.AddTable(b.t)
+	// Every set of the table is known by name for lookups, whether this
+	// transaction creates it or not.
+	for _, s := range want.Sets {
+		ks, err := b.kernelSet(s)
+		if err != nil {
+			return err
+		}
+		b.sets[s.Name] = ks
+	}
+	for _, s := range ch.AddSets {
+		if err := b.c.AddSet(b.sets[s.Name], nil); err != nil {
+			return fmt.Errorf("set %s: %w", s.Name, err)
+		}
+	}
+	for _, name := range ch.FlushSets {
+		b.c.FlushSet(b.sets[name])
+	}
+	created := map[string]bool{}
+	for _, c := range ch.AddChains {
+		b.c.AddChain(b.chain(c))
+		created[c.Name] = true
+	}
+	// Elements whose verdict goes away are deleted before the chains they
+	// point to, and new ones added once their chains exist.
+	for name, els := range ch.DelElements {
+		s := b.sets[name]
+		if s == nil {
+			s = &nftables.Set{Table: b.t, Name: name}
+		}
+		for i := 0; i < len(els); i += elementChunk {
+			ke, err := b.elements(want.Set(name), els[i:min(i+elementChunk, len(els))], false)
+			if err != nil {
+				return err
+			}
+			if err := b.c.SetDeleteElements(s, ke); err != nil {
+				return fmt.Errorf("set %s: %w", name, err)
+			}
+		}
+	}
+	for _, c := range ch.Rewrite {
+		kc := b.chain(c)
+		if !created[c.Name] {
+			if ch.Mode != Recreate {
+				b.c.FlushChain(kc)
+			}
+			if c.Base != nil {
+				// Base chains are (re)added to be sure they exist.
+				b.c.AddChain(kc)
+			}
+		}
+		for _, r := range c.Rules {
+			exprs, err := b.rule(r)
+			if err != nil {
+				return fmt.Errorf("chain %s: %w", c.Name, err)
+			}
+			kr := &nftables.Rule{Table: b.t, Chain: kc, Exprs: exprs}
+			if r.Comment != "" {
+				kr.UserData = userdata.AppendString(nil, userdata.TypeComment, r.Comment)
+			}
+			b.c.AddRule(kr)
+		}
+	}
+	for name, els := range ch.AddElements {
+		s := want.Set(name)
+		for i := 0; i < len(els); i += elementChunk {
+			ke, err := b.elements(s, els[i:min(i+elementChunk, len(els))], true)
+			if err != nil {
+				return err
+			}
+			if err := b.c.SetAddElements(b.sets[name], ke); err != nil {
+				return fmt.Errorf("set %s: %w", name, err)
+			}
+		}
+	}
+	for _, name := range ch.DelChains {
+		kc := &nftables.Chain{Name: name, Table: b.t}
+		b.c.FlushChain(kc)
+	}
+	for _, name := range ch.DelChains {
+		b.c.DelChain(&nftables.Chain{Name: name, Table: b.t})
+	}
+	for _, name := range ch.DelSets {
+		b.c.DelSet(&nftables.Set{Table: b.t, Name: name})
+	}
+	return nil
+}
+
+func (b *batch) chain(c *Chain) *nftables.Chain {
+	kc := &nftables.Chain{Name: c.Name, Table: b.t}
+	if c.Base != nil {
+		kc.Type = nftables.ChainType(c.Base.Type)
+		switch c.Base.Hook {
+		case HookPrerouting:
+			kc.Hooknum = nftables.ChainHookPrerouting
+		case HookInput:
+			kc.Hooknum = nftables.ChainHookInput
+		case HookForward:
+			kc.Hooknum = nftables.ChainHookForward
+		case HookOutput:
+			kc.Hooknum = nftables.ChainHookOutput
+		case HookPostrouting:
+			kc.Hooknum = nftables.ChainHookPostrouting
+		}
+		kc.Priority = nftables.ChainPriorityRef(nftables.ChainPriority(c.Base.Priority))
+		accept := nftables.ChainPolicyAccept
+		kc.Policy = &accept
+	}
+	return kc
+}
+
+func (b *batch) addrType() nftables.SetDatatype {
+	if b.f == ipfamily.IPv6 {
+		return nftables.TypeIP6Addr
+	}
+	return nftables.TypeIPAddr
+}
+
+func (b *batch) keyType(k KeyType) (nftables.SetDatatype, bool, error) {
+	var types []nftables.SetDatatype
+	for _, f := range k {
+		switch f {
+		case Saddr, Daddr:
+			types = append(types, b.addrType())
+		case L4Proto:
+			types = append(types, nftables.TypeInetProto)
+		case Dport:
+			types = append(types, nftables.TypeInetService)
+		default:
+			return nftables.SetDatatype{}, false, fmt.Errorf("unknown key field %d", f)
+		}
+	}
+	if len(types) == 1 {
+		return types[0], false, nil
+	}
+	t, err := nftables.ConcatSetType(types...)
+	return t, true, err
+}
+
+func (b *batch) kernelSet(s *Set) (*nftables.Set, error) {
+	kt, concat, err := b.keyType(s.Key)
+	if err != nil {
+		return nil, fmt.Errorf("set %s: %w", s.Name, err)
+	}
+	ks := &nftables.Set{Table: b.t, Name: s.Name, KeyType: kt, Concatenation: concat}
+	if s.Map {
+		ks.IsMap, ks.DataType = true, nftables.TypeVerdict
+	}
+	if s.Timeout > 0 {
+		ks.HasTimeout, ks.Timeout = true, s.Timeout
+	}
+	ks.Dynamic = s.Dynamic
+	return ks, nil
+}
+
+// keyBytes encodes a key as the kernel compares it: in a concatenation
+// every field takes a multiple of 4 bytes (the registers'), zero padded.
+func keyBytes(k KeyType, key Key) []byte {
+	var out []byte
+	pad := len(k) > 1
+	for _, f := range k {
+		var part []byte
+		switch f {
+		case Saddr, Daddr:
+			part = key.Addr.AsSlice()
+		case L4Proto:
+			part = []byte{byte(key.Proto)}
+		case Dport:
+			part = binaryutil.BigEndian.PutUint16(key.Port)
+		}
+		out = append(out, part...)
+		if pad {
+			for len(part)%4 != 0 {
+				part = append(part, 0)
+				out = append(out, 0)
+			}
+		}
+	}
+	return out
+}
+
+func (b *batch) elements(s *Set, els []Element, withVerdict bool) ([]nftables.SetElement, error) {
+	if s == nil {
+		return nil, errors.New("elements of a set the table does not have")
+	}
+	out := make([]nftables.SetElement, len(els))
+	for i, e := range els {
+		if e.Key.Addr.IsValid() && ipfamily.Of(e.Key.Addr) != b.f {
+			return nil, fmt.Errorf("set %s: %s is not %s", s.Name, e.Key.Addr, b.f)
+		}
+		out[i].Key = keyBytes(s.Key, e.Key)
+		if s.Map && withVerdict {
+			v, err := verdict(e.Verdict)
+			if err != nil {
+				return nil, err
+			}
+			out[i].VerdictData = v
+		}
+	}
+	return out, nil
+}
+
+func verdict(v Verdict) (*expr.Verdict, error) {
+	switch v.Kind {
+	case Accept:
+		return &expr.Verdict{Kind: expr.VerdictAccept}, nil
+	case Drop:
+		return &expr.Verdict{Kind: expr.VerdictDrop}, nil
+	case Return:
+		return &expr.Verdict{Kind: expr.VerdictReturn}, nil
+	case Jump:
+		return &expr.Verdict{Kind: expr.VerdictJump, Chain: v.Chain}, nil
+	case Goto:
+		return &expr.Verdict{Kind: expr.VerdictGoto, Chain: v.Chain}, nil
+	}
+	return nil, fmt.Errorf("unknown verdict %d", v.Kind)
+}
+
+// Registers: NFT_REG_1 is 16 bytes wide, the 32-bit registers 8..11
+// (NFT_REG32_00..03) alias it; a concatenation loads its fields into
+// consecutive 32-bit registers from there.
+const (
+	reg1    = unix.NFT_REG_1
+	reg2    = unix.NFT_REG_2
+	reg32_0 = unix.NFT_REG32_00
+)
+
+func (b *batch) addrOffset(f Field) uint32 {
+	switch {
+	case b.f == ipfamily.IPv6 && f == Saddr:
+		return 8
+	case b.f == ipfamily.IPv6:
+		return 24
+	case f == Saddr:
+		return 12
+	}
+	return 16
+}
+
+// load puts the key's fields into consecutive registers from NFT_REG_1
+// and returns the expressions.
+func (b *batch) load(k KeyType) []expr.Any {
+	var out []expr.Any
+	r := uint32(reg32_0)
+	for i, f := range k {
+		dst := r
+		if i == 0 {
+			dst = reg1
+		}
+		switch f {
+		case Saddr, Daddr:
+			n := uint32(4)
+			if b.f == ipfamily.IPv6 {
+				n = 16
+			}
+			out = append(out, &expr.Payload{DestRegister: dst, Base: expr.PayloadBaseNetworkHeader, Offset: b.addrOffset(f), Len: n})
+			r += n / 4
+		case L4Proto:
+			out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: dst})
+			r++
+		case Dport:
+			out = append(out, &expr.Payload{DestRegister: dst, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+			r++
+		}
+	}
+	return out
+}
+
+func native32(v uint32) []byte { return binaryutil.NativeEndian.PutUint32(v) }
+
+func (b *batch) rule(r Rule) ([]expr.Any, error) {
+	var out []expr.Any
+	for _, e := range r.Exprs {
+		switch x := e.(type) {
+		case MatchAddr:
+			if !x.Prefix.IsValid() || ipfamily.Of(x.Prefix.Addr()) != b.f {
+				return nil, fmt.Errorf("%s: not an %s prefix", x.Prefix, b.f)
+			}
+			out = append(out, b.load(KeyType{x.Field})...)
+			n := uint32(len(x.Prefix.Addr().AsSlice()))
+			if !x.Prefix.IsSingleIP() {
+				mask := netip.PrefixFrom(x.Prefix.Addr(), x.Prefix.Bits()).Masked()
+				out = append(out, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: n,
+					Mask: prefixMask(x.Prefix.Bits(), int(n)), Xor: make([]byte, n)})
+				x.Prefix = mask
+			}
+			op := expr.CmpOpEq
+			if x.Not {
+				op = expr.CmpOpNeq
+			}
+			out = append(out, &expr.Cmp{Op: op, Register: reg1, Data: x.Prefix.Addr().AsSlice()})
+		case MatchProto:
+			out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{byte(x.Proto)}})
+		case MatchDport:
+			out = append(out, &expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.BigEndian.PutUint16(x.Port)})
+		case MatchFibLocal:
+			out = append(out, &expr.Fib{Register: reg1, FlagSADDR: x.Field == Saddr, FlagDADDR: x.Field != Saddr, ResultADDRTYPE: true},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(unix.RTN_LOCAL)})
+		case MatchMark:
+			op := expr.CmpOpNeq
+			if x.Not {
+				op = expr.CmpOpEq
+			}
+			out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(x.Bit), Xor: native32(0)},
+				&expr.Cmp{Op: op, Register: reg1, Data: native32(0)})
+		case MatchCtState:
+			var bits uint32
+			for _, s := range x.States {
+				switch s {
+				case CtInvalid:
+					bits |= expr.CtStateBitINVALID
+				case CtEstablished:
+					bits |= expr.CtStateBitESTABLISHED
+				case CtRelated:
+					bits |= expr.CtStateBitRELATED
+				case CtNew:
+					bits |= expr.CtStateBitNEW
+				}
+			}
+			out = append(out, &expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(bits), Xor: native32(0)},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: native32(0)})
+		case MatchSet:
+			s := b.sets[x.Set]
+			if s == nil {
+				return nil, fmt.Errorf("lookup in unknown set %s", x.Set)
+			}
+			out = append(out, b.load(x.Key)...)
+			out = append(out, &expr.Lookup{SourceRegister: reg1, SetName: s.Name, SetID: s.ID})
+		case Counter:
+			out = append(out, &expr.Counter{})
+		case Reject:
+			// ICMP port unreachable is code 3, ICMPv6's is code 4.
+			code := uint8(3)
+			if b.f == ipfamily.IPv6 {
+				code = 4
+			}
+			out = append(out, &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code})
+		case DNAT:
+			a := x.To.Addr()
+			if ipfamily.Of(a) != b.f {
+				return nil, fmt.Errorf("dnat to %s in the %s table", x.To, b.f)
+			}
+			fam := uint32(unix.NFPROTO_IPV4)
+			if b.f == ipfamily.IPv6 {
+				fam = unix.NFPROTO_IPV6
+			}
+			out = append(out, &expr.Immediate{Register: reg1, Data: a.AsSlice()},
+				&expr.Immediate{Register: reg2, Data: binaryutil.BigEndian.PutUint16(x.To.Port())},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: reg2, Specified: true})
+		case Masquerade:
+			out = append(out, &expr.Masq{FullyRandom: x.FullyRandom})
+		case MarkOr:
+			out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^x.Bit), Xor: native32(x.Bit)},
+				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
+		case MarkXor:
+			out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^uint32(0)), Xor: native32(x.Bit)},
+				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
+		case VmapLookup:
+			s := b.sets[x.Map]
+			if s == nil || !s.IsMap {
+				return nil, fmt.Errorf("vmap lookup in unknown map %s", x.Map)
+			}
+			out = append(out, b.load(x.Key)...)
+			out = append(out, &expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: 0, SetName: s.Name, SetID: s.ID})
+		case NumgenVmap:
+			anon := &nftables.Set{Table: b.t, Anonymous: true, Constant: true, IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
+			els := make([]nftables.SetElement, len(x.Chains))
+			for i, c := range x.Chains {
+				els[i] = nftables.SetElement{Key: native32(uint32(i)), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
+			}
+			if err := b.c.AddSet(anon, els); err != nil {
+				return nil, err
+			}
+			out = append(out, &expr.Numgen{Register: reg1, Modulus: uint32(len(x.Chains)), Type: unix.NFT_NG_RANDOM},
+				&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: 0, SetName: anon.Name, SetID: anon.ID})
+		case UpdateSet:
+			s := b.sets[x.Set]
+			if s == nil {
+				return nil, fmt.Errorf("update of unknown set %s", x.Set)
+			}
+			out = append(out, b.load(KeyType{x.Field})...)
+			out = append(out, &expr.Dynset{SrcRegKey: reg1, SetName: s.Name, SetID: s.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: s.Timeout})
+		case Verdict:
+			v, err := verdict(x)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		default:
+			return nil, fmt.Errorf("no netlink encoding for %T", e)
+		}
+	}
+	return out, nil
+}
+
+func prefixMask(bits, n int) []byte {
+	m := make([]byte, n)
+	for i := 0; i < bits; i++ {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	return m
+}
