@@ -162,7 +162,67 @@ type want struct {
 	masq      bool
 }
 
-func trace(t testing.TB, tr *tracer.Tracer, f tracer.Flow) tracer.Result {
+// flowTracer is either simulator: iptables text or the nft model.
+type flowTracer interface {
+	Trace(tracer.Flow) (tracer.Result, error)
+}
+
+// loadNFT is load for the nftables mode.
+func (l lab) loadNFT(t testing.TB, rs rules.NFTRuleset) *tracer.NFT {
+	t.Helper()
+	if len(rs.Problems) > 0 {
+		t.Logf("render problems: %v", rs.Problems)
+	}
+	tr := tracer.NewNFT(rs.Table)
+	tr.SetLocalAddrs(l.nodeIP)
+	return tr
+}
+
+// mode is a proxy mode the semantic tests run against.
+type mode string
+
+const (
+	modeIPTables mode = "iptables"
+	modeNFT      mode = "nftables"
+)
+
+var modes = []mode{modeIPTables, modeNFT}
+
+// loadMode renders services for a mode and returns its tracer; local
+// extra addresses of the node are declared on it. Render problems fail
+// the test.
+func (l lab) loadMode(t testing.TB, m mode, svcs []rules.Service, eps map[rules.ServicePortName][]rules.Endpoint, local ...netip.Addr) flowTracer {
+	t.Helper()
+	return l.loadModeNode(t, m, l.node(), svcs, eps, local...)
+}
+
+// loadModeNode is loadMode with a custom node config.
+func (l lab) loadModeNode(t testing.TB, m mode, node rules.NodeConfig, svcs []rules.Service, eps map[rules.ServicePortName][]rules.Endpoint, local ...netip.Addr) flowTracer {
+	t.Helper()
+	tr, probs := l.renderMode(t, m, node, svcs, eps, local...)
+	if len(probs) != 0 {
+		t.Fatalf("problems: %v", probs)
+	}
+	return tr
+}
+
+// renderMode is loadModeNode that returns the render problems instead of
+// failing, for input that is invalid on purpose.
+func (l lab) renderMode(t testing.TB, m mode, node rules.NodeConfig, svcs []rules.Service, eps map[rules.ServicePortName][]rules.Endpoint, local ...netip.Addr) (flowTracer, []rules.Problem) {
+	t.Helper()
+	if m == modeNFT {
+		rs := rules.RenderNFT(l.family, svcs, eps, node)
+		tr := l.loadNFT(t, rs)
+		tr.SetLocalAddrs(local...)
+		return tr, rs.Problems
+	}
+	rs := rules.Render(l.family, svcs, eps, node)
+	tr := l.load(t, rs)
+	tr.SetLocalAddrs(local...)
+	return tr, rs.Problems
+}
+
+func trace(t testing.TB, tr flowTracer, f tracer.Flow) tracer.Result {
 	t.Helper()
 	res, err := tr.Trace(f)
 	if err != nil {

@@ -86,32 +86,30 @@ func TestTrafficPolicyMatrix(t *testing.T) {
 	policies := []rules.TrafficPolicy{rules.PolicyCluster, rules.PolicyLocal}
 	pname := map[rules.TrafficPolicy]string{rules.PolicyCluster: "Cluster", rules.PolicyLocal: "Local"}
 	n := 0
-	for _, l := range []lab{lab4, lab6} {
-		for _, eTP := range policies {
-			for _, iTP := range policies {
-				for _, set := range []epSet{epsBoth, epsLocal, epsRemote, epsNone} {
-					svc := l.web()
-					svc.ExternalTrafficPolicy, svc.InternalTrafficPolicy = eTP, iTP
-					_, _, list := l.endpoints(set)
-					rs := rules.Render(l.family, []rules.Service{svc}, epMap(svc, list...), l.node())
-					if len(rs.Problems) != 0 {
-						t.Fatalf("problems: %v", rs.Problems)
-					}
-					tr := l.load(t, rs)
-					for _, src := range []source{fromPod, fromNode, fromExternal} {
-						for _, dst := range []dest{toClusterIP, toNodePort, toLBIP} {
-							name := fmt.Sprintf("%s/eTP=%s/iTP=%s/%s/%s->%s", l.family, pname[eTP], pname[iTP], set, src, dst)
-							t.Run(name, func(t *testing.T) {
-								check(t, trace(t, tr, l.flow(src, dst)), l.expected(eTP, iTP, src, dst, set))
-							})
-							n++
+	for _, m := range modes {
+		for _, l := range []lab{lab4, lab6} {
+			for _, eTP := range policies {
+				for _, iTP := range policies {
+					for _, set := range []epSet{epsBoth, epsLocal, epsRemote, epsNone} {
+						svc := l.web()
+						svc.ExternalTrafficPolicy, svc.InternalTrafficPolicy = eTP, iTP
+						_, _, list := l.endpoints(set)
+						tr := l.loadMode(t, m, []rules.Service{svc}, epMap(svc, list...))
+						for _, src := range []source{fromPod, fromNode, fromExternal} {
+							for _, dst := range []dest{toClusterIP, toNodePort, toLBIP} {
+								name := fmt.Sprintf("%s/%s/eTP=%s/iTP=%s/%s/%s->%s", m, l.family, pname[eTP], pname[iTP], set, src, dst)
+								t.Run(name, func(t *testing.T) {
+									check(t, trace(t, tr, l.flow(src, dst)), l.expected(eTP, iTP, src, dst, set))
+								})
+								n++
+							}
 						}
 					}
 				}
 			}
 		}
 	}
-	if n != 2*2*2*4*3*3 {
+	if n != len(modes)*2*2*2*4*3*3 {
 		t.Fatalf("matrix has %d cases", n)
 	}
 }
@@ -121,17 +119,20 @@ func TestTrafficPolicyMatrix(t *testing.T) {
 // FORWARD; the outcomes must be the same.
 func TestLocalLBIPBehavesTheSame(t *testing.T) {
 	l := lab4
-	for _, eTP := range []rules.TrafficPolicy{rules.PolicyCluster, rules.PolicyLocal} {
-		for _, set := range []epSet{epsBoth, epsRemote, epsNone} {
-			svc := l.web()
-			svc.ExternalTrafficPolicy = eTP
-			_, _, list := l.endpoints(set)
-			tr := l.load(t, rules.Render(l.family, []rules.Service{svc}, epMap(svc, list...), l.node()))
-			tr.SetLocalAddrs(l.nodeIP, l.lbIP)
-			for _, src := range []source{fromPod, fromExternal} {
-				f := l.flow(src, toLBIP)
-				f.DstLocal = true
-				check(t, trace(t, tr, f), l.expected(eTP, rules.PolicyCluster, src, toLBIP, set))
+	for _, m := range modes {
+		for _, eTP := range []rules.TrafficPolicy{rules.PolicyCluster, rules.PolicyLocal} {
+			for _, set := range []epSet{epsBoth, epsRemote, epsNone} {
+				svc := l.web()
+				svc.ExternalTrafficPolicy = eTP
+				_, _, list := l.endpoints(set)
+				tr := l.loadMode(t, m, []rules.Service{svc}, epMap(svc, list...), l.nodeIP, l.lbIP)
+				for _, src := range []source{fromPod, fromExternal} {
+					f := l.flow(src, toLBIP)
+					f.DstLocal = true
+					t.Run(fmt.Sprintf("%s/%v/%s/%s", m, eTP, set, src), func(t *testing.T) {
+						check(t, trace(t, tr, f), l.expected(eTP, rules.PolicyCluster, src, toLBIP, set))
+					})
+				}
 			}
 		}
 	}
