@@ -18,6 +18,28 @@ import (
 	"github.com/herald-lb/herald/proxy/iptables"
 )
 
+// Mode is --proxy-mode.
+type Mode string
+
+// The proxy modes.
+const (
+	ModeIPTables Mode = "iptables"
+	ModeNFTables Mode = "nftables"
+)
+
+// UnmarshalText accepts the modes by name.
+func (m *Mode) UnmarshalText(b []byte) error {
+	switch v := Mode(b); v {
+	case ModeIPTables, ModeNFTables:
+		*m = v
+		return nil
+	}
+	return fmt.Errorf("%q: use iptables or nftables", string(b))
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (m Mode) MarshalText() ([]byte, error) { return []byte(m), nil }
+
 // EnvClusterCIDR is the environment variable --cluster-cidr defaults to,
 // so the install manifests can take it from an optional ConfigMap
 // (herald-proxy) instead of hard-coding it in the DaemonSet.
@@ -43,6 +65,8 @@ type Options struct {
 	// HealthzBindAddress serves /healthz and /livez; MetricsBindAddress
 	// /metrics and /proxyMode.
 	HealthzBindAddress, MetricsBindAddress string
+	// ProxyMode is iptables (the default) or nftables.
+	ProxyMode Mode
 	// IPTablesBackend is auto (detect, like kube-proxy's image), nft or
 	// legacy.
 	IPTablesBackend iptables.Mode
@@ -67,6 +91,7 @@ func DefaultOptions() Options {
 		PodNamespace:       os.Getenv("POD_NAMESPACE"),
 		PodName:            os.Getenv("POD_NAME"),
 		MasqueradeBit:      14,
+		ProxyMode:          ModeIPTables,
 		IPTablesBackend:    iptables.ModeAuto,
 		MinSyncPeriod:      time.Second,
 		SyncPeriod:         30 * time.Second,
@@ -92,7 +117,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
 	finish := BindFlags(fs, &o)
 	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: herald proxy [flags]\n\nPrograms this node's iptables for ClusterIP, NodePort, LoadBalancer and external IPs, like kube-proxy's iptables mode.")
+		fmt.Fprintln(out, "usage: herald proxy [flags]\n\nPrograms this node's iptables (or nftables, --proxy-mode=nftables) for ClusterIP, NodePort, LoadBalancer\nand external IPs, like kube-proxy's iptables and nftables modes.")
 		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -121,6 +146,7 @@ func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) {
 	fs.StringVar(&cidrs, "cluster-cidr", cidrs, "the pods' addresses, one CIDR per family, comma-separated; traffic from outside them to a cluster IP is masqueraded (default: $"+EnvClusterCIDR+", else the Node's spec.podCIDRs)")
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic sent to cluster IPs")
 	fs.IntVar(&o.MasqueradeBit, "iptables-masquerade-bit", o.MasqueradeBit, "the fwmark bit (0-31) that marks packets to masquerade")
+	fs.TextVar(&o.ProxyMode, "proxy-mode", o.ProxyMode, "iptables, or nftables: one nftables table per family, programmed over netlink in one transaction per sync")
 	fs.TextVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "which iptables the rules go through: nft, legacy, or auto (the one the node's rules are in, as kube-proxy's image detects it; plain iptables when only that is installed)")
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", o.MinSyncPeriod, "least time between two syncs of the rules (changes in between are batched)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "most time between two syncs; a periodic sync checks the canary chain and rewrites what changed")

@@ -27,6 +27,7 @@ import (
 	"github.com/herald-lb/herald/proxy/conntrack"
 	"github.com/herald-lb/herald/proxy/healthcheck"
 	"github.com/herald-lb/herald/proxy/iptables"
+	"github.com/herald-lb/herald/proxy/nft"
 	"github.com/herald-lb/herald/proxy/rules"
 )
 
@@ -126,7 +127,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	defer hc.Close()
 
 	handlers := map[string]http.Handler{}
-	metricsHandler := healthcheck.MetricsHandler(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	metricsHandler := healthcheck.MetricsHandler(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}), string(o.ProxyMode))
 	if o.HealthzBindAddress == o.MetricsBindAddress {
 		mux := http.NewServeMux()
 		mux.Handle("/healthz", health.Handler())
@@ -216,19 +217,34 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 		log.Warn("no Node object with this name: programming Services without the node's addresses", "node", o.NodeName, "waited", nodeWait)
 	}
 
-	mode, err := iptablesMode(ctx, o.IPTablesBackend, log)
-	if err != nil {
-		return err
-	}
-	p.mode.Store(&mode)
 	var fams []Backend
-	for _, f := range Families(node, o.ClusterCIDRs) {
-		r, err := iptables.NewFor(iptables.Family(f), mode)
-		if err != nil {
-			log.Error("address family left out", "family", f, "err", err)
-			continue
+	if o.ProxyMode == ModeNFTables {
+		// Rules a run in the iptables mode left would take the packets
+		// first (they DNAT in the same hooks): remove them.
+		if err := cleanupIPTables(ctx, o.IPTablesBackend, log); err != nil {
+			log.Warn("removing the iptables mode's rules", "err", err)
 		}
-		fams = append(fams, Backend{Family: f, Runner: r})
+		k := &nft.Kernel{}
+		for _, f := range Families(node, o.ClusterCIDRs) {
+			fams = append(fams, Backend{Family: f, NFT: k})
+		}
+	} else {
+		mode, err := iptablesMode(ctx, o.IPTablesBackend, log)
+		if err != nil {
+			return err
+		}
+		p.mode.Store(&mode)
+		if err := cleanupNFT(); err != nil {
+			log.Info("no nftables mode tables removed", "err", err)
+		}
+		for _, f := range Families(node, o.ClusterCIDRs) {
+			r, err := iptables.NewFor(iptables.Family(f), mode)
+			if err != nil {
+				log.Error("address family left out", "family", f, "err", err)
+				continue
+			}
+			fams = append(fams, Backend{Family: f, Runner: r})
+		}
 	}
 	if len(fams) == 0 {
 		return errors.New("neither iptables nor ip6tables can be used")
@@ -335,7 +351,26 @@ func (p *Proxy) RemoveRules(ctx context.Context, log *slog.Logger) error {
 	return runCleanup(ctx, backend, log)
 }
 
+// runCleanup removes the rules of both modes: the iptables chains and
+// herald's nftables tables.
 func runCleanup(ctx context.Context, backend iptables.Mode, log *slog.Logger) error {
+	err := cleanupIPTables(ctx, backend, log)
+	if nerr := cleanupNFT(); nerr != nil {
+		// A kernel without nf_tables has no such table to remove.
+		log.Info("cleanup: nftables tables not removed", "err", nerr)
+	} else {
+		log.Info("cleanup: herald's nftables tables removed")
+	}
+	return err
+}
+
+// cleanupNFT deletes herald's nftables table of both families.
+func cleanupNFT() error {
+	k := &nft.Kernel{}
+	return errors.Join(k.Delete(rules.IPv4), k.Delete(rules.IPv6))
+}
+
+func cleanupIPTables(ctx context.Context, backend iptables.Mode, log *slog.Logger) error {
 	mode, err := iptablesMode(ctx, backend, log)
 	if err != nil {
 		return err

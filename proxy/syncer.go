@@ -13,6 +13,7 @@ import (
 	"github.com/herald-lb/herald/proxy/conntrack"
 	"github.com/herald-lb/herald/proxy/healthcheck"
 	"github.com/herald-lb/herald/proxy/iptables"
+	"github.com/herald-lb/herald/proxy/nft"
 	"github.com/herald-lb/herald/proxy/rules"
 )
 
@@ -43,10 +44,19 @@ type Config struct {
 // DefaultFullSyncPeriod is kube-proxy's interval between full syncs.
 const DefaultFullSyncPeriod = time.Hour
 
-// Backend is one address family the proxy programs, with its iptables.
+// Backend is one address family the proxy programs: with iptables
+// (Runner) or, in the nftables mode, with NFT.
 type Backend struct {
 	Family rules.Family
 	Runner iptables.Runner
+	NFT    NFTProgrammer
+}
+
+// NFTProgrammer is the kernel side of the nftables mode (nft.Kernel; a
+// fake in tests).
+type NFTProgrammer interface {
+	Apply(f rules.Family, want *nft.Table, ch nft.Changes) error
+	Exists(f rules.Family) (bool, error)
 }
 
 // HealthServer is what the syncer feeds: the healthCheckNodePort servers.
@@ -75,6 +85,12 @@ type famState struct {
 	// digests are the chains as the last restores wrote them; a partial
 	// sync leaves out those it would write unchanged.
 	digests rules.ChainDigests
+	// nftLast is the table the last successful nftables transaction
+	// wrote; nil until the first, and after a failed one (the next
+	// recreates the table).
+	nftLast *nft.Table
+	// everSynced: a sync of this family has succeeded since the start.
+	everSynced bool
 }
 
 // Syncer turns the Tracker's model into iptables rules, one
@@ -167,7 +183,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 	for _, f := range s.fams {
 		full, reason := f.needFull, ""
 		switch {
-		case f.needFull && f.chains == nil:
+		case f.needFull && !f.everSynced:
 			reason = "first sync"
 		case f.needFull:
 			reason = "the previous restore failed"
@@ -175,7 +191,9 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 			full, reason = true, "node addresses changed"
 		case periodic && s.now().Sub(f.lastFull) >= s.fullSyncPeriod():
 			full, reason = true, "periodic full resync"
-		case !s.canaryPresent(f):
+		case f.NFT != nil && !s.nftTablePresent(f):
+			full, reason, f.nftLast = true, "table "+nft.TableName+" is gone: the ruleset was flushed", nil
+		case f.NFT == nil && !s.canaryPresent(f):
 			full, reason = true, "canary chain "+rules.CanaryChain+" is gone: the tables were flushed"
 		}
 		f.needFull, anyFull = full, anyFull || full
@@ -213,7 +231,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 			s.log.Error("sync failed; a full sync follows", "family", f.Family, "full", fr.Full, "err", fr.Err)
 			continue
 		}
-		f.needFull = false
+		f.needFull, f.everSynced = false, true
 		synced = append(synced, f.Family)
 		if fr.Full {
 			f.lastFull = s.now()
@@ -274,6 +292,9 @@ func (s *Syncer) finish(res *SyncResult, start time.Time, fams []FamilyResult, o
 
 // syncFamily renders and restores one family.
 func (s *Syncer) syncFamily(ctx context.Context, f *famState, fr *FamilyResult, snap Snapshot, node rules.NodeConfig) error {
+	if f.NFT != nil {
+		return s.syncFamilyNFT(f, fr, snap, node)
+	}
 	opts := rules.Options{Existing: f.chains}
 	if fr.Full {
 		t := s.now()

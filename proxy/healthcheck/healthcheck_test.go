@@ -139,19 +139,21 @@ func TestProxyHealth(t *testing.T) {
 }
 
 func TestMetricsHandler(t *testing.T) {
-	srv := httptest.NewServer(MetricsHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("# metrics\n"))
-	})))
-	defer srv.Close()
-	for path, want := range map[string]string{"/proxyMode": "iptables", "/metrics": "# metrics\n"} {
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
+	for _, mode := range []string{"iptables", "nftables"} {
+		srv := httptest.NewServer(MetricsHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte("# metrics\n"))
+		}), mode))
+		for path, want := range map[string]string{"/proxyMode": mode, "/metrics": "# metrics\n"} {
+			resp, err := http.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != want {
+				t.Errorf("%s: %q, want %q", path, body, want)
+			}
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if string(body) != want {
-			t.Errorf("%s: %q, want %q", path, body, want)
-		}
+		srv.Close()
 	}
 }

@@ -104,18 +104,16 @@ func (h *ProxyHealth) Handler() http.Handler {
 	return mux
 }
 
-// ProxyMode is what /proxyMode answers on the metrics port.
-const ProxyMode = "iptables"
-
-// MetricsHandler serves /proxyMode next to the given /metrics handler,
-// as kube-proxy's metrics port does.
-func MetricsHandler(metrics http.Handler) http.Handler {
+// MetricsHandler serves /proxyMode (answering mode: iptables or
+// nftables) next to the given /metrics handler, as kube-proxy's metrics
+// port does.
+func MetricsHandler(metrics http.Handler, mode string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		_, _ = w.Write([]byte(ProxyMode))
+		_, _ = w.Write([]byte(mode))
 	})
 	return mux
 }
