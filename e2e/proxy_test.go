@@ -142,7 +142,21 @@ spec:
 // endpoints, session affinity, UDP across a pod replacement, --cleanup
 // and the canary, and the rules as `iptables -L` shows them.
 func TestProxy(t *testing.T) {
+	proxySuite(t, harness.Start(t), "iptables")
+}
+
+// TestProxyNFTables is TestProxy with the proxy in the nftables mode
+// (the speakers run it in-process with --proxy-mode=nftables for the
+// test): the same traffic outcomes, and the table as `nft list` shows it
+// where the iptables mode checks `iptables -L`.
+func TestProxyNFTables(t *testing.T) {
 	h := harness.Start(t)
+	l2{h}.speakerArgs([]string{"--proxy-mode=nftables"})
+	proxySuite(t, h, "nftables")
+}
+
+func proxySuite(t *testing.T, h *harness.T, mode string) {
+	nftMode := mode == "nftables"
 	t.Cleanup(func() { cleanupProxyObjects(h) })
 	applied := time.Now()
 	h.Apply(proxyObjects)
@@ -239,8 +253,8 @@ func TestProxy(t *testing.T) {
 	t.Run("proxyMode, healthz and metrics on every node", func(t *testing.T) {
 		h := harness.Start(t)
 		for _, n := range h.Layout.Nodes {
-			if code, body := curlCode(h, n.Name, "http://localhost:10249/proxyMode"); code != 200 || body != "iptables" {
-				t.Errorf("%s: /proxyMode %d %q, want iptables", n.Name, code, body)
+			if code, body := curlCode(h, n.Name, "http://localhost:10249/proxyMode"); code != 200 || body != mode {
+				t.Errorf("%s: /proxyMode %d %q, want %s", n.Name, code, body, mode)
 			}
 			if code, body := curlCode(h, n.Name, "http://localhost:10256/healthz"); code != 200 || !strings.Contains(body, "lastUpdated") {
 				t.Errorf("%s: /healthz %d %q", n.Name, code, body)
@@ -279,6 +293,16 @@ func TestProxy(t *testing.T) {
 		naddr := net.JoinHostPort(h.Node("node2").IPv4.String(), strconv.Itoa(np))
 		if _, err := dialFrom(h.Layout.Client, "tcp", naddr, 3*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("NodePort without endpoints: %v, want connection refused", err)
+		}
+		if nftMode {
+			out, err := h.Exec("node2", "nft", "list", "chain", "ip", "herald", "reject-chain")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := nftCounter(out); n < 2 {
+				t.Errorf("node2's reject-chain counted %d packets, want the 2 above at least:\n%s", n, out)
+			}
+			return
 		}
 		for _, c := range []struct{ node, chain string }{{"node2", "HERALD-SERVICES"}, {"node2", "HERALD-EXTERNAL-SERVICES"}} {
 			out, err := h.Exec(c.node, "iptables", "-t", "filter", "-L", c.chain, "-n", "-v", "-x")
@@ -350,6 +374,9 @@ func TestProxy(t *testing.T) {
 				t.Errorf("after --cleanup, %s still has herald's rules:\n%s", table, out)
 			}
 		}
+		if out, err := h.Exec("node3", "nft", "list", "tables"); err != nil || strings.Contains(out, "herald") {
+			t.Errorf("after --cleanup, nft list tables: %v\n%s", err, out)
+		}
 		if _, err := getFrom(h.Layout.Client, url); err == nil {
 			t.Fatalf("%s still answers without rules", url)
 		}
@@ -360,7 +387,54 @@ func TestProxy(t *testing.T) {
 		t.Logf("TIMING node3's rules rewritten %s after a change found the canary gone", time.Since(changed).Round(time.Millisecond))
 	})
 
+	t.Run("nft list table ip herald: the dispatch map, numgen and the endpoint chains", func(t *testing.T) {
+		if !nftMode {
+			t.Skip("the iptables mode")
+		}
+		h := harness.Start(t)
+		table, err := h.Exec("node1", "nft", "list", "table", "ip", "herald")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cip, spread := clusterIP(h, "px-clusterip"), clusterIP(h, "px-spread")
+		if !regexp.MustCompile(regexp.QuoteMeta(cip) + ` \. tcp \. 80 : goto svc-\S+-default/px-clusterip/tcp/http\b`).MatchString(table) {
+			t.Errorf("no service-ips element for px-clusterip's cluster IP %s:\n%s", cip, table)
+		}
+		m := regexp.MustCompile(regexp.QuoteMeta(spread) + ` \. tcp \. 80 : goto (svc-\S+-default/px-spread/tcp/http)\b`).FindStringSubmatch(table)
+		if m == nil {
+			t.Fatalf("no service-ips element for px-spread %s", spread)
+		}
+		chain, err := h.Exec("node1", "nft", "list", "chain", "ip", "herald", m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("[node1]$ nft list chain ip herald %s\n%s", m[1], chain)
+		// nft prints the numgen map's keys 1 and 2 as 16777216 and
+		// 33554432: google/nftables marks anonymous sets' keys big-endian
+		// while numgen writes host order; matching is right (the spread
+		// subtest reaches every endpoint), only the listing is odd.
+		seps := regexp.MustCompile(`numgen random mod 3 vmap \{ 0 : goto (sep-\S+), \d+ : goto (sep-\S+), \d+ : goto (sep-\S+) \}`).FindStringSubmatch(chain)
+		if seps == nil {
+			t.Fatalf("%s picks no endpoint among 3 with numgen", m[1])
+		}
+		ep, err := h.Exec("node1", "nft", "list", "chain", "ip", "herald", seps[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("[node1]$ nft list chain ip herald %s\n%s", seps[1], ep)
+		if !regexp.MustCompile(`ip saddr \S+ jump mark-for-masquerade`).MatchString(ep) || !regexp.MustCompile(`dnat (ip )?to \S+:8080`).MatchString(ep) {
+			t.Errorf("endpoint chain %s lacks the hairpin mark or the DNAT", seps[1])
+		}
+		// The iptables mode's rules are gone.
+		if out, _ := h.Exec("node1", "iptables-save", "-t", "nat"); strings.Contains(out, "HERALD") {
+			t.Errorf("the iptables mode's chains are still there:\n%s", out)
+		}
+	})
+
 	t.Run("iptables -t nat -L reads like the Kubernetes docs", func(t *testing.T) {
+		if nftMode {
+			t.Skip("the nftables mode")
+		}
 		h := harness.Start(t)
 		list := func(chain string) string {
 			out, err := h.Exec("node1", "iptables", "-t", "nat", "-L", chain, "-n")
@@ -410,6 +484,16 @@ func TestProxy(t *testing.T) {
 	})
 }
 
+// nftCounter is the packet count of the first counter in nft's listing.
+func nftCounter(listing string) int {
+	m := regexp.MustCompile(`counter packets (\d+)`).FindStringSubmatch(listing)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
 // udpEcho sends a datagram every 200ms from one socket (one conntrack
 // entry) to the UDP Service, replaces the Service's pod while it does,
 // and checks that the new pod answers soon after it is ready: the
@@ -421,8 +505,14 @@ func udpEcho(h *harness.T, from, cip string) {
 	// depend on the cleanup of entries made before them (which the
 	// proxy also does) and the second tests the replacement alone.
 	h.Poll(30*time.Second, "node1's rules for "+cip, func() (bool, string) {
+		// Either mode's: the iptables dispatch rule or the nftables
+		// service-ips element.
 		out, err := h.Exec("node1", "iptables", "-t", "nat", "-S", "HERALD-SERVICES")
-		return err == nil && strings.Contains(out, "-d "+cip+"/32"), out
+		if err == nil && strings.Contains(out, "-d "+cip+"/32") {
+			return true, out
+		}
+		nout, nerr := h.Exec("node1", "nft", "list", "map", "ip", "herald", "service-ips")
+		return nerr == nil && strings.Contains(nout, cip+" . udp . 53 "), out + nout
 	})
 	var conn *net.UDPConn
 	err := netns.Do(from, func() (err error) {

@@ -11,8 +11,20 @@ import (
 // the acceptance story: no step may fail, and each step that herald cannot
 // do yet must say which missing component it waits for.
 func TestSourceIPWalkthrough(t *testing.T) {
-	lab := harness.Start(t)
-	results := walkthrough.Run(lab.Ctx, walkthrough.Env{Layout: lab.Layout, Kubectl: lab.K, Out: t.Output()})
+	walkthroughIn(t, harness.Start(t), "iptables")
+}
+
+// TestSourceIPWalkthroughNFTables is the walkthrough with herald's proxy
+// in the nftables mode (the speakers run it in-process with
+// --proxy-mode=nftables for the test).
+func TestSourceIPWalkthroughNFTables(t *testing.T) {
+	h := harness.Start(t)
+	l2{h}.speakerArgs([]string{"--proxy-mode=nftables"})
+	walkthroughIn(t, h, "nftables")
+}
+
+func walkthroughIn(t *testing.T, lab *harness.T, mode string) {
+	results := walkthrough.Run(lab.Ctx, walkthrough.Env{Layout: lab.Layout, Kubectl: lab.K, Out: t.Output(), ProxyMode: mode})
 	pass, fail, notYet := walkthrough.Summary(results)
 	for _, r := range results {
 		t.Logf("%-8s %-22s %s", r.Verdict, r.Step, r.Detail)
@@ -20,7 +32,7 @@ func TestSourceIPWalkthrough(t *testing.T) {
 			t.Errorf("step %q failed: %s", r.Step, r.Detail)
 		}
 	}
-	t.Logf("walkthrough: %d passed, %d failed, %d not yet possible", pass, fail, notYet)
+	t.Logf("walkthrough (%s): %d passed, %d failed, %d not yet possible", mode, pass, fail, notYet)
 	if pass < 2 {
 		t.Errorf("the app and cleanup steps must pass at least")
 	}

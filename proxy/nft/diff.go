@@ -76,7 +76,14 @@ func (c Changes) Elements() (added, deleted int) {
 // Diff computes the transaction that turns prev (the table last applied;
 // ignored unless mode is Partial or Full) into want. Both are sorted
 // tables (Table.Sort).
-func Diff(prev, want *Table, mode Mode) Changes {
+func Diff(prev, want *Table, mode Mode) Changes { return DiffWith(prev, want, mode, nil) }
+
+// DiffWith is Diff with a hint for partial syncs: a chain present in both
+// tables for which unchanged(name) is true is taken as unchanged without
+// comparing its rules (the chains of Services the sync did not touch),
+// which keeps a one-endpoint change at 10,000 Services from comparing
+// 100,000 chains. nil compares every chain.
+func DiffWith(prev, want *Table, mode Mode, unchanged func(chain string) bool) Changes {
 	c := Changes{Mode: mode, DelElements: map[string][]Element{}, AddElements: map[string][]Element{}}
 	if prev == nil && mode != Recreate {
 		mode, c.Mode = Recreate, Recreate
@@ -97,7 +104,7 @@ func Diff(prev, want *Table, mode Mode) Changes {
 			// A set cannot change type in place, and deleting and
 			// adding it under one name in one transaction would need
 			// every rule using it rewritten in between: recreate.
-			return Diff(nil, want, Recreate)
+			return DiffWith(nil, want, Recreate, nil)
 		}
 		if !had || mode != Partial {
 			c.AddSets = append(c.AddSets, s)
@@ -126,12 +133,16 @@ func Diff(prev, want *Table, mode Mode) Changes {
 		old, had := prevChains[ch.Name]
 		if had && !sameBase(old.Base, ch.Base) {
 			// The kernel refuses a base chain's new priority in place.
-			return Diff(nil, want, Recreate)
+			return DiffWith(nil, want, Recreate, nil)
 		}
 		if !had {
 			c.AddChains = append(c.AddChains, ch)
 		}
-		if !had || mode != Partial || !sameRules(old, ch, want) {
+		switch {
+		case !had || mode != Partial:
+			c.Rewrite = append(c.Rewrite, ch)
+		case unchanged != nil && unchanged(ch.Name):
+		case !sameRules(old, ch, want):
 			c.Rewrite = append(c.Rewrite, ch)
 		}
 	}

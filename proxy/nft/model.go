@@ -174,26 +174,39 @@ type Table struct {
 	Family ipfamily.Family
 	Chains []*Chain
 	Sets   []*Set
+
+	// Indexes by name, built by Sort (or on first lookup): a table of
+	// 10,000 Services has over 100,000 chains.
+	chainIdx map[string]*Chain
+	setIdx   map[string]*Set
 }
 
-// Chain returns the named chain, nil when there is none.
-func (t *Table) Chain(name string) *Chain {
+func (t *Table) index() {
+	t.chainIdx = make(map[string]*Chain, len(t.Chains))
 	for _, c := range t.Chains {
-		if c.Name == name {
-			return c
-		}
+		t.chainIdx[c.Name] = c
 	}
-	return nil
+	t.setIdx = make(map[string]*Set, len(t.Sets))
+	for _, s := range t.Sets {
+		t.setIdx[s.Name] = s
+	}
+}
+
+// Chain returns the named chain, nil when there is none. Add chains
+// before the first lookup (or call Sort again after).
+func (t *Table) Chain(name string) *Chain {
+	if t.chainIdx == nil {
+		t.index()
+	}
+	return t.chainIdx[name]
 }
 
 // Set returns the named set, nil when there is none.
 func (t *Table) Set(name string) *Set {
-	for _, s := range t.Sets {
-		if s.Name == name {
-			return s
-		}
+	if t.setIdx == nil {
+		t.index()
 	}
-	return nil
+	return t.setIdx[name]
 }
 
 // Sort orders chains (base chains first) and sets by name and every
@@ -206,6 +219,7 @@ func (t *Table) Sort() {
 	for _, s := range t.Sets {
 		slices.SortFunc(s.Elements, func(a, b Element) int { return CompareKeys(a.Key, b.Key) })
 	}
+	t.index()
 }
 
 // CompareKeys orders keys by address, protocol and port.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/herald-lb/herald/proxy/nft"
 	"github.com/herald-lb/herald/proxy/rules"
 )
 
@@ -93,6 +94,39 @@ func BenchmarkPrune(b *testing.B) {
 				out, _, _ = rules.Prune(partial, last)
 			}
 			b.ReportMetric(float64(len(out)), "out-bytes")
+		})
+	}
+}
+
+// BenchmarkRenderNFT is the nftables mode's render plus the diff a sync
+// computes against the previous table, at 10 endpoints per Service: the
+// CPU a partial sync spends before it talks to the kernel.
+func BenchmarkRenderNFT(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		svcs, eps := benchState(n, 10)
+		node := lab4.node()
+		b.Run(fmt.Sprintf("render/services=%d/endpoints=10", n), func(b *testing.B) {
+			for b.Loop() {
+				rules.RenderNFT(rules.IPv4, svcs, eps, node)
+			}
+		})
+		prev := rules.RenderNFT(rules.IPv4, svcs, eps, node)
+		eps2 := maps.Clone(eps)
+		id := svcs[n/2].ID()
+		eps2[id] = eps2[id][1:]
+		b.Run(fmt.Sprintf("render+diff-1-endpoint/services=%d/endpoints=10", n), func(b *testing.B) {
+			var ch nft.Changes
+			for b.Loop() {
+				cur := rules.RenderNFT(rules.IPv4, svcs, eps2, node)
+				touched := map[string]bool{}
+				for _, c := range cur.ServiceChains[id] {
+					touched[c] = true
+				}
+				ch = nft.DiffWith(prev.Table, cur.Table, nft.Partial, func(c string) bool {
+					return rules.IsNFTServiceChain(c) && !touched[c]
+				})
+			}
+			b.ReportMetric(float64(ch.Rules()), "rules-written")
 		})
 	}
 }

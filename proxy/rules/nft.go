@@ -234,7 +234,7 @@ func (r *nftRenderer) static() {
 	r.set(&nft.Set{Name: NFTSetFirewallIPs, Key: keyAddrProtoPort})
 	r.set(&nft.Set{Name: NFTSetHealthCheckPorts, Key: nft.KeyType{nft.Dport}})
 
-	r.chain(NFTChainReject, nil).Rules = []nft.Rule{rule("", nft.Reject{})}
+	r.chain(NFTChainReject, nil).Rules = []nft.Rule{rule("herald services without endpoints", nft.Counter{}, nft.Reject{})}
 	r.chain(NFTChainEndpointCheck, nil).Rules = []nft.Rule{
 		rule("", nft.VmapLookup{Key: keyAddrProtoPort, Map: NFTMapNoEndpoints}),
 	}
@@ -423,7 +423,10 @@ func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
 	if hasInternal {
 		// Off-cluster clients of a cluster IP may be answered from another
 		// node: SNAT them; pods keep their source.
-		c := r.t.Chain(internalChain)
+		c := svc
+		if s.iTPLocal {
+			c = svl
+		}
 		m := []nft.Expr{nft.MatchAddr{Field: nft.Daddr, Prefix: netip.PrefixFrom(s.clusterIP, s.clusterIP.BitLen())}, proto, nft.MatchDport{Port: uint16(port)}}
 		switch {
 		case r.node.masqAll:

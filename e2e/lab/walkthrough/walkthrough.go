@@ -51,6 +51,8 @@ type Env struct {
 	Out io.Writer
 	// Timeout bounds each wait (pods Ready, an external IP); default 60s.
 	Timeout time.Duration
+	// ProxyMode is the mode /proxyMode must answer; default iptables.
+	ProxyMode string
 }
 
 // Components the tutorial's steps rely on; Detect finds which are there.
@@ -295,10 +297,14 @@ func (r *run) proxyMode() Result {
 	if !r.have.Proxy {
 		return Result{Verdict: NotYet, Detail: "nothing answers on :10249: herald's service proxy is issue #5"}
 	}
-	if err != nil || strings.TrimSpace(out) != "iptables" {
-		return Result{Verdict: Fail, Detail: fmt.Sprintf("proxyMode %q (%v), want iptables", out, err)}
+	want := r.ProxyMode
+	if want == "" {
+		want = "iptables"
 	}
-	return Result{Verdict: Pass, Detail: "iptables"}
+	if err != nil || strings.TrimSpace(out) != want {
+		return Result{Verdict: Fail, Detail: fmt.Sprintf("proxyMode %q (%v), want %s", out, err, want)}
+	}
+	return Result{Verdict: Pass, Detail: want}
 }
 
 func (r *run) clusterIP() Result {
