@@ -89,6 +89,9 @@ type famState struct {
 	// wrote; nil until the first, and after a failed one (the next
 	// recreates the table).
 	nftLast *nft.Table
+	// nftLastRender is the render nftLast came from, whose per-service
+	// chains the next partial render reuses.
+	nftLastRender *rules.NFTRuleset
 	// everSynced: a sync of this family has succeeded since the start.
 	everSynced bool
 }
@@ -192,7 +195,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 		case periodic && s.now().Sub(f.lastFull) >= s.fullSyncPeriod():
 			full, reason = true, "periodic full resync"
 		case f.NFT != nil && !s.nftTablePresent(f):
-			full, reason, f.nftLast = true, "table "+nft.TableName+" is gone: the ruleset was flushed", nil
+			full, reason, f.nftLast, f.nftLastRender = true, "table "+nft.TableName+" is gone: the ruleset was flushed", nil, nil
 		case f.NFT == nil && !s.canaryPresent(f):
 			full, reason = true, "canary chain "+rules.CanaryChain+" is gone: the tables were flushed"
 		}

@@ -12,7 +12,12 @@ import (
 // recreated whole.
 func (s *Syncer) syncFamilyNFT(f *famState, fr *FamilyResult, snap Snapshot, node rules.NodeConfig) error {
 	t := s.now()
-	rs := rules.RenderNFT(f.Family, snap.Services, snap.Endpoints, node)
+	opts := rules.NFTOptions{Changed: snap.Changed}
+	if !fr.Full {
+		// Unchanged Services' chains are the last render's, as built.
+		opts.Prev = f.nftLastRender
+	}
+	rs := rules.RenderNFTWith(f.Family, snap.Services, snap.Endpoints, node, opts)
 	fr.problems = rs.Problems
 	fr.Stats = rs.Stats
 	mode := nft.Partial
@@ -42,13 +47,13 @@ func (s *Syncer) syncFamilyNFT(f *famState, fr *FamilyResult, snap Snapshot, nod
 	t = s.now()
 	if !ch.Empty() {
 		if err := f.NFT.Apply(f.Family, rs.Table, ch); err != nil {
-			f.nftLast = nil
+			f.nftLast, f.nftLastRender = nil, nil
 			fr.Restore = s.now().Sub(t)
 			return err
 		}
 	}
 	fr.Restore = s.now().Sub(t)
-	f.nftLast = rs.Table
+	f.nftLast, f.nftLastRender = rs.Table, &rs
 	fr.health = rs.Health
 	return nil
 }

@@ -116,8 +116,9 @@ func BenchmarkRenderNFT(b *testing.B) {
 		eps2[id] = eps2[id][1:]
 		b.Run(fmt.Sprintf("render+diff-1-endpoint/services=%d/endpoints=10", n), func(b *testing.B) {
 			var ch nft.Changes
+			changed := map[rules.ServiceKey]bool{id.Key(): true}
 			for b.Loop() {
-				cur := rules.RenderNFT(rules.IPv4, svcs, eps2, node)
+				cur := rules.RenderNFTWith(rules.IPv4, svcs, eps2, node, rules.NFTOptions{Prev: &prev, Changed: changed})
 				touched := map[string]bool{}
 				for _, c := range cur.ServiceChains[id] {
 					touched[c] = true

@@ -94,6 +94,24 @@ func IsNFTServiceChain(name string) bool {
 //
 // It is a pure function of its arguments.
 func RenderNFT(f Family, services []Service, endpoints map[ServicePortName][]Endpoint, node NodeConfig) NFTRuleset {
+	return RenderNFTWith(f, services, endpoints, node, NFTOptions{})
+}
+
+// NFTOptions make a render incremental.
+type NFTOptions struct {
+	// Prev is the previous render for the same node configuration, and
+	// Changed the Services changed since (as Options.Changed): the
+	// chains and affinity sets of every other Service port are taken
+	// from Prev as they are instead of being built again. The maps and
+	// sets of the dispatch are always computed whole. Nil Prev renders
+	// everything.
+	Prev    *NFTRuleset
+	Changed map[ServiceKey]bool
+}
+
+// RenderNFTWith is RenderNFT reusing an earlier render's per-service
+// chains (NFTOptions); the result is the same as a full render's.
+func RenderNFTWith(f Family, services []Service, endpoints map[ServicePortName][]Endpoint, node NodeConfig, opts NFTOptions) NFTRuleset {
 	rs := NFTRuleset{Family: f, ServiceChains: map[ServicePortName][]string{}}
 	t := &nft.Table{Family: f}
 	rs.Table = t
@@ -103,7 +121,11 @@ func RenderNFT(f Family, services []Service, endpoints map[ServicePortName][]End
 	}
 	np, probs := normalizeNode(f, &node)
 	rs.Problems = append(rs.Problems, probs...)
-	r := &nftRenderer{f: f, node: np, rs: &rs, t: t, sets: map[string]*nft.Set{}, keys: map[string]map[nft.Key]bool{}}
+	r := &nftRenderer{f: f, node: np, rs: &rs, t: t, sets: map[string]*nft.Set{}, keys: map[string]map[nft.Key]bool{}, opts: opts}
+	if opts.Prev != nil && opts.Prev.Family == f && opts.Prev.Table != nil {
+		t.Chains = make([]*nft.Chain, 0, len(opts.Prev.Table.Chains))
+		t.Sets = make([]*nft.Set, 0, len(opts.Prev.Table.Sets))
+	}
 	r.static()
 
 	order := make([]int, len(services))
@@ -151,6 +173,37 @@ type nftRenderer struct {
 	t    *nft.Table
 	sets map[string]*nft.Set
 	keys map[string]map[nft.Key]bool
+	opts NFTOptions
+}
+
+// reuse takes a Service port's chains and affinity sets from the previous
+// render when the port did not change, and reports whether it did.
+func (r *nftRenderer) reuse(id ServicePortName) bool {
+	p := r.opts.Prev
+	if p == nil || p.Family != r.f || p.Table == nil || r.opts.Changed[id.Key()] {
+		return false
+	}
+	owned, ok := p.ServiceChains[id]
+	if !ok {
+		return false
+	}
+	chains := make([]*nft.Chain, 0, len(owned))
+	var sets []*nft.Set
+	for _, name := range owned {
+		if c := p.Table.Chain(name); c != nil {
+			chains = append(chains, c)
+		} else if s := p.Table.Set(name); s != nil {
+			sets = append(sets, s)
+		} else {
+			return false // not in the previous table after all: build
+		}
+	}
+	r.t.Chains = append(r.t.Chains, chains...)
+	for _, s := range sets {
+		r.set(s)
+	}
+	r.rs.ServiceChains[id] = owned
+	return true
 }
 
 func (r *nftRenderer) chain(name string, base *nft.Base) *nft.Chain {
@@ -391,6 +444,9 @@ func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
 		r.add(NFTSetHealthCheckPorts, nft.Key{Port: uint16(s.hcnp)}, nft.Verdict{})
 	}
 
+	if r.reuse(s.id) {
+		return
+	}
 	var owned []string
 	mk := func(name string) *nft.Chain {
 		owned = append(owned, name)

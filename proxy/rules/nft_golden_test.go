@@ -40,3 +40,29 @@ func TestNFTGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestNFTIncrementalEqualsFull: a render reusing the previous render's
+// chains for the unchanged Services equals a full render of the new
+// state, and it does reuse them (same chain objects).
+func TestNFTIncrementalEqualsFull(t *testing.T) {
+	for _, l := range []lab{lab4} { // the states' Services are IPv4
+		before, after, changed := states(l)
+		prev := rules.RenderNFT(l.family, before.svcs, before.eps, l.node())
+		inc := rules.RenderNFTWith(l.family, after.svcs, after.eps, l.node(), rules.NFTOptions{Prev: &prev, Changed: changed})
+		full := rules.RenderNFT(l.family, after.svcs, after.eps, l.node())
+		if inc.Table.Text() != full.Table.Text() {
+			t.Errorf("%s: the incremental render differs from a full one:\n%s\nwant:\n%s", l.family, inc.Table.Text(), full.Table.Text())
+		}
+		a := after.svcs[0] // unchanged
+		for _, name := range inc.ServiceChains[a.ID()] {
+			if c := inc.Table.Chain(name); c != nil && c != prev.Table.Chain(name) {
+				t.Errorf("%s: chain %s of the unchanged Service was built again", l.family, name)
+			}
+		}
+		// A Service the previous render did not have is built.
+		none := rules.RenderNFTWith(l.family, after.svcs, after.eps, l.node(), rules.NFTOptions{Prev: &prev, Changed: map[rules.ServiceKey]bool{}})
+		if none.Table.Chain(inc.ServiceChains[after.svcs[4].ID()][0]) == nil {
+			t.Errorf("%s: the new Service's chains are missing when Changed does not name it", l.family)
+		}
+	}
+}
