@@ -89,9 +89,11 @@ type VmapLookup struct {
 	Map string
 }
 
-// NumgenVmap picks one of the chains at random, evenly (numgen random mod
-// n into an anonymous verdict map of gotos).
-type NumgenVmap struct{ Chains []string }
+// NumgenMatch draws a random number below Mod and matches when it is 0:
+// rule i of a chain of n such rules (Mod n-i) picks 1 of n connections
+// that reach the chain, as iptables' statistic cascade does. Each rule
+// draws anew.
+type NumgenMatch struct{ Mod uint32 }
 
 // UpdateSet adds the source or destination address to a dynamic set, or
 // refreshes its timeout (session affinity).
@@ -220,12 +222,8 @@ func keyText(f ipfamily.Family, k KeyType) string {
 func (v VmapLookup) Text(f ipfamily.Family) string { return keyText(f, v.Key) + " vmap @" + v.Map }
 
 // Text implements Expr.
-func (n NumgenVmap) Text(ipfamily.Family) string {
-	parts := make([]string, len(n.Chains))
-	for i, c := range n.Chains {
-		parts[i] = fmt.Sprintf("%d : goto %s", i, c)
-	}
-	return fmt.Sprintf("numgen random mod %d vmap { %s }", len(n.Chains), strings.Join(parts, ", "))
+func (n NumgenMatch) Text(ipfamily.Family) string {
+	return fmt.Sprintf("numgen random mod %d 0", n.Mod)
 }
 
 // Text implements Expr.

@@ -15,13 +15,16 @@ import (
 	"github.com/herald-lb/herald/proxy/rules"
 )
 
+var netnsCount int
+
 // scratchNetNS makes a network namespace for the test and returns its fd.
 func scratchNetNS(t *testing.T) int {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create a network namespace")
 	}
-	name := fmt.Sprintf("hlnft-%d", os.Getpid()%100000)
+	netnsCount++
+	name := fmt.Sprintf("hlnft-%d-%d", os.Getpid()%100000, netnsCount)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v\n%s", name, err, out)
 	}

@@ -34,7 +34,9 @@ const elementChunk = 500
 // has; the size grows with the batch.
 func bufferSize(messages int) int {
 	n := 2048 * (messages + 64)
-	return max(n, 4<<20)
+	// The kernel takes an int and doubles it; stay below a quarter of
+	// its range.
+	return min(max(n, 4<<20), 1<<29)
 }
 
 func (k *Kernel) conn(messages int) (*nftables.Conn, error) {
@@ -505,17 +507,9 @@ func (b *batch) rule(r Rule) ([]expr.Any, error) {
 			}
 			out = append(out, b.load(x.Key)...)
 			out = append(out, &expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: 0, SetName: s.Name, SetID: s.ID})
-		case NumgenVmap:
-			anon := &nftables.Set{Table: b.t, Anonymous: true, Constant: true, IsMap: true, KeyType: nftables.TypeInteger, DataType: nftables.TypeVerdict}
-			els := make([]nftables.SetElement, len(x.Chains))
-			for i, c := range x.Chains {
-				els[i] = nftables.SetElement{Key: native32(uint32(i)), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
-			}
-			if err := b.c.AddSet(anon, els); err != nil {
-				return nil, err
-			}
-			out = append(out, &expr.Numgen{Register: reg1, Modulus: uint32(len(x.Chains)), Type: unix.NFT_NG_RANDOM},
-				&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: 0, SetName: anon.Name, SetID: anon.ID})
+		case NumgenMatch:
+			out = append(out, &expr.Numgen{Register: reg1, Modulus: x.Mod, Type: unix.NFT_NG_RANDOM},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)})
 		case UpdateSet:
 			s := b.sets[x.Set]
 			if s == nil {

@@ -91,24 +91,10 @@ func KeyText(k KeyType, key Key) string {
 
 func (s *Set) text(f ipfamily.Family) string {
 	var b strings.Builder
-	kind := "set"
-	typ := typeText(f, s.Key)
-	if s.Map {
-		kind, typ = "map", typ+" : verdict"
-	}
+	kind, typ, props := s.declaration(f)
 	fmt.Fprintf(&b, "\t%s %s {\n\t\ttype %s\n", kind, s.Name, typ)
-	var flags []string
-	if s.Dynamic {
-		flags = append(flags, "dynamic")
-	}
-	if s.Timeout > 0 {
-		flags = append(flags, "timeout")
-	}
-	if len(flags) > 0 {
-		fmt.Fprintf(&b, "\t\tflags %s\n", strings.Join(flags, ","))
-	}
-	if s.Timeout > 0 {
-		fmt.Fprintf(&b, "\t\ttimeout %ds\n", int(s.Timeout.Seconds()))
+	for _, p := range props {
+		fmt.Fprintf(&b, "\t\t%s\n", p)
 	}
 	if len(s.Elements) > 0 {
 		els := make([]string, len(s.Elements))
@@ -122,4 +108,116 @@ func (s *Set) text(f ipfamily.Family) string {
 	}
 	b.WriteString("\t}\n")
 	return b.String()
+}
+
+// ChangesText spells ch as one `nft -f` transaction, the same objects in
+// the same order as Kernel.Apply sends them over netlink: what kube-proxy's
+// nftables mode would hand the nft binary. It exists to measure the two
+// ways against each other (proxy/nft's apply benchmark) and to show a
+// transaction in a log or a test failure.
+func ChangesText(want *Table, ch Changes) string {
+	var b strings.Builder
+	f := want.Family
+	tbl := FamilyKeyword(f) + " " + TableName
+	if ch.Mode == Recreate {
+		fmt.Fprintf(&b, "add table %s\ndelete table %s\n", tbl, tbl)
+	}
+	fmt.Fprintf(&b, "add table %s\n", tbl)
+	for _, s := range ch.AddSets {
+		b.WriteString("add " + s.headerText(f) + "\n")
+	}
+	for _, n := range ch.FlushSets {
+		kind := "set"
+		if s := want.Set(n); s != nil && s.Map {
+			kind = "map"
+		}
+		fmt.Fprintf(&b, "flush %s %s %s\n", kind, tbl, n)
+	}
+	for _, c := range ch.AddChains {
+		fmt.Fprintf(&b, "add chain %s %s%s\n", tbl, c.Name, baseText(c))
+	}
+	for name, els := range ch.DelElements {
+		s := want.Set(name)
+		for _, e := range els {
+			key := KeyType{}
+			if s != nil {
+				key = s.Key
+			}
+			fmt.Fprintf(&b, "delete element %s %s { %s }\n", tbl, name, KeyText(key, e.Key))
+		}
+	}
+	created := map[string]bool{}
+	for _, c := range ch.AddChains {
+		created[c.Name] = true
+	}
+	for _, c := range ch.Rewrite {
+		if !created[c.Name] && ch.Mode != Recreate {
+			fmt.Fprintf(&b, "flush chain %s %s\n", tbl, c.Name)
+		}
+		for _, r := range c.Rules {
+			fmt.Fprintf(&b, "add rule %s %s %s\n", tbl, c.Name, r.Text(f))
+		}
+	}
+	for name, els := range ch.AddElements {
+		s := want.Set(name)
+		parts := make([]string, len(els))
+		for i, e := range els {
+			parts[i] = KeyText(s.Key, e.Key)
+			if s.Map {
+				parts[i] += " : " + e.Verdict.String()
+			}
+		}
+		fmt.Fprintf(&b, "add element %s %s { %s }\n", tbl, name, strings.Join(parts, ", "))
+	}
+	for _, n := range ch.DelChains {
+		fmt.Fprintf(&b, "flush chain %s %s\n", tbl, n)
+	}
+	for _, n := range ch.DelChains {
+		fmt.Fprintf(&b, "delete chain %s %s\n", tbl, n)
+	}
+	for _, n := range ch.DelSets {
+		fmt.Fprintf(&b, "delete set %s %s\n", tbl, n)
+	}
+	return b.String()
+}
+
+func baseText(c *Chain) string {
+	if c.Base == nil {
+		return ""
+	}
+	return fmt.Sprintf(" { type %s hook %s priority %d; policy accept; }", c.Base.Type, c.Base.Hook, c.Base.Priority)
+}
+
+// headerText is a set's declaration without its elements, as one line
+// after "add ": "set ip herald NAME { type ...; flags ...; timeout ...; }".
+func (s *Set) headerText(f ipfamily.Family) string {
+	kind, typ, props := s.declaration(f)
+	out := fmt.Sprintf("%s %s %s %s { type %s;", kind, FamilyKeyword(f), TableName, s.Name, typ)
+	for _, p := range props {
+		out += " " + p + ";"
+	}
+	return out + " }"
+}
+
+// declaration is a set's kind (set or map), type and the properties
+// after the type (flags, timeout), in nft's spelling.
+func (s *Set) declaration(f ipfamily.Family) (kind, typ string, props []string) {
+	kind, typ = "set", typeText(f, s.Key)
+	if s.Map {
+		kind, typ = "map", typ+" : verdict"
+	}
+	var flags []string
+	if s.Dynamic {
+		flags = append(flags, "dynamic")
+	}
+	if s.Timeout > 0 {
+		flags = append(flags, "timeout")
+	}
+	if len(flags) > 0 {
+		props = append(props, "flags "+strings.Join(flags, ","))
+	}
+	if s.Timeout > 0 {
+		props = append(props, fmt.Sprintf("timeout %ds", int(s.Timeout.Seconds())))
+	}
+	return kind, typ, props
 }

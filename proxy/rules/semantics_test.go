@@ -49,10 +49,12 @@ func TestEvenSpreadOverManyEndpoints(t *testing.T) {
 				check(t, trace(t, tr, l.flow(fromPod, toClusterIP)), want{verdict: tracer.Accept, endpoints: all})
 			})
 		}
-		// nftables picks once among all endpoints.
-		if n > 1 {
-			mustContain(t, []byte(renderNFT(l, []rules.Service{svc}, epMap(svc, list...)).Table.Text()), fmt.Sprintf("numgen random mod %d vmap", n))
+		// nftables: the same cascade, rule i drawing 1 in n-i.
+		text := []byte(renderNFT(l, []rules.Service{svc}, epMap(svc, list...)).Table.Text())
+		for i := range n - 1 {
+			mustContain(t, text, fmt.Sprintf("numgen random mod %d 0 goto sep-", n-i))
 		}
+		mustNotContain(t, text, "numgen random mod 1 ")
 		rs := render(l, []rules.Service{svc}, epMap(svc, list...))
 		// kube-proxy's spelling: 1/(n-i) with ten decimals, none on the last.
 		for i := range n - 1 {

@@ -227,6 +227,22 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 			if _, ok := n.lookup(s, x.Key, p); !ok {
 				return []nftBranch{{p, nftNext}}, nil
 			}
+		case nft.NumgenMatch:
+			if x.Mod == 0 {
+				return nil, fmt.Errorf("%s rule %d: numgen mod 0", c.Name, idx+1)
+			}
+			// Matches with probability 1/Mod: both ways.
+			hit, miss := p.clone(), p.clone()
+			hit.prob /= float64(x.Mod)
+			miss.prob *= 1 - 1/float64(x.Mod)
+			outs, err := n.rule(c, idx, r, hit, i+1, depth)
+			if err != nil {
+				return nil, err
+			}
+			if x.Mod == 1 {
+				return outs, nil
+			}
+			return append(outs, nftBranch{miss, nftNext}), nil
 		case nft.Counter:
 		case nft.MarkOr:
 			p.mark |= x.Bit
@@ -255,18 +271,6 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 			}
 			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s -> %s", c.Name, idx+1, r.Text(n.t.Family), el.Verdict))
 			return n.verdict(c, idx, r, el.Verdict, p, i, depth)
-		case nft.NumgenVmap:
-			var all []nftBranch
-			for _, target := range x.Chains {
-				q := p.clone()
-				q.prob /= float64(len(x.Chains))
-				outs, err := n.verdict(c, idx, r, nft.Verdict{Kind: nft.Goto, Chain: target}, q, i, depth)
-				if err != nil {
-					return nil, err
-				}
-				all = append(all, outs...)
-			}
-			return all, nil
 		case nft.Verdict:
 			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s", c.Name, idx+1, r.Text(n.t.Family)))
 			return n.verdict(c, idx, r, x, p, i, depth)
