@@ -467,6 +467,9 @@ func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
 	}
 	seps := make([]*nft.Chain, len(reachable))
 	for i, e := range reachable {
+		if s.affinity == 0 {
+			continue
+		}
 		seps[i] = mk(sep(e))
 		if s.affinity > 0 {
 			owned = append(owned, aff(e))
@@ -531,6 +534,9 @@ func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
 	}
 	for i, e := range reachable {
 		c := seps[i]
+		if c == nil {
+			continue
+		}
 		c.Rules = append(c.Rules, rule(s.name, nft.MatchAddr{Field: nft.Saddr, Prefix: netip.PrefixFrom(e.addr.Addr(), e.addr.Addr().BitLen())}, jump(NFTChainMarkMasq)))
 		if s.affinity > 0 {
 			c.Rules = append(c.Rules, rule(s.name, nft.UpdateSet{Field: nft.Saddr, Set: aff(e)}))
@@ -546,6 +552,17 @@ func (r *nftRenderer) endpointRules(c *nft.Chain, s *svcPort, eps []epInfo, sep,
 		for _, e := range eps {
 			c.Rules = append(c.Rules, rule(s.name+" -> "+e.str, nft.MatchSet{Key: nft.KeyType{nft.Saddr}, Set: aff(e)}, goTo(sep(e))))
 		}
+	}
+	if s.affinity == 0 {
+		proto := nft.MatchProto{Proto: nftProto(s.proto)}
+		for i, e := range eps {
+			if i < len(eps)-1 {
+				c.Rules = append(c.Rules, rule(s.name+" -> "+e.str, nft.NumgenMatch{Mod: uint32(len(eps) - i)}, proto, nft.DNAT{To: e.addr}))
+			} else {
+				c.Rules = append(c.Rules, rule(s.name+" -> "+e.str, proto, nft.DNAT{To: e.addr}))
+			}
+		}
+		return
 	}
 	if len(eps) == 1 {
 		c.Rules = append(c.Rules, rule(s.name+" -> "+eps[0].str, goTo(sep(eps[0]))))
