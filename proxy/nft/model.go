@@ -106,11 +106,29 @@ func (p Proto) String() string {
 }
 
 // Key is one element key of a set or map: the fields its type names,
-// the others zero.
+// the others zero. A type with two address fields (the hairpin set's
+// saddr . daddr) keeps the first in Addr, the second in Addr2.
 type Key struct {
-	Addr  netip.Addr
-	Proto Proto
-	Port  uint16
+	Addr, Addr2 netip.Addr
+	Proto       Proto
+	Port        uint16
+}
+
+// addr returns the key's address for the i-th address field of a type.
+func (k Key) addr(i int) netip.Addr {
+	if i == 0 {
+		return k.Addr
+	}
+	return k.Addr2
+}
+
+// SetAddr sets the i-th address field.
+func (k *Key) SetAddr(i int, a netip.Addr) {
+	if i == 0 {
+		k.Addr = a
+	} else {
+		k.Addr2 = a
+	}
 }
 
 // KeyType lists the fields a set's keys are made of, in order.
@@ -224,7 +242,7 @@ func (t *Table) Sort() {
 
 // CompareKeys orders keys by address, protocol and port.
 func CompareKeys(a, b Key) int {
-	return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
+	return cmp.Or(a.Addr.Compare(b.Addr), a.Addr2.Compare(b.Addr2), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
 }
 
 func boolInt(b bool) int {

@@ -297,11 +297,13 @@ func (b *batch) kernelSet(s *Set) (*nftables.Set, error) {
 func keyBytes(k KeyType, key Key) []byte {
 	var out []byte
 	pad := len(k) > 1
+	addrs := 0
 	for _, f := range k {
 		var part []byte
 		switch f {
 		case Saddr, Daddr:
-			part = key.Addr.AsSlice()
+			part = key.addr(addrs).AsSlice()
+			addrs++
 		case L4Proto:
 			part = []byte{byte(key.Proto)}
 		case Dport:
@@ -324,8 +326,10 @@ func (b *batch) elements(s *Set, els []Element, withVerdict bool) ([]nftables.Se
 	}
 	out := make([]nftables.SetElement, len(els))
 	for i, e := range els {
-		if e.Key.Addr.IsValid() && ipfamily.Of(e.Key.Addr) != b.f {
-			return nil, fmt.Errorf("set %s: %s is not %s", s.Name, e.Key.Addr, b.f)
+		for _, a := range []netip.Addr{e.Key.Addr, e.Key.Addr2} {
+			if a.IsValid() && ipfamily.Of(a) != b.f {
+				return nil, fmt.Errorf("set %s: %s is not %s", s.Name, a, b.f)
+			}
 		}
 		out[i].Key = keyBytes(s.Key, e.Key)
 		if s.Map && withVerdict {

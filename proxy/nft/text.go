@@ -76,10 +76,12 @@ func typeText(f ipfamily.Family, k KeyType) string {
 // KeyText spells an element key of type k.
 func KeyText(k KeyType, key Key) string {
 	s := make([]string, len(k))
+	addrs := 0
 	for i, fl := range k {
 		switch fl {
 		case Saddr, Daddr:
-			s[i] = key.Addr.String()
+			s[i] = key.addr(addrs).String()
+			addrs++
 		case L4Proto:
 			s[i] = key.Proto.String()
 		case Dport:

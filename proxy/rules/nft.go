@@ -38,6 +38,11 @@ const (
 	NFTMapNoEndpointsNP    = "no-endpoint-nodeports" // proto . port: reject or drop
 	NFTSetFirewallIPs      = "firewall-ips"          // LB IP . proto . port behind source ranges
 	NFTSetHealthCheckPorts = "health-check-nodeports"
+	// NFTSetHairpin holds endpoint . endpoint for the endpoints DNATed
+	// straight from a Service chain: a connection an endpoint opens to
+	// its own Service and that comes back to it is masqueraded, which an
+	// endpoint chain's source check does in the iptables mode.
+	NFTSetHairpin = "hairpin-endpoints"
 
 	// Per-service and per-endpoint chains (and affinity sets) are named
 	// prefix + hash16 (the iptables mode's hash) + a readable part.
@@ -286,6 +291,7 @@ func (r *nftRenderer) static() {
 	r.set(&nft.Set{Name: NFTMapNoEndpointsNP, Key: keyProtoPort, Map: true})
 	r.set(&nft.Set{Name: NFTSetFirewallIPs, Key: keyAddrProtoPort})
 	r.set(&nft.Set{Name: NFTSetHealthCheckPorts, Key: nft.KeyType{nft.Dport}})
+	r.set(&nft.Set{Name: NFTSetHairpin, Key: nft.KeyType{nft.Saddr, nft.Daddr}})
 
 	r.chain(NFTChainReject, nil).Rules = []nft.Rule{rule("herald services without endpoints", nft.Counter{}, nft.Reject{})}
 	r.chain(NFTChainEndpointCheck, nil).Rules = []nft.Rule{
@@ -312,6 +318,7 @@ func (r *nftRenderer) static() {
 	// Unmarked packets leave untouched; marked ones lose the mark and are
 	// masqueraded.
 	r.chain(NFTChainMasquerading, nil).Rules = []nft.Rule{
+		rule("hairpin: an endpoint reaching itself through its Service", nft.MatchSet{Key: nft.KeyType{nft.Saddr, nft.Daddr}, Set: NFTSetHairpin}, nft.MarkOr{Bit: n.markBit}),
 		rule("", nft.MatchMark{Bit: n.markBit, Not: true}, nft.Verdict{Kind: nft.Return}),
 		rule("", nft.MarkXor{Bit: n.markBit}),
 		rule("herald service traffic requiring SNAT", nft.Masquerade{FullyRandom: n.random}),
@@ -444,6 +451,12 @@ func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
 		r.add(NFTSetHealthCheckPorts, nft.Key{Port: uint16(s.hcnp)}, nft.Verdict{})
 	}
 
+	if s.affinity == 0 {
+		for _, e := range reachable {
+			a := e.addr.Addr()
+			r.add(NFTSetHairpin, nft.Key{Addr: a, Addr2: a}, nft.Verdict{})
+		}
+	}
 	if r.reuse(s.id) {
 		return
 	}
@@ -554,6 +567,8 @@ func (r *nftRenderer) endpointRules(c *nft.Chain, s *svcPort, eps []epInfo, sep,
 		}
 	}
 	if s.affinity == 0 {
+		// No endpoint chains: each rule DNATs (fewer chains make every
+		// transaction cheaper for the kernel); hairpin goes by the set.
 		proto := nft.MatchProto{Proto: nftProto(s.proto)}
 		for i, e := range eps {
 			if i < len(eps)-1 {

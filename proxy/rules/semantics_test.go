@@ -52,7 +52,7 @@ func TestEvenSpreadOverManyEndpoints(t *testing.T) {
 		// nftables: the same cascade, rule i drawing 1 in n-i.
 		text := []byte(renderNFT(l, []rules.Service{svc}, epMap(svc, list...)).Table.Text())
 		for i := range n - 1 {
-			mustContain(t, text, fmt.Sprintf("numgen random mod %d 0 goto sep-", n-i))
+			mustContain(t, text, fmt.Sprintf("numgen random mod %d 0 meta l4proto tcp dnat ip to ", n-i))
 		}
 		mustNotContain(t, text, "numgen random mod 1 ")
 		rs := render(l, []rules.Service{svc}, epMap(svc, list...))

@@ -322,12 +322,15 @@ func (n *NFT) verdict(c *nft.Chain, idx int, r nft.Rule, v nft.Verdict, p packet
 // lookup finds the packet's key in s.
 func (n *NFT) lookup(s *nft.Set, key nft.KeyType, p packet) (nft.Element, bool) {
 	var k nft.Key
+	addrs := 0
 	for _, f := range key {
 		switch f {
 		case nft.Saddr:
-			k.Addr = p.src
+			k.SetAddr(addrs, p.src)
+			addrs++
 		case nft.Daddr:
-			k.Addr = p.dst
+			k.SetAddr(addrs, p.dst)
+			addrs++
 		case nft.L4Proto:
 			switch p.proto {
 			case "tcp":
