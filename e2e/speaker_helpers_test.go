@@ -62,6 +62,21 @@ func (s l2) readySpeakers(timeout time.Duration) map[string]v1.Pod {
 		}
 		return ready == len(s.Layout.Nodes) && len(pods) == len(s.Layout.Nodes), strings.Join(states, "; ")
 	})
+	// A speaker an earlier test got counted out (isolated, or declared
+	// dead under load) is recovering for --recovery-hold and takes its
+	// addresses back when the hold ends: wait for the end, so that a
+	// test's own addresses do not move under it for that reason.
+	s.Poll(timeout, "no speaker recovering or isolated", func() (bool, string) {
+		var states []string
+		ok := true
+		for _, n := range s.Layout.Nodes {
+			rec, err1 := s.speakerMetric(n.Name, "herald_speaker_recovering")
+			iso, err2 := s.speakerMetric(n.Name, "herald_speaker_isolated")
+			states = append(states, fmt.Sprintf("%s: recovering=%v isolated=%v (%v %v)", n.Name, rec, iso, err1, err2))
+			ok = ok && err1 == nil && err2 == nil && rec == 0 && iso == 0
+		}
+		return ok, strings.Join(states, "; ")
+	})
 	return pods
 }
 
