@@ -1,9 +1,7 @@
 package rules
 
 import (
-	"cmp"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -133,32 +131,7 @@ func RenderNFTWith(f Family, services []Service, endpoints map[ServicePortName][
 	}
 	r.static()
 
-	order := make([]int, len(services))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		x, y := &services[a], &services[b]
-		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name), cmp.Compare(x.PortName, y.PortName))
-	})
-	seen := make(map[ServicePortName]bool, len(services))
-	for _, i := range order {
-		in := &services[i]
-		id := in.ID()
-		if seen[id] {
-			rs.Problems = append(rs.Problems, Problem{Service: id, Field: "port.name", Message: "duplicate service port; the first one wins", Skipped: true})
-			continue
-		}
-		seen[id] = true
-		s, ok, probs := normalize(f, in)
-		rs.Problems = append(rs.Problems, probs...)
-		if !ok {
-			continue
-		}
-		eps, probs := normalizeEndpoints(f, &s, np.name, endpoints[id])
-		rs.Problems = append(rs.Problems, probs...)
-		r.service(&s, eps)
-	}
+	rs.Problems = eachServicePort(f, services, endpoints, np.name, rs.Problems, r.service)
 	r.finish()
 	t.Sort()
 	for _, c := range t.Chains {

@@ -114,6 +114,18 @@ func RenderWith(f Family, services []Service, endpoints map[ServicePortName][]En
 
 	r.static()
 
+	rs.Problems = eachServicePort(f, services, endpoints, np.name, rs.Problems, r.service)
+
+	r.finish()
+	return rs
+}
+
+// eachServicePort normalizes every Service port for the family, in a
+// fixed order (namespace, name, port name; the first of duplicates
+// wins), and calls fn with each usable one and its endpoints. Problems
+// are appended to probs, which it returns. Both renderers walk the
+// input with it, so they see the same ports and report alike.
+func eachServicePort(f Family, services []Service, endpoints map[ServicePortName][]Endpoint, node string, probs []Problem, fn func(*svcPort, []epInfo)) []Problem {
 	order := make([]int, len(services))
 	for i := range order {
 		order[i] = i
@@ -127,22 +139,20 @@ func RenderWith(f Family, services []Service, endpoints map[ServicePortName][]En
 		in := &services[i]
 		id := in.ID()
 		if seen[id] {
-			rs.Problems = append(rs.Problems, Problem{Service: id, Field: "port.name", Message: "duplicate service port; the first one wins", Skipped: true})
+			probs = append(probs, Problem{Service: id, Field: "port.name", Message: "duplicate service port; the first one wins", Skipped: true})
 			continue
 		}
 		seen[id] = true
-		s, ok, probs := normalize(f, in)
-		rs.Problems = append(rs.Problems, probs...)
+		s, ok, p := normalize(f, in)
+		probs = append(probs, p...)
 		if !ok {
 			continue
 		}
-		eps, probs := normalizeEndpoints(f, &s, np.name, endpoints[id])
-		rs.Problems = append(rs.Problems, probs...)
-		r.service(&s, eps)
+		eps, p := normalizeEndpoints(f, &s, node, endpoints[id])
+		probs = append(probs, p...)
+		fn(&s, eps)
 	}
-
-	r.finish()
-	return rs
+	return probs
 }
 
 // lines accumulates restore lines; with discard set it only counts them,
