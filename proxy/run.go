@@ -367,6 +367,7 @@ func runCleanup(ctx context.Context, backend iptables.Mode, log *slog.Logger) er
 // cleanupNFT deletes herald's nftables table of both families.
 func cleanupNFT() error {
 	k := &nft.Kernel{}
+	defer k.Close()
 	return errors.Join(k.Delete(rules.IPv4), k.Delete(rules.IPv6))
 }
 
