@@ -406,7 +406,7 @@ func proxySuite(t *testing.T, h *harness.T, mode string) {
 		t.Logf("TIMING node3's rules rewritten %s after a change found the canary gone", time.Since(changed).Round(time.Millisecond))
 	})
 
-	t.Run("nft list table ip herald: the dispatch map, the numgen cascade and the hairpin set", func(t *testing.T) {
+	t.Run("nft list table ip herald: the dispatch map, the endpoints map and the hairpin set", func(t *testing.T) {
 		if !nftMode {
 			t.Skip("the iptables mode")
 		}
@@ -428,11 +428,22 @@ func proxySuite(t *testing.T, h *harness.T, mode string) {
 			t.Fatal(err)
 		}
 		t.Logf("[node1]$ nft list chain ip herald %s\n%s", m[1], chain)
-		// Three endpoints: two numgen draws (1 in 3, then 1 in 2) and a
-		// last rule, as iptables' statistic cascade; without affinity each
-		// rule DNATs itself, and hairpin goes by the hairpin set.
-		if !regexp.MustCompile(`numgen random mod 3 0 (meta l4proto tcp |tcp )?dnat (ip )?to \S+:8080 .*\n\s*numgen random mod 2 0 (meta l4proto tcp |tcp )?dnat (ip )?to \S+:8080 .*\n\s*(meta l4proto tcp |tcp )?dnat (ip )?to \S+:8080`).MatchString(chain) {
-			t.Fatalf("%s does not pick among 3 endpoints with the numgen cascade", m[1])
+		// Three endpoints: one rule draws a slot of the chain's block in
+		// an endpoints map, whose three elements are the endpoints.
+		pick := regexp.MustCompile(`dnat (ip )?to numgen random mod 3 (offset (\d+) )?map @(endpoints-tcp-\d+)`).FindStringSubmatch(chain)
+		if pick == nil {
+			t.Fatalf("%s does not pick among 3 endpoints through an endpoints map", m[1])
+		}
+		epm, err := h.Exec("node1", "nft", "list", "map", "ip", "herald", pick[4])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("[node1]$ nft list map ip herald %s\n%s", pick[4], epm)
+		off, _ := strconv.Atoi(pick[3])
+		for slot := off; slot < off+3; slot++ {
+			if !regexp.MustCompile(`\b` + strconv.Itoa(slot) + ` : \S+ \. 8080\b`).MatchString(epm) {
+				t.Errorf("%s has no endpoint in slot %d", pick[4], slot)
+			}
 		}
 		hp, err := h.Exec("node1", "nft", "list", "chain", "ip", "herald", "masquerading")
 		if err != nil || !strings.Contains(hp, "ip saddr . ip daddr @hairpin-endpoints") {

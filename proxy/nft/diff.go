@@ -120,7 +120,7 @@ func DiffWith(prev, want *Table, mode Mode, unchanged func(chain string) bool) C
 				c.AddElements[s.Name] = slices.Clone(s.Elements)
 			}
 		default:
-			del, add := diffElements(old.Elements, s.Elements, s.Map)
+			del, add := diffElements(old.Elements, s.Elements, s.Map || s.Endpoints)
 			if len(del) > 0 {
 				c.DelElements[s.Name] = del
 			}
@@ -162,7 +162,7 @@ func DiffWith(prev, want *Table, mode Mode, unchanged func(chain string) bool) C
 }
 
 func sameSetType(a, b *Set) bool {
-	return slices.Equal(a.Key, b.Key) && a.Map == b.Map && a.Timeout == b.Timeout && a.Dynamic == b.Dynamic
+	return slices.Equal(a.Key, b.Key) && a.Map == b.Map && a.Endpoints == b.Endpoints && a.Proto == b.Proto && a.Timeout == b.Timeout && a.Dynamic == b.Dynamic
 }
 
 func sameBase(a, b *Base) bool {
@@ -187,7 +187,7 @@ func sameRules(a, b *Chain, t *Table) bool {
 }
 
 // diffElements returns the elements to delete and to add; both lists
-// are sorted by key. A map element whose verdict changed is in both.
+// are sorted by key. A map element whose value changed is in both.
 func diffElements(old, cur []Element, isMap bool) (del, add []Element) {
 	i, j := 0, 0
 	for i < len(old) || j < len(cur) {
@@ -199,7 +199,7 @@ func diffElements(old, cur []Element, isMap bool) (del, add []Element) {
 			add = append(add, cur[j])
 			j++
 		default:
-			if isMap && old[i].Verdict != cur[j].Verdict {
+			if isMap && (old[i].Verdict != cur[j].Verdict || old[i].To != cur[j].To) {
 				del = append(del, old[i])
 				add = append(add, cur[j])
 			}

@@ -81,6 +81,8 @@ const (
 	Daddr
 	L4Proto
 	Dport
+	// Slot is the number a DNATMap draws: the endpoints map's key.
+	Slot
 )
 
 // Proto is a layer-4 protocol.
@@ -112,6 +114,7 @@ type Key struct {
 	Addr, Addr2 netip.Addr
 	Proto       Proto
 	Port        uint16
+	Slot        uint32
 }
 
 // addr returns the key's address for the i-th address field of a type.
@@ -168,17 +171,22 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("verdict(%d)", int(v.Kind))
 }
 
-// Element is a set element, with its verdict in a map.
+// Element is a set element, with its verdict in a verdict map or its
+// address and port in an endpoints map.
 type Element struct {
 	Key     Key
 	Verdict Verdict
+	To      netip.AddrPort
 }
 
-// Set is a named set or, with Map, a verdict map.
+// Set is a named set or, with Map, a verdict map, or with Endpoints a
+// map from Slot to address . port (DNATMap's) for protocol Proto.
 type Set struct {
-	Name string
-	Key  KeyType
-	Map  bool
+	Name      string
+	Key       KeyType
+	Map       bool
+	Endpoints bool
+	Proto     Proto
 	// Timeout and Dynamic make a set the packet path adds to (session
 	// affinity): elements expire Timeout after their last update.
 	Timeout time.Duration
@@ -240,9 +248,9 @@ func (t *Table) Sort() {
 	t.index()
 }
 
-// CompareKeys orders keys by address, protocol and port.
+// CompareKeys orders keys by address, protocol, port and slot.
 func CompareKeys(a, b Key) int {
-	return cmp.Or(a.Addr.Compare(b.Addr), a.Addr2.Compare(b.Addr2), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port))
+	return cmp.Or(a.Addr.Compare(b.Addr), a.Addr2.Compare(b.Addr2), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Slot, b.Slot))
 }
 
 func boolInt(b bool) int {

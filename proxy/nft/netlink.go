@@ -297,6 +297,8 @@ func (b *batch) keyType(k KeyType) (nftables.SetDatatype, bool, error) {
 			types = append(types, nftables.TypeInetProto)
 		case Dport:
 			types = append(types, nftables.TypeInetService)
+		case Slot:
+			types = append(types, nftables.TypeInteger)
 		default:
 			return nftables.SetDatatype{}, false, fmt.Errorf("unknown key field %d", f)
 		}
@@ -314,8 +316,18 @@ func (b *batch) kernelSet(s *Set) (*nftables.Set, error) {
 		return nil, fmt.Errorf("set %s: %w", s.Name, err)
 	}
 	ks := &nftables.Set{Table: b.t, Name: s.Name, KeyType: kt, Concatenation: concat}
-	if s.Map {
+	switch {
+	case s.Map:
 		ks.IsMap, ks.DataType = true, nftables.TypeVerdict
+	case s.Endpoints:
+		dt, err := nftables.ConcatSetType(b.addrType(), nftables.TypeInetService)
+		if err != nil {
+			return nil, fmt.Errorf("set %s: %w", s.Name, err)
+		}
+		ks.IsMap, ks.DataType = true, dt
+		// The slots are numgen's host-order numbers; told so, nft lists
+		// them as numbers.
+		ks.KeyByteOrder = binaryutil.NativeEndian
 	}
 	if s.Timeout > 0 {
 		ks.HasTimeout, ks.Timeout = true, s.Timeout
@@ -340,6 +352,9 @@ func keyBytes(k KeyType, key Key) []byte {
 			part = []byte{byte(key.Proto)}
 		case Dport:
 			part = binaryutil.BigEndian.PutUint16(key.Port)
+		case Slot:
+			// numgen writes its number in host order.
+			part = native32(key.Slot)
 		}
 		out = append(out, part...)
 		if pad {
@@ -364,12 +379,21 @@ func (b *batch) elements(s *Set, els []Element, withVerdict bool) ([]nftables.Se
 			}
 		}
 		out[i].Key = keyBytes(s.Key, e.Key)
-		if s.Map && withVerdict {
+		switch {
+		case !withVerdict:
+		case s.Map:
 			v, err := verdict(e.Verdict)
 			if err != nil {
 				return nil, err
 			}
 			out[i].VerdictData = v
+		case s.Endpoints:
+			a := e.To.Addr()
+			if !a.IsValid() || ipfamily.Of(a) != b.f {
+				return nil, fmt.Errorf("set %s: endpoint %s is not %s", s.Name, e.To, b.f)
+			}
+			// address . port, the port padded to a register.
+			out[i].Val = append(append(a.AsSlice(), binaryutil.BigEndian.PutUint16(e.To.Port())...), 0, 0)
 		}
 	}
 	return out, nil
@@ -543,6 +567,21 @@ func (b *batch) rule(r Rule) ([]expr.Any, error) {
 			}
 			out = append(out, b.load(x.Key)...)
 			out = append(out, &expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: 0, SetName: s.Name, SetID: s.ID})
+		case DNATMap:
+			s := b.sets[x.Map]
+			if s == nil || !s.IsMap {
+				return nil, fmt.Errorf("dnat through unknown map %s", x.Map)
+			}
+			// The value lands from NFT_REG32_00: the address in its first
+			// 4 or 16 bytes, the port in the 32-bit register after.
+			port := uint32(reg32_0 + 1)
+			fam := uint32(unix.NFPROTO_IPV4)
+			if b.f == ipfamily.IPv6 {
+				port, fam = reg32_0+4, unix.NFPROTO_IPV6
+			}
+			out = append(out, &expr.Numgen{Register: reg1, Modulus: x.Mod, Type: unix.NFT_NG_RANDOM, Offset: x.Offset},
+				&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: port, Specified: true})
 		case NumgenMatch:
 			out = append(out, &expr.Numgen{Register: reg1, Modulus: x.Mod, Type: unix.NFT_NG_RANDOM},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)})

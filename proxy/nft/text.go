@@ -68,6 +68,8 @@ func typeText(f ipfamily.Family, k KeyType) string {
 			s[i] = "inet_proto"
 		case Dport:
 			s[i] = "inet_service"
+		case Slot:
+			s[i] = "integer"
 		}
 	}
 	return strings.Join(s, " . ")
@@ -86,6 +88,8 @@ func KeyText(k KeyType, key Key) string {
 			s[i] = key.Proto.String()
 		case Dport:
 			s[i] = strconv.Itoa(int(key.Port))
+		case Slot:
+			s[i] = strconv.FormatUint(uint64(key.Slot), 10)
 		}
 	}
 	return strings.Join(s, " . ")
@@ -94,17 +98,14 @@ func KeyText(k KeyType, key Key) string {
 func (s *Set) text(f ipfamily.Family) string {
 	var b strings.Builder
 	kind, typ, props := s.declaration(f)
-	fmt.Fprintf(&b, "\t%s %s {\n\t\ttype %s\n", kind, s.Name, typ)
+	fmt.Fprintf(&b, "\t%s %s {\n\t\t%s\n", kind, s.Name, typ)
 	for _, p := range props {
 		fmt.Fprintf(&b, "\t\t%s\n", p)
 	}
 	if len(s.Elements) > 0 {
 		els := make([]string, len(s.Elements))
 		for i, e := range s.Elements {
-			els[i] = KeyText(s.Key, e.Key)
-			if s.Map {
-				els[i] += " : " + e.Verdict.String()
-			}
+			els[i] = s.elementText(e)
 		}
 		fmt.Fprintf(&b, "\t\telements = { %s }\n", strings.Join(els, ",\n\t\t\t     "))
 	}
@@ -164,10 +165,7 @@ func ChangesText(want *Table, ch Changes) string {
 		s := want.Set(name)
 		parts := make([]string, len(els))
 		for i, e := range els {
-			parts[i] = KeyText(s.Key, e.Key)
-			if s.Map {
-				parts[i] += " : " + e.Verdict.String()
-			}
+			parts[i] = s.elementText(e)
 		}
 		fmt.Fprintf(&b, "add element %s %s { %s }\n", tbl, name, strings.Join(parts, ", "))
 	}
@@ -194,19 +192,27 @@ func baseText(c *Chain) string {
 // after "add ": "set ip herald NAME { type ...; flags ...; timeout ...; }".
 func (s *Set) headerText(f ipfamily.Family) string {
 	kind, typ, props := s.declaration(f)
-	out := fmt.Sprintf("%s %s %s %s { type %s;", kind, FamilyKeyword(f), TableName, s.Name, typ)
+	out := fmt.Sprintf("%s %s %s %s { %s;", kind, FamilyKeyword(f), TableName, s.Name, typ)
 	for _, p := range props {
 		out += " " + p + ";"
 	}
 	return out + " }"
 }
 
-// declaration is a set's kind (set or map), type and the properties
-// after the type (flags, timeout), in nft's spelling.
+// declaration is a set's kind (set or map), type ("type ..." or
+// "typeof ...") and the properties after the type (flags, timeout), in
+// nft's spelling.
 func (s *Set) declaration(f ipfamily.Family) (kind, typ string, props []string) {
-	kind, typ = "set", typeText(f, s.Key)
-	if s.Map {
+	kind, typ = "set", "type "+typeText(f, s.Key)
+	switch {
+	case s.Map:
 		kind, typ = "map", typ+" : verdict"
+	case s.Endpoints:
+		// nft checks a map's key against the expression looking it up,
+		// and numgen's result is an integer of no named type. The port
+		// is the protocol's: nft 1.0.6 refuses "th dport" with a DNAT
+		// after "meta l4proto tcp" once the map is in the kernel.
+		kind, typ = "map", "typeof numgen random mod 1 : "+addrKeyword(f)+" daddr . "+s.Proto.String()+" dport"
 	}
 	var flags []string
 	if s.Dynamic {
@@ -222,4 +228,15 @@ func (s *Set) declaration(f ipfamily.Family) (kind, typ string, props []string) 
 		props = append(props, fmt.Sprintf("timeout %ds", int(s.Timeout.Seconds())))
 	}
 	return kind, typ, props
+}
+
+// elementText spells an element of s: its key, and its value in a map.
+func (s *Set) elementText(e Element) string {
+	switch {
+	case s.Map:
+		return KeyText(s.Key, e.Key) + " : " + e.Verdict.String()
+	case s.Endpoints:
+		return KeyText(s.Key, e.Key) + " : " + e.To.Addr().String() + " . " + strconv.Itoa(int(e.To.Port()))
+	}
+	return KeyText(s.Key, e.Key)
 }

@@ -49,12 +49,13 @@ func TestEvenSpreadOverManyEndpoints(t *testing.T) {
 				check(t, trace(t, tr, l.flow(fromPod, toClusterIP)), want{verdict: tracer.Accept, endpoints: all})
 			})
 		}
-		// nftables: the same cascade, rule i drawing 1 in n-i.
-		text := []byte(renderNFT(l, []rules.Service{svc}, epMap(svc, list...)).Table.Text())
-		for i := range n - 1 {
-			mustContain(t, text, fmt.Sprintf("numgen random mod %d 0 meta l4proto tcp dnat ip to ", n-i))
+		// nftables: one rule draws among the n slots of the chain's block.
+		nrs := renderNFT(l, []rules.Service{svc}, epMap(svc, list...))
+		text := []byte(nrs.Table.Text())
+		mustContain(t, text, fmt.Sprintf("meta l4proto tcp dnat ip to numgen random mod %d map @endpoints-tcp-0", n))
+		if got := len(nrs.Table.Set(rules.NFTEndpointsMap(nft.TCP, 0)).Elements); got != n {
+			t.Errorf("%d endpoints: %d elements in the endpoints map", n, got)
 		}
-		mustNotContain(t, text, "numgen random mod 1 ")
 		rs := render(l, []rules.Service{svc}, epMap(svc, list...))
 		// kube-proxy's spelling: 1/(n-i) with ten decimals, none on the last.
 		for i := range n - 1 {
@@ -425,7 +426,7 @@ func TestIPv6Spelling(t *testing.T) {
 	mustNotContain(t, rs.Filter, "icmp-port-unreachable")
 
 	text := []byte(renderNFT(l, []rules.Service{svc}, epMap(svc, ready(l.epLocal, nodeA))).Table.Text())
-	mustContain(t, text, "dnat ip6 to [fd00:10:244:1::20]:8080", "ip6 daddr != ::1 ", "ip6 saddr != fd00:10:244::/48 jump mark-for-masquerade")
+	mustContain(t, text, "dnat ip6 to numgen random mod 1 map @endpoints-tcp-0", "0 : fd00:10:244:1::20 . 8080", "ip6 daddr != ::1 ", "ip6 saddr != fd00:10:244::/48 jump mark-for-masquerade")
 	mustNotContain(t, text, "ip daddr", "ip saddr")
 	text = []byte(renderNFT(l, []rules.Service{svc}, nil).Table.Text())
 	mustContain(t, text, "reject with icmpv6 port-unreachable")

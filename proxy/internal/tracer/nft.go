@@ -256,6 +256,30 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 			p.dst, p.dport, p.dnat = x.To.Addr(), x.To.Port(), true
 			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s", c.Name, idx+1, r.Text(n.t.Family)))
 			return []nftBranch{{p, nftNAT}}, nil
+		case nft.DNATMap:
+			m := n.t.Set(x.Map)
+			if m == nil || !m.Endpoints {
+				return nil, fmt.Errorf("%s rule %d: dnat through missing endpoints map %q", c.Name, idx+1, x.Map)
+			}
+			if x.Mod == 0 {
+				return nil, fmt.Errorf("%s rule %d: numgen mod 0", c.Name, idx+1)
+			}
+			// Each number is drawn with probability 1/Mod; a number
+			// without an element leaves the rule unmatched.
+			var outs []nftBranch
+			for slot := x.Offset; slot < x.Offset+x.Mod; slot++ {
+				q := p.clone()
+				q.prob /= float64(x.Mod)
+				el, ok := n.element(m, nft.Key{Slot: slot})
+				if !ok {
+					outs = append(outs, nftBranch{q, nftNext})
+					continue
+				}
+				q.dst, q.dport, q.dnat = el.To.Addr(), el.To.Port(), true
+				q.trail = append(q.trail, fmt.Sprintf("%s#%d %s -> %s", c.Name, idx+1, r.Text(n.t.Family), el.To))
+				outs = append(outs, nftBranch{q, nftNAT})
+			}
+			return outs, nil
 		case nft.Masquerade:
 			p.masq = true
 			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s", c.Name, idx+1, r.Text(n.t.Family)))
@@ -344,6 +368,11 @@ func (n *NFT) lookup(s *nft.Set, key nft.KeyType, p packet) (nft.Element, bool) 
 			k.Port = p.dport
 		}
 	}
+	return n.element(s, k)
+}
+
+// element finds the element with key k.
+func (n *NFT) element(s *nft.Set, k nft.Key) (nft.Element, bool) {
 	for _, e := range s.Elements {
 		if e.Key == k {
 			return e, true
