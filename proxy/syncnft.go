@@ -27,19 +27,26 @@ func (s *Syncer) syncFamilyNFT(f *famState, fr *FamilyResult, snap Snapshot, nod
 			mode = nft.Recreate
 		}
 	}
-	// Only the changed Services' chains are compared; the others' are the
-	// same as last time, as in the iptables mode's partial render.
-	touched := map[string]bool{}
-	for id, chains := range rs.ServiceChains {
-		if snap.Changed[id.Key()] {
-			for _, c := range chains {
-				touched[c] = true
+	var ch nft.Changes
+	if rs.Delta != nil && mode == nft.Partial {
+		// The render patched the last one and knows what it changed.
+		ch = *rs.Delta
+	} else {
+		// Only the changed Services' chains are compared; the others'
+		// are the same as last time, as in the iptables mode's partial
+		// render.
+		touched := map[string]bool{}
+		for id, chains := range rs.ServiceChains {
+			if snap.Changed[id.Key()] {
+				for _, c := range chains {
+					touched[c] = true
+				}
 			}
 		}
+		ch = nft.DiffWith(f.nftLast, rs.Table, mode, func(c string) bool {
+			return rules.IsNFTServiceChain(c) && !touched[c]
+		})
 	}
-	ch := nft.DiffWith(f.nftLast, rs.Table, mode, func(c string) bool {
-		return rules.IsNFTServiceChain(c) && !touched[c]
-	})
 	fr.Stats.NATRules = ch.Rules()
 	added, deleted := ch.Elements()
 	fr.Bytes = added + deleted // elements written, the nft mode's measure of work besides rules

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -73,6 +74,16 @@ type Tracker struct {
 	endpoints map[rules.ServiceKey]map[rules.ServicePortName][]rules.Endpoint
 	changed   map[rules.ServiceKey]bool
 
+	// The last snapshot's Services and endpoints, shared with it and so
+	// never written: the next one is built from them, a copy patched
+	// with what changed, since flattening 10,000 Services anew took
+	// 5 ms of a one-endpoint sync. flatSvcs is nil when a Service
+	// changed; epsDirty names the Services whose endpoints changed, with
+	// their ports in flatEps then.
+	flatSvcs []rules.Service
+	flatEps  map[rules.ServicePortName][]rules.Endpoint
+	epsDirty map[rules.ServiceKey][]rules.ServicePortName
+
 	node        NodeInfo
 	nodeChanged bool
 
@@ -93,6 +104,7 @@ func NewTracker(nodeName string, onChange func()) *Tracker {
 		slices:    map[rules.ServiceKey]map[string]*discoveryv1.EndpointSlice{},
 		endpoints: map[rules.ServiceKey]map[rules.ServicePortName][]rules.Endpoint{},
 		changed:   map[rules.ServiceKey]bool{},
+		epsDirty:  map[rules.ServiceKey][]rules.ServicePortName{},
 		onChange:  onChange,
 	}
 }
@@ -115,6 +127,7 @@ func (t *Tracker) UpdateService(svc *corev1.Service) []error {
 		t.services[key] = ports
 	}
 	t.changed[key] = true
+	t.flatSvcs = nil
 	t.mu.Unlock()
 	t.onChange()
 	return problems
@@ -130,6 +143,7 @@ func (t *Tracker) DeleteService(namespace, name string) {
 	}
 	delete(t.services, key)
 	t.changed[key] = true
+	t.flatSvcs = nil
 	t.mu.Unlock()
 	t.onChange()
 }
@@ -206,6 +220,13 @@ func (t *Tracker) recomputeLocked(key rules.ServiceKey) bool {
 	if len(old) == 0 && len(eps) == 0 || reflect.DeepEqual(old, eps) {
 		return false
 	}
+	if _, dirty := t.epsDirty[key]; !dirty {
+		ports := make([]rules.ServicePortName, 0, len(old))
+		for port := range old {
+			ports = append(ports, port)
+		}
+		t.epsDirty[key] = ports
+	}
 	if len(eps) == 0 {
 		delete(t.endpoints, key)
 	} else {
@@ -266,28 +287,43 @@ type Snapshot struct {
 	NodeChanged bool
 }
 
-// Snapshot returns the current model and resets the change set.
+// Snapshot returns the current model and resets the change set. Its
+// Services and Endpoints are shared with later snapshots: read only.
 func (t *Tracker) Snapshot() Snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.flatSvcs == nil {
+		n := 0
+		for _, ports := range t.services {
+			n += len(ports)
+		}
+		t.flatSvcs = make([]rules.Service, 0, n)
+		for _, ports := range t.services {
+			t.flatSvcs = append(t.flatSvcs, ports...)
+		}
+	}
+	if t.flatEps == nil {
+		t.flatEps = make(map[rules.ServicePortName][]rules.Endpoint, len(t.endpoints))
+		for _, eps := range t.endpoints {
+			maps.Copy(t.flatEps, eps)
+		}
+	} else if len(t.epsDirty) > 0 {
+		m := maps.Clone(t.flatEps)
+		for key, ports := range t.epsDirty {
+			for _, port := range ports {
+				delete(m, port)
+			}
+			maps.Copy(m, t.endpoints[key])
+		}
+		t.flatEps = m
+	}
+	clear(t.epsDirty)
 	s := Snapshot{
 		Changed:     t.changed,
 		Node:        t.node,
 		NodeChanged: t.nodeChanged,
-		Endpoints:   make(map[rules.ServicePortName][]rules.Endpoint, len(t.endpoints)),
-	}
-	n := 0
-	for _, ports := range t.services {
-		n += len(ports)
-	}
-	s.Services = make([]rules.Service, 0, n)
-	for _, ports := range t.services {
-		s.Services = append(s.Services, ports...)
-	}
-	for _, eps := range t.endpoints {
-		for port, list := range eps {
-			s.Endpoints[port] = list
-		}
+		Services:    t.flatSvcs,
+		Endpoints:   t.flatEps,
 	}
 	t.changed = map[rules.ServiceKey]bool{}
 	t.nodeChanged = false

@@ -3,9 +3,12 @@ package nft_test
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,24 +36,37 @@ func TestBenchNFTApply(t *testing.T) {
 	for _, n := range []int{1000, 10000} {
 		svcs, eps := plainServices(n, 10)
 		first := rules.RenderNFT(rules.IPv4, svcs, eps, node())
-		id := svcs[n/2].ID()
-		eps2 := map[rules.ServicePortName][]rules.Endpoint{}
-		for k, v := range eps {
-			eps2[k] = v
-		}
-		eps2[id] = eps2[id][1:]
-		changed := map[rules.ServiceKey]bool{id.Key(): true}
-		renderStart := time.Now()
-		second := rules.RenderNFTWith(rules.IPv4, svcs, eps2, node(), rules.NFTOptions{Prev: &first, Changed: changed})
-		touched := map[string]bool{}
-		for _, c := range second.ServiceChains[id] {
-			touched[c] = true
-		}
-		partial := nft.DiffWith(first.Table, second.Table, nft.Partial, func(c string) bool {
-			return rules.IsNFTServiceChain(c) && !touched[c]
-		})
-		compute := time.Since(renderStart)
 		full := nft.Diff(nil, first.Table, nft.Recreate)
+		id := svcs[n/2].ID()
+		changed := map[rules.ServiceKey]bool{id.Key(): true}
+		// Two one-endpoint changes: the first endpoint moves to another
+		// pod (map elements only), then one endpoint goes (the Service
+		// chain's rule changes too, and the kernel validates the table).
+		moved := maps.Clone(eps)
+		moved[id] = slices.Clone(eps[id])
+		moved[id][0].IP = netip.MustParseAddr("10.250.0.1")
+		fewer := maps.Clone(moved)
+		fewer[id] = moved[id][1:]
+		type change struct {
+			what    string
+			rs      rules.NFTRuleset
+			ch      nft.Changes
+			compute time.Duration
+		}
+		var changes []change
+		prev := first
+		for _, c := range []struct {
+			what string
+			eps  map[rules.ServicePortName][]rules.Endpoint
+		}{{"moved", moved}, {"removed", fewer}} {
+			start := time.Now()
+			rs := rules.RenderNFTWith(rules.IPv4, svcs, c.eps, node(), rules.NFTOptions{Prev: &prev, Changed: changed})
+			if rs.Delta == nil {
+				t.Fatalf("%s: the render did not patch the previous one", c.what)
+			}
+			changes = append(changes, change{c.what, rs, *rs.Delta, time.Since(start)})
+			prev = rs
+		}
 
 		// netlink
 		nsA := scratchNetNS(t)
@@ -60,12 +76,16 @@ func TestBenchNFTApply(t *testing.T) {
 			t.Fatalf("netlink, first sync of %d: %v", n, err)
 		}
 		nlFull := time.Since(start)
-		start = time.Now()
-		if err := k.Apply(ipfamily.IPv4, second.Table, partial); err != nil {
-			t.Fatalf("netlink, one endpoint: %v", err)
+		nl := make([]time.Duration, len(changes))
+		for i, c := range changes {
+			start = time.Now()
+			if err := k.Apply(ipfamily.IPv4, c.rs.Table, c.ch); err != nil {
+				t.Fatalf("netlink, %s endpoint: %v", c.what, err)
+			}
+			nl[i] = time.Since(start)
 		}
-		nlPartial := time.Since(start)
-		sameState(t, "netlink", nsA, second.Table)
+		sameState(t, "netlink", nsA, prev.Table)
+		k.Close()
 
 		// nft -f, in another namespace
 		nsB := scratchNetNS(t)
@@ -88,14 +108,20 @@ func TestBenchNFTApply(t *testing.T) {
 			return d
 		}
 		cliFull := run("first", nft.ChangesText(first.Table, full))
-		cliPartial := run("partial", nft.ChangesText(second.Table, partial))
-		sameState(t, "nft -f", nsB, second.Table)
+		cli := make([]time.Duration, len(changes))
+		for i, c := range changes {
+			cli[i] = run(c.what, nft.ChangesText(c.rs.Table, c.ch))
+		}
+		sameState(t, "nft -f", nsB, prev.Table)
 
-		added, deleted := partial.Elements()
-		t.Logf("BENCH nft apply N=%d ClusterIP Services (100 NodePorts) x 10 endpoints: first sync (%d chains, %d rules): netlink %s, nft -f %s (%.1fx); "+
-			"one endpoint (%d rules, +%d/-%d elements, render+diff %s): netlink %s, nft -f %s (%.1fx)",
-			n, len(full.Rewrite), full.Rules(), nlFull.Round(time.Millisecond), cliFull.Round(time.Millisecond), float64(cliFull)/float64(nlFull),
-			partial.Rules(), added, deleted, compute.Round(time.Microsecond), nlPartial.Round(time.Microsecond), cliPartial.Round(time.Microsecond), float64(cliPartial)/float64(nlPartial))
+		t.Logf("BENCH nft apply N=%d ClusterIP Services (100 NodePorts) x 10 endpoints: first sync (%d chains, %d rules): netlink %s, nft -f %s (%.1fx)",
+			n, len(full.Rewrite), full.Rules(), nlFull.Round(time.Millisecond), cliFull.Round(time.Millisecond), float64(cliFull)/float64(nlFull))
+		for i, c := range changes {
+			added, deleted := c.ch.Elements()
+			t.Logf("BENCH nft apply N=%d one endpoint %s (%d rules, +%d/-%d elements): render+diff %s, netlink %s (total %s), nft -f %s",
+				n, c.what, c.ch.Rules(), added, deleted, c.compute.Round(time.Microsecond), nl[i].Round(time.Microsecond),
+				(c.compute + nl[i]).Round(time.Microsecond), cli[i].Round(time.Microsecond))
+		}
 	}
 	t.Logf("BENCH reproduce: HERALD_BENCH=1 go test -count=1 -run '^TestBenchNFTApply$' -v ./proxy/nft/   # root, nft %s", nftVersion(nftBin))
 }

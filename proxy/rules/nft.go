@@ -80,6 +80,12 @@ type NFTRuleset struct {
 	// change does not touch its rule.
 	Slots    map[string]uint32
 	NextSlot uint32
+	// Delta, when not nil, is the transaction from the previous render's
+	// table to this one: a render that patched the previous one
+	// (NFTOptions, nft_patch.go) computed it, and no diff is needed.
+	Delta *nft.Changes
+
+	patch *nftPatchState
 }
 
 // nftMaxBlocks is how many blocks the 32-bit slot space holds.
@@ -148,20 +154,21 @@ func RenderNFTWith(f Family, services []Service, endpoints map[ServicePortName][
 	}
 	np, probs := normalizeNode(f, &node)
 	rs.Problems = append(rs.Problems, probs...)
-	r := &nftRenderer{f: f, node: np, rs: &rs, t: t, sets: map[string]*nft.Set{}, keys: map[string]map[nft.Key]bool{}, opts: opts}
-	if opts.Prev != nil && opts.Prev.Family == f {
-		r.next = opts.Prev.NextSlot
+	if out, ok := patchNFT(f, services, endpoints, np, rs.Problems, opts); ok {
+		return out
 	}
+	r := newNFTRenderer(f, np, &rs, opts)
 	if opts.Prev != nil && opts.Prev.Family == f && opts.Prev.Table != nil {
 		t.Chains = make([]*nft.Chain, 0, len(opts.Prev.Table.Chains))
 		t.Sets = make([]*nft.Set, 0, len(opts.Prev.Table.Sets))
 	}
 	r.static()
 
-	rs.Problems = eachServicePort(f, services, endpoints, np.name, rs.Problems, r.service)
+	rs.Problems = eachServicePort(f, services, endpoints, np.name, rs.Problems, r.recordService)
 	r.finish()
 	rs.NextSlot = r.next
 	t.Sort()
+	rs.patch = r.patchState()
 	for _, c := range t.Chains {
 		if c.Base == nil {
 			rs.Stats.NATRulesTotal += len(c.Rules)
@@ -178,9 +185,43 @@ type nftRenderer struct {
 	rs   *NFTRuleset
 	t    *nft.Table
 	sets map[string]*nft.Set
-	keys map[string]map[nft.Key]bool
+	// keys counts, per set, the Service ports that put each key there.
+	keys map[string]map[nft.Key]int32
 	opts NFTOptions
 	next uint32 // the next block to give a chain
+
+	// What each Service port contributed, for the next render to patch
+	// (nft_patch.go): cur is the port being rendered.
+	cur     *nftPortRecord
+	records map[ServiceKey][]*nftPortRecord
+	// conflicts counts map keys two Service ports wanted (the first won).
+	conflicts int
+}
+
+func newNFTRenderer(f Family, np nodeParams, rs *NFTRuleset, opts NFTOptions) *nftRenderer {
+	r := &nftRenderer{f: f, node: np, rs: rs, t: rs.Table, sets: map[string]*nft.Set{}, keys: map[string]map[nft.Key]int32{},
+		opts: opts, records: map[ServiceKey][]*nftPortRecord{}}
+	if opts.Prev != nil && opts.Prev.Family == f {
+		r.next = opts.Prev.NextSlot
+	}
+	return r
+}
+
+// recordService renders a Service port and records what it added.
+func (r *nftRenderer) recordService(s *svcPort, eps []epInfo) {
+	rec := &nftPortRecord{id: s.id}
+	before, nh := r.rs.Stats, len(r.rs.Health)
+	r.cur = rec
+	r.service(s, eps)
+	r.cur = nil
+	rec.noLocalInt = r.rs.Stats.NoLocalEndpointsInternal - before.NoLocalEndpointsInternal
+	rec.noLocalExt = r.rs.Stats.NoLocalEndpointsExternal - before.NoLocalEndpointsExternal
+	if len(r.rs.Health) > nh {
+		h := r.rs.Health[nh]
+		rec.health = &h
+	}
+	k := s.id.Key()
+	r.records[k] = append(r.records[k], rec)
 }
 
 // slot returns the first slot of chain's block in the endpoints map:
@@ -255,6 +296,10 @@ func (r *nftRenderer) reuse(id ServicePortName) bool {
 	for _, s := range sets {
 		r.set(s)
 	}
+	if r.cur != nil {
+		r.cur.chains = append(r.cur.chains, chains...)
+		r.cur.sets = append(r.cur.sets, sets...)
+	}
 	r.rs.ServiceChains[id] = owned
 	return true
 }
@@ -262,6 +307,9 @@ func (r *nftRenderer) reuse(id ServicePortName) bool {
 func (r *nftRenderer) chain(name string, base *nft.Base) *nft.Chain {
 	c := &nft.Chain{Name: name, Base: base}
 	r.t.Chains = append(r.t.Chains, c)
+	if r.cur != nil {
+		r.cur.chains = append(r.cur.chains, c)
+	}
 	return c
 }
 
@@ -278,15 +326,27 @@ func (r *nftRenderer) add(set string, key nft.Key, v nft.Verdict) {
 }
 
 func (r *nftRenderer) addElement(set string, e nft.Element) {
-	if r.keys[set] == nil {
-		r.keys[set] = map[nft.Key]bool{}
+	m := r.keys[set]
+	if m == nil {
+		m = map[nft.Key]int32{}
+		r.keys[set] = m
 	}
-	if r.keys[set][e.Key] {
-		return
-	}
-	r.keys[set][e.Key] = true
 	s := r.sets[set]
-	s.Elements = append(s.Elements, e)
+	if n := m[e.Key]; n > 0 {
+		if s.Map || s.Endpoints {
+			r.conflicts++
+			return
+		}
+		// A plain set's element two Services want (an endpoint of
+		// both in the hairpin set) is there once, counted twice.
+		m[e.Key] = n + 1
+	} else {
+		m[e.Key] = 1
+		s.Elements = append(s.Elements, e)
+	}
+	if r.cur != nil {
+		r.cur.elems = append(r.cur.elems, nftElemRef{set: set, key: e.Key})
+	}
 }
 
 var (
@@ -544,7 +604,10 @@ func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
 		seps[i] = mk(sep(e))
 		if s.affinity > 0 {
 			owned = append(owned, aff(e))
-			r.set(&nft.Set{Name: aff(e), Key: nft.KeyType{nft.Saddr}, Dynamic: true, Timeout: time.Duration(s.affinity) * time.Second})
+			as := r.set(&nft.Set{Name: aff(e), Key: nft.KeyType{nft.Saddr}, Dynamic: true, Timeout: time.Duration(s.affinity) * time.Second})
+			if r.cur != nil {
+				r.cur.sets = append(r.cur.sets, as)
+			}
 		}
 	}
 	rs.ServiceChains[s.id] = owned
