@@ -179,7 +179,10 @@ func patchNFT(f Family, services []Service, endpoints map[ServicePortName][]Endp
 	}
 	maps.Copy(recs, r.records)
 	rs.patch = &nftPatchState{node: np, services: recs, counts: p.counts}
-	rs.Delta = &p.delta
+	// A copy: a pointer into p would keep p, and through p.prev every
+	// earlier render, alive.
+	delta := p.delta
+	rs.Delta = &delta
 	return rs, true
 }
 
