@@ -535,6 +535,7 @@ func proxySuite(t *testing.T, h *harness.T, mode string) {
 		if err != nil || !strings.Contains(out, want) || strings.Contains(out, "--dst-type LOCAL") {
 			t.Errorf("node1's HERALD-SERVICES has no %q, or still the addrtype LOCAL jump: %v\n%s", want, err, out)
 		}
+		t.Logf("[node1]$ iptables -t nat -S HERALD-SERVICES\n%s", out)
 	})
 }
 
