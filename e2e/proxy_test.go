@@ -506,6 +506,48 @@ func proxySuite(t *testing.T, h *harness.T, mode string) {
 			t.Error("no NodePort rule for px-nodeport")
 		}
 	})
+
+	// Last: it restarts the speakers with the flag and back.
+	t.Run("--nodeport-addresses: NodePorts on the LAN address only, not on the pod bridge's", func(t *testing.T) {
+		h := harness.Start(t)
+		node := h.Node("node1")
+		port := strconv.Itoa(nodePort(h, "px-nodeport"))
+		lan := "http://" + net.JoinHostPort(node.IPv4.String(), port) + "/"
+		gw := net.JoinHostPort(node.PodGateway.String(), port)
+		pod := podNetns(h, "px-client-1") // on node1: its gateway is node1's pod bridge address
+		// Unrestricted, the pod bridge's address serves the NodePort too,
+		// so its refusal below is the flag's doing.
+		waitPage(h, pod, "http://"+gw+"/")
+		cidr := topology.LANv4.String()
+		l2{h}.speakerArgs([]string{"--nodeport-addresses=" + cidr})
+		page := waitPage(h, h.Layout.Client, lan)
+		t.Logf("--nodeport-addresses=%s: GET %s from the LAN client: client_address=%s", cidr, lan, clientAddr(page))
+		// Nothing listens on the NodePort itself: untouched by the rules,
+		// the connection is refused by the node's stack at once.
+		var err error
+		h.Poll(30*time.Second, "node1's pod bridge address "+gw+" to refuse the NodePort", func() (bool, string) {
+			var c net.Conn
+			if c, err = dialFrom(pod, "tcp", gw, 3*time.Second); c != nil {
+				c.Close()
+			}
+			return errors.Is(err, syscall.ECONNREFUSED), fmt.Sprint(err)
+		})
+		t.Logf("%s from %s: %v", gw, pod, err)
+		if nftMode {
+			out, err := h.Exec("node1", "nft", "list", "set", "ip", "herald", "nodeport-ips")
+			if err != nil || !strings.Contains(out, node.IPv4.String()) || strings.Contains(out, node.PodGateway.String()) {
+				t.Errorf("nodeport-ips on node1: %v\n%s", err, out)
+			}
+			t.Logf("[node1]$ nft list set ip herald nodeport-ips\n%s", out)
+			return
+		}
+		out, err := h.Exec("node1", "iptables", "-t", "nat", "-S", "HERALD-SERVICES")
+		want := "-d " + node.IPv4.String() + "/32 -m comment --comment \"herald service nodeports; NOTE: this must be the last rule in this chain\" -j HERALD-NODEPORTS"
+		if err != nil || !strings.Contains(out, want) || strings.Contains(out, "--dst-type LOCAL") {
+			t.Errorf("node1's HERALD-SERVICES has no %q, or still the addrtype LOCAL jump: %v\n%s", want, err, out)
+		}
+		t.Logf("[node1]$ iptables -t nat -S HERALD-SERVICES\n%s", out)
+	})
 }
 
 // nftCounter is the packet count of the first counter in nft's listing.

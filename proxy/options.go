@@ -67,6 +67,9 @@ type Options struct {
 	HealthzBindAddress, MetricsBindAddress string
 	// ProxyMode is iptables (the default) or nftables.
 	ProxyMode Mode
+	// NodePortAddresses is --nodeport-addresses; unset serves NodePorts
+	// on every local address but loopback.
+	NodePortAddresses NodePortAddresses
 	// IPTablesBackend is auto (detect, like kube-proxy's image), nft or
 	// legacy.
 	IPTablesBackend iptables.Mode
@@ -140,7 +143,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 // on fs, into o: those of `herald proxy` without the connection, node
 // name and --cleanup, so `herald speaker` can offer them for the proxy it
 // runs in its own process. finish, called after fs.Parse, reads
-// --cluster-cidr into o.
+// --cluster-cidr and --nodeport-addresses into o.
 func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) {
 	cidrs := os.Getenv(EnvClusterCIDR)
 	fs.StringVar(&cidrs, "cluster-cidr", cidrs, "the pods' addresses, one CIDR per family, comma-separated; traffic from outside them to a cluster IP is masqueraded (default: $"+EnvClusterCIDR+", else the Node's spec.podCIDRs)")
@@ -151,12 +154,17 @@ func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) {
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", o.MinSyncPeriod, "least time between two syncs of the rules (changes in between are batched)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "most time between two syncs; a periodic sync checks the canary chain and rewrites what changed")
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", o.FullSyncPeriod, "most time between two syncs that rewrite all rules")
+	npa := o.NodePortAddresses.String()
+	fs.StringVar(&npa, "nodeport-addresses", npa, "serve NodePorts only on the node's addresses inside these CIDRs (comma-separated, IPv4 and/or IPv6; a family without a CIDR stays unrestricted, as with kube-proxy), or on the node's primary IPs with \""+NodePortAddressesPrimary+"\" (default: every local address but loopback)")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "address serving /healthz and /livez")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address serving /metrics and /proxyMode")
 	return func() error {
 		var err error
 		if o.ClusterCIDRs, err = parseClusterCIDRs(cidrs); err != nil {
 			return fmt.Errorf("--cluster-cidr: %w", err)
+		}
+		if o.NodePortAddresses, err = ParseNodePortAddresses(npa); err != nil {
+			return fmt.Errorf("--nodeport-addresses: %w", err)
 		}
 		return nil
 	}

@@ -52,6 +52,11 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--healthz-bind-address=:99999"}, "--healthz-bind-address"},
 		{[]string{"--metrics-bind-address=localhost:10249"}, "--metrics-bind-address"},
 		{[]string{"--hostname-override=-x"}, "--hostname-override"},
+		{[]string{"--nodeport-addresses=192.0.2.0/24,198.51.100.0/33"}, `--nodeport-addresses: "198.51.100.0/33" is not a CIDR`},
+		{[]string{"--nodeport-addresses=192.0.2.1"}, `--nodeport-addresses: "192.0.2.1" is not a CIDR (for one address write 192.0.2.1/32)`},
+		{[]string{"--nodeport-addresses=primary,192.0.2.0/24"}, `--nodeport-addresses: "primary" cannot be combined with CIDRs`},
+		{[]string{"--nodeport-addresses=192.0.2.0/24,,2001:db8::/64"}, "--nodeport-addresses: empty entry"},
+		{[]string{"--nodeport-addresses=::ffff:192.0.2.0/120"}, "--nodeport-addresses: \"::ffff:192.0.2.0/120\": write IPv4 prefixes as IPv4"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		_, err := ParseFlags(c.args, io.Discard)

@@ -190,7 +190,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	}); err != nil {
 		return err
 	}
-	log.Info("herald proxy starting", "version", version.String(), "node", o.NodeName, "clusterCIDRs", o.ClusterCIDRs,
+	log.Info("herald proxy starting", "version", version.String(), "node", o.NodeName, "clusterCIDRs", o.ClusterCIDRs, "nodePortAddresses", o.NodePortAddresses.String(),
 		"minSyncPeriod", o.MinSyncPeriod, "syncPeriod", o.SyncPeriod, "healthz", o.HealthzBindAddress, "metrics", o.MetricsBindAddress)
 	factory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
@@ -250,12 +250,13 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 		return errors.New("neither iptables nor ip6tables can be used")
 	}
 	cfg := Config{
-		NodeName:         o.NodeName,
-		ClusterCIDRs:     o.ClusterCIDRs,
-		MasqueradeAll:    o.MasqueradeAll,
-		MasqueradeBit:    o.MasqueradeBit,
-		ConntrackLiberal: conntrackLiberal(),
-		FullSyncPeriod:   o.FullSyncPeriod,
+		NodeName:          o.NodeName,
+		ClusterCIDRs:      o.ClusterCIDRs,
+		MasqueradeAll:     o.MasqueradeAll,
+		MasqueradeBit:     o.MasqueradeBit,
+		ConntrackLiberal:  conntrackLiberal(),
+		FullSyncPeriod:    o.FullSyncPeriod,
+		NodePortAddresses: o.NodePortAddresses,
 	}
 	syncer := NewSyncer(cfg, tracker, fams, hc, health, conntrack.Netlink{}, m, log)
 	current.Store(syncer)

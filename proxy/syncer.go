@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -34,6 +35,8 @@ type Config struct {
 	ConntrackLiberal bool
 	// NoRandomFully leaves --random-fully off MASQUERADE.
 	NoRandomFully bool
+	// NodePortAddresses is --nodeport-addresses.
+	NodePortAddresses NodePortAddresses
 	// FullSyncPeriod is how long a family may go without a full sync;
 	// periodic syncs in between are partial (after the canary check), as
 	// kube-proxy's are: a full restore of a large ruleset costs seconds
@@ -111,6 +114,13 @@ type Syncer struct {
 	log      *slog.Logger
 	now      func() time.Time
 	reported map[string]bool
+	// addrs lists the node's interface addresses for
+	// --nodeport-addresses; local are the last ones read, npLast the
+	// NodePort addresses the last sync rendered.
+	addrs   LocalAddrs
+	local   []netip.Addr
+	npLast  map[rules.Family][]netip.Addr
+	npKnown bool
 	// Report is told about each problem in the input once, when it first
 	// shows; Run adds an event on the Service. It must not block.
 	Report func(rules.Problem)
@@ -131,7 +141,7 @@ func NewSyncer(cfg Config, t *Tracker, fams []Backend, hc HealthServer, health *
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Syncer{cfg: cfg, tracker: t, hc: hc, health: health, ct: ct, metrics: m, log: log, now: time.Now, reported: map[string]bool{}}
+	s := &Syncer{cfg: cfg, tracker: t, hc: hc, health: health, ct: ct, metrics: m, log: log, now: time.Now, reported: map[string]bool{}, addrs: InterfaceAddrs{}}
 	for _, f := range fams {
 		s.fams = append(s.fams, &famState{Backend: f, needFull: true})
 	}
@@ -180,6 +190,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 	start := s.now()
 	snap := s.tracker.Snapshot()
 	node := s.nodeConfig(snap.Node)
+	npChanged := s.nodePorts(&node, snap.Node)
 	var res SyncResult
 
 	anyFull := false
@@ -205,7 +216,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 		}
 		res.Families = append(res.Families, FamilyResult{Family: f.Family, Full: full, Reason: reason})
 	}
-	if !anyFull && len(snap.Changed) == 0 {
+	if !anyFull && len(snap.Changed) == 0 && !npChanged {
 		res.Idle = true
 		res.Families = nil
 		s.finish(&res, start, nil, true)
@@ -364,6 +375,38 @@ func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
 		nc.MasqueradeMark = 1 << uint(s.cfg.MasqueradeBit)
 	}
 	return nc
+}
+
+// nodePorts fills node.NodePortAddresses from --nodeport-addresses and
+// the node's interface addresses, read again on every sync (the periodic
+// one included), so an address added or removed later counts from the
+// next sync on, at the latest after --sync-period. It reports whether
+// they differ from the last sync's: then the sync is not idle, though
+// partial (the rules using them are rewritten by every sync).
+func (s *Syncer) nodePorts(node *rules.NodeConfig, n NodeInfo) bool {
+	if !s.cfg.NodePortAddresses.IsSet() {
+		return false
+	}
+	if local, err := s.addrs.LocalAddrs(); err != nil {
+		s.log.Error("reading the node's addresses for --nodeport-addresses; using the last ones read", "err", err)
+	} else {
+		s.local = local
+	}
+	node.NodePortAddresses = s.cfg.NodePortAddresses.allowed(n.PrimaryIPs, s.local)
+	if s.npKnown && maps.EqualFunc(node.NodePortAddresses, s.npLast, slices.Equal[[]netip.Addr]) {
+		return false
+	}
+	s.npKnown, s.npLast = true, node.NodePortAddresses
+	var attrs []any
+	for _, f := range []rules.Family{rules.IPv4, rules.IPv6} {
+		if ips, ok := node.NodePortAddresses[f]; ok {
+			attrs = append(attrs, f.String(), ips)
+		} else {
+			attrs = append(attrs, f.String(), "every local address")
+		}
+	}
+	s.log.Info("NodePorts served on", attrs...)
+	return true
 }
 
 // canaryPresent checks the canary chain in every table it lives in; an

@@ -23,6 +23,10 @@ type NodeInfo struct {
 	Name string
 	// IPs are the InternalIP and ExternalIP addresses.
 	IPs []netip.Addr
+	// PrimaryIPs are the node's primary IP of each family, as kubelet
+	// and kube-proxy pick them: the first InternalIP of the family, else
+	// its first ExternalIP (--nodeport-addresses=primary).
+	PrimaryIPs []netip.Addr
 	// PodCIDRs is spec.podCIDRs, the fallback for "from a pod on this
 	// node" when --cluster-cidr is not set.
 	PodCIDRs []netip.Prefix
@@ -47,6 +51,18 @@ func nodeInfoFrom(n *corev1.Node) NodeInfo {
 		}
 		if ip, err := netip.ParseAddr(a.Address); err == nil && !slices.Contains(info.IPs, ip.Unmap()) {
 			info.IPs = append(info.IPs, ip.Unmap())
+		}
+	}
+	for _, typ := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		for _, a := range n.Status.Addresses {
+			ip, err := netip.ParseAddr(a.Address)
+			if a.Type != typ || err != nil {
+				continue
+			}
+			ip = ip.Unmap()
+			if !slices.ContainsFunc(info.PrimaryIPs, func(p netip.Addr) bool { return p.Is4() == ip.Is4() }) {
+				info.PrimaryIPs = append(info.PrimaryIPs, ip)
+			}
 		}
 	}
 	cidrs := n.Spec.PodCIDRs
@@ -247,7 +263,7 @@ func (t *Tracker) UpdateNode(n *corev1.Node) (eligibilityChanged bool) {
 	t.mu.Lock()
 	old := t.node
 	t.node = info
-	rulesChanged := !old.Seen || !slices.Equal(old.IPs, info.IPs) || !slices.Equal(old.PodCIDRs, info.PodCIDRs)
+	rulesChanged := !old.Seen || !slices.Equal(old.IPs, info.IPs) || !slices.Equal(old.PrimaryIPs, info.PrimaryIPs) || !slices.Equal(old.PodCIDRs, info.PodCIDRs)
 	if rulesChanged {
 		t.nodeChanged = true
 	}

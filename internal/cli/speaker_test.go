@@ -13,13 +13,13 @@ func TestParseSpeaker(t *testing.T) {
 	t.Setenv("NODE_NAME", "Node1")
 	t.Setenv("NODE_IP", "198.51.100.11")
 	t.Setenv("HERALD_CLUSTER_CIDR", "198.18.0.0/16")
-	c, err := parseSpeaker([]string{"--min-sync-period=2s", "--kube-api-qps=7"}, io.Discard)
+	c, err := parseSpeaker([]string{"--min-sync-period=2s", "--kube-api-qps=7", "--nodeport-addresses=192.0.2.0/24"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := c.proxy
 	if !c.speaker.Proxy || p.NodeName != "node1" || len(p.ClusterCIDRs) != 1 || p.HealthzBindAddress != "0.0.0.0:10256" ||
-		p.MinSyncPeriod != 2*time.Second || p.QPS != 7 || c.speaker.Ready != nil {
+		p.MinSyncPeriod != 2*time.Second || p.QPS != 7 || c.speaker.Ready != nil || p.NodePortAddresses.String() != "192.0.2.0/24" {
 		t.Errorf("speaker %+v\nproxy %+v", c.speaker, p)
 	}
 	for _, tc := range []struct {
@@ -28,6 +28,7 @@ func TestParseSpeaker(t *testing.T) {
 	}{
 		{[]string{"--metrics-addr=0.0.0.0:10256"}, "--metrics-addr"},
 		{[]string{"--cluster-cidr=nope"}, "--cluster-cidr"},
+		{[]string{"--nodeport-addresses=192.0.2.0/24,nope"}, `--nodeport-addresses: "nope" is not a CIDR`},
 		{[]string{"--sync-period=0s"}, "--sync-period"},
 		{[]string{"--memberlist-port=0"}, "--memberlist-port"},
 	} {

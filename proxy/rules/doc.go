@@ -10,6 +10,7 @@
 //	    "ns/svc:port external IP"     -> HERALD-EXT-<h>
 //	    "ns/svc:port loadbalancer IP" -> HERALD-EXT-<h>  (or HERALD-FW-<h> with source ranges)
 //	    last: addrtype LOCAL          -> HERALD-NODEPORTS -> HERALD-EXT-<h> per NodePort
+//	          (with NodeConfig.NodePortAddresses: -d <address> per allowed address)
 //	HERALD-SVC-<h>  ! -s <cluster CIDR> -d <cluster IP> -> HERALD-MARK-MASQ,
 //	                then -m statistic 1/(n-i) -> HERALD-SEP-<e> for every usable endpoint
 //	HERALD-SVL-<h>  the same over this node's endpoints only
@@ -20,7 +21,8 @@
 //	HERALD-SEP-<e>  -s <endpoint> -> MARK-MASQ (hairpin); DNAT --to-destination ip:port
 //	POSTROUTING -> HERALD-POSTROUTING: marked packets lose the mark and are MASQUERADEd
 //	[HERALD-SERVICES]           REJECT (no endpoints) / DROP (iTP=Local, none here) cluster IPs
-//	[HERALD-EXTERNAL-SERVICES]  the same for NodePorts, external and LB IPs (eTP=Local: DROP)
+//	[HERALD-EXTERNAL-SERVICES]  the same for NodePorts (on the addresses that serve them),
+//	                            external and LB IPs (eTP=Local: DROP)
 //	[HERALD-NODEPORTS]          ACCEPT healthCheckNodePorts
 //	[HERALD-FORWARD]            ACCEPT marked and established forwarded traffic
 //

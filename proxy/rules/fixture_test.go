@@ -15,6 +15,7 @@ import (
 type lab struct {
 	family    rules.Family
 	nodeIP    netip.Addr // node-a
+	nodeIP2   netip.Addr // another local address of node-a (only some tests declare it)
 	podCIDR   netip.Prefix
 	podA      netip.Addr // a client pod on node-a
 	epLocal   netip.Addr // endpoint pod on node-a
@@ -32,6 +33,7 @@ type lab struct {
 var lab4 = lab{
 	family:    rules.IPv4,
 	nodeIP:    netip.MustParseAddr("192.0.2.10"),
+	nodeIP2:   netip.MustParseAddr("192.0.2.99"),
 	podCIDR:   netip.MustParsePrefix("10.244.0.0/16"),
 	podA:      netip.MustParseAddr("10.244.1.5"),
 	epLocal:   netip.MustParseAddr("10.244.1.20"),
@@ -49,6 +51,7 @@ var lab4 = lab{
 var lab6 = lab{
 	family:    rules.IPv6,
 	nodeIP:    netip.MustParseAddr("2001:db8::10"),
+	nodeIP2:   netip.MustParseAddr("2001:db8::99"),
 	podCIDR:   netip.MustParsePrefix("fd00:10:244::/48"),
 	podA:      netip.MustParseAddr("fd00:10:244:1::5"),
 	epLocal:   netip.MustParseAddr("fd00:10:244:1::20"),

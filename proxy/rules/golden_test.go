@@ -44,9 +44,19 @@ func goldenInputs() map[string]goldenInput {
 	empty6.Name, empty6.PortName, empty6.Protocol, empty6.NodePort, empty6.LoadBalancerIngress = "empty", "", rules.UDP, 0, nil
 	empty6.ClusterIPs = []netip.Addr{netip.MustParseAddr("fd00:10:96::53")}
 
+	// --nodeport-addresses: NodePorts on two of the node's addresses
+	// only, one Service served and one without endpoints.
+	npa := l.web()
+	npa.Name = "npa"
+	npaEmpty := l.web()
+	npaEmpty.Name, npaEmpty.NodePort, npaEmpty.LoadBalancerIngress = "npa-empty", nodePort+1, nil
+	npaNode := l.node()
+	npaNode.NodePortAddresses = map[rules.Family][]netip.Addr{rules.IPv4: {l.nodeIP, l.nodeIP2}}
+
 	return map[string]goldenInput{
-		"clusterip-v4": {rules.IPv4, []rules.Service{nginx}, epMap(nginx, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()},
-		"lb-local-v4":  {rules.IPv4, []rules.Service{lb}, epMap(lb, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()},
+		"nodeport-addresses-v4": {rules.IPv4, []rules.Service{npa, npaEmpty}, epMap(npa, ready(l.epRemote, nodeB)), npaNode},
+		"clusterip-v4":          {rules.IPv4, []rules.Service{nginx}, epMap(nginx, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()},
+		"lb-local-v4":           {rules.IPv4, []rules.Service{lb}, epMap(lb, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()},
 		"nodeport-v6": {rules.IPv6, []rules.Service{np6, empty6}, map[rules.ServicePortName][]rules.Endpoint{
 			np6.ID(): {ready(l6.epRemote, nodeB)}}, l6.node()},
 	}

@@ -184,6 +184,14 @@ type NodeConfig struct {
 	// ConntrackLiberal reflects nf_conntrack_tcp_be_liberal=1; when set, no
 	// DROP rule for conntrack-INVALID forwarded packets is installed.
 	ConntrackLiberal bool
+	// NodePortAddresses restricts NodePorts (--nodeport-addresses, already
+	// matched against the node's interface addresses by the caller). A
+	// family with an entry accepts NodePort connections, and answers
+	// NodePorts without endpoints, only on those addresses; an entry
+	// without addresses, on none. A family without an entry accepts them
+	// on every local address but loopback. Loopback addresses in it are
+	// left out (reported): herald never serves NodePorts on loopback.
+	NodePortAddresses map[Family][]netip.Addr
 }
 
 // Problem is one piece of input that Render could not use. Render never

@@ -36,6 +36,9 @@ const (
 	NFTMapNoEndpointsNP    = "no-endpoint-nodeports" // proto . port: reject or drop
 	NFTSetFirewallIPs      = "firewall-ips"          // LB IP . proto . port behind source ranges
 	NFTSetHealthCheckPorts = "health-check-nodeports"
+	// NFTSetNodePortIPs holds the addresses --nodeport-addresses allows;
+	// it exists only when that restricts the family.
+	NFTSetNodePortIPs = "nodeport-ips"
 	// NFTSetHairpin holds endpoint . endpoint for the endpoints DNATed
 	// straight from a Service chain: a connection an endpoint opens to
 	// its own Service and that comes back to it is masqueraded, which an
@@ -109,7 +112,8 @@ func IsNFTServiceChain(name string) bool {
 //	nat-prerouting, nat-output -> services:
 //	    daddr . proto . port vmap @service-ips  (cluster IP -> svc/svl,
 //	        external IP -> ext, LB IP -> ext or fw)
-//	    fib daddr local, daddr not loopback: proto . port vmap @service-nodeports -> ext
+//	    fib daddr local, daddr not loopback (NodeConfig.NodePortAddresses:
+//	        daddr @nodeport-ips): proto . port vmap @service-nodeports -> ext
 //	svc-/svl-<h>  masquerade mark for off-cluster sources of the cluster IP,
 //	              affinity lookups, then numgen random mod n vmap -> sep
 //	ext-<h>, fw-<h>  as HERALD-EXT / HERALD-FW
@@ -409,9 +413,16 @@ func (r *nftRenderer) static() {
 	r.chain(NFTChainEndpointCheck, nil).Rules = []nft.Rule{
 		rule("", nft.VmapLookup{Key: keyAddrProtoPort, Map: NFTMapNoEndpoints}),
 	}
+	if n.npRestricted {
+		s := r.set(&nft.Set{Name: NFTSetNodePortIPs, Key: nft.KeyType{nft.Daddr}})
+		for _, ip := range n.npIPs {
+			s.Elements = append(s.Elements, nft.Element{Key: nft.Key{Addr: ip}})
+		}
+	}
+	// NodePorts without endpoints are refused where NodePorts are served.
 	r.chain(NFTChainExternalCheck, nil).Rules = []nft.Rule{
 		rule("", nft.VmapLookup{Key: keyAddrProtoPort, Map: NFTMapNoEndpointsExt}),
-		rule("", nft.MatchFibLocal{Field: nft.Daddr}, nft.VmapLookup{Key: keyProtoPort, Map: NFTMapNoEndpointsNP}),
+		rule("", append(r.nodePortDst(false), nft.VmapLookup{Key: keyProtoPort, Map: NFTMapNoEndpointsNP})...),
 	}
 	r.chain(NFTChainFirewallCheck, nil).Rules = []nft.Rule{
 		rule("traffic a loadBalancerSourceRanges refused", nft.MatchSet{Key: keyAddrProtoPort, Set: NFTSetFirewallIPs}, nft.Verdict{Kind: nft.Drop}),
@@ -438,17 +449,31 @@ func (r *nftRenderer) static() {
 	r.chain(NFTChainMarkMasq, nil).Rules = []nft.Rule{rule("", nft.MarkOr{Bit: n.markBit})}
 }
 
-func (r *nftRenderer) finish() {
-	// NodePorts are matched on any local address after every exact
-	// destination; loopback is excluded as in the iptables mode.
-	loop := netip.MustParsePrefix("127.0.0.0/8")
-	if r.f == IPv6 {
-		loop = netip.MustParsePrefix("::1/128")
+// nodePortDst is the destination match of NodePort rules: the
+// nodeport-ips set under --nodeport-addresses, else any local address
+// (with notLoopback, any but loopback).
+func (r *nftRenderer) nodePortDst(notLoopback bool) []nft.Expr {
+	if r.node.npRestricted {
+		return []nft.Expr{nft.MatchSet{Key: nft.KeyType{nft.Daddr}, Set: NFTSetNodePortIPs}}
 	}
+	m := []nft.Expr{nft.MatchFibLocal{Field: nft.Daddr}}
+	if notLoopback {
+		loop := netip.MustParsePrefix("127.0.0.0/8")
+		if r.f == IPv6 {
+			loop = netip.MustParsePrefix("::1/128")
+		}
+		m = append(m, nft.MatchAddr{Field: nft.Daddr, Prefix: loop, Not: true})
+	}
+	return m
+}
+
+func (r *nftRenderer) finish() {
+	// NodePorts are matched after every exact destination; loopback is
+	// excluded as in the iptables mode (the set never holds it).
+	np := append(r.nodePortDst(true), nft.VmapLookup{Key: keyProtoPort, Map: NFTMapServiceNodePorts})
 	r.chain(NFTChainServices, nil).Rules = []nft.Rule{
 		rule("", nft.VmapLookup{Key: keyAddrProtoPort, Map: NFTMapServiceIPs}),
-		rule("herald service nodeports", nft.MatchFibLocal{Field: nft.Daddr}, nft.MatchAddr{Field: nft.Daddr, Prefix: loop, Not: true},
-			nft.VmapLookup{Key: keyProtoPort, Map: NFTMapServiceNodePorts}),
+		rule("herald service nodeports", np...),
 	}
 }
 

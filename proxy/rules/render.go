@@ -240,12 +240,20 @@ func (r *renderer) finish() {
 	// every exact-destination rule. Loopback is excluded: herald does not
 	// set route_localnet (kube-proxy's localhost NodePorts are a known
 	// security hole) and IPv6 cannot route ::1 at all.
-	loop := "127.0.0.0/8"
-	if r.f == IPv6 {
-		loop = "::1/128"
+	// With --nodeport-addresses, one jump per allowed address instead,
+	// as kube-proxy does; none at all when no address is allowed.
+	comment := quote("herald service nodeports; NOTE: this must be the last rule in this chain")
+	if r.node.npRestricted {
+		for _, ip := range r.node.npIPs {
+			r.natRules.add("-A", ChainServices, "-m comment --comment", comment, "-d", ip.String(), "-j", ChainNodePorts)
+		}
+	} else {
+		loop := "127.0.0.0/8"
+		if r.f == IPv6 {
+			loop = "::1/128"
+		}
+		r.natRules.add("-A", ChainServices, "-m comment --comment", comment, "-m addrtype --dst-type LOCAL ! -d", loop, "-j", ChainNodePorts)
 	}
-	r.natRules.add("-A", ChainServices, "-m comment --comment", quote("herald service nodeports; NOTE: this must be the last rule in this chain"),
-		"-m addrtype --dst-type LOCAL ! -d", loop, "-j", ChainNodePorts)
 
 	if r.existing != nil {
 		stale := make([]string, 0)
@@ -393,7 +401,9 @@ func (r *renderer) service(s *svcPort, eps []epInfo) {
 			r.natRules.add("-A", ChainNodePorts, "-m comment --comment", quote(s.name), "-m", p, "-p", p, "--dport", np, "-j", extChain)
 		}
 		if !hasExternal {
-			r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, "-m addrtype --dst-type LOCAL", "-m", p, "-p", p, "--dport", np, "-j", extTarget)
+			for _, dst := range r.nodePortDsts() {
+				r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, dst, "-m", p, "-p", p, "--dport", np, "-j", extTarget)
+			}
 		}
 	}
 	if s.hcnp != 0 {
@@ -500,6 +510,22 @@ func (r *renderer) service(s *svcPort, eps []epInfo) {
 			w.add("-A", e.chain, "-m comment --comment", c, "-m", p, "-p", p, "-j DNAT --to-destination", e.str)
 		}
 	}
+}
+
+// nodePortDsts are the destination matches of the filter rules for
+// NodePorts without endpoints: any local address, or each address
+// --nodeport-addresses allows, so that an address that does not serve
+// NodePorts does not reject them either (kube-proxy's iptables mode
+// keeps addrtype LOCAL here; its nftables mode restricts it too).
+func (r *renderer) nodePortDsts() []string {
+	if !r.node.npRestricted {
+		return []string{"-m addrtype --dst-type LOCAL"}
+	}
+	out := make([]string, len(r.node.npIPs))
+	for i, ip := range r.node.npIPs {
+		out[i] = "-d " + ip.String()
+	}
+	return out
 }
 
 func (r *renderer) allExist(chains []string) bool {

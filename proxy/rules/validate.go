@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"slices"
 	"strconv"
 )
 
@@ -218,6 +219,10 @@ type nodeParams struct {
 	markMask  string // "0x4000/0x4000"
 	random    bool
 	ctLiberal bool
+	// npRestricted: NodePorts only on npIPs (sorted, no loopback), not
+	// on every local address.
+	npRestricted bool
+	npIPs        []netip.Addr
 }
 
 func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
@@ -251,6 +256,7 @@ func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 		}
 		np.podCIDR = p
 	}
+	np.npRestricted, np.npIPs, probs = nodePortIPs(f, n.NodePortAddresses, probs)
 	mark := n.MasqueradeMark
 	if mark == 0 {
 		mark = DefaultMasqueradeMark
@@ -262,6 +268,33 @@ func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 	np.mark, np.markBit = fmt.Sprintf("%#x", mark), mark
 	np.markMask = np.mark + "/" + np.mark
 	return np, probs
+}
+
+// nodePortIPs reduces NodeConfig.NodePortAddresses to the family's
+// addresses, sorted and without duplicates; loopback is refused because
+// herald does not set route_localnet (and IPv6 cannot route ::1).
+func nodePortIPs(f Family, byFamily map[Family][]netip.Addr, probs []Problem) (bool, []netip.Addr, []Problem) {
+	in, restricted := byFamily[f]
+	if !restricted {
+		return false, nil, probs
+	}
+	out := make([]netip.Addr, 0, len(in))
+	for i, a := range in {
+		a = a.Unmap()
+		field := fmt.Sprintf("nodePortAddresses[%s][%d]", f, i)
+		switch {
+		case !a.IsValid():
+			probs = append(probs, Problem{Field: field, Message: "invalid address"})
+		case !f.Has(a):
+			probs = append(probs, Problem{Field: field, Message: fmt.Sprintf("%s is not an %s address", a, f)})
+		case a.IsLoopback():
+			probs = append(probs, Problem{Field: field, Message: fmt.Sprintf("%s is a loopback address; NodePorts are not served on loopback", a)})
+		default:
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return true, slices.Compact(out), probs
 }
 
 // epInfo is a usable endpoint of one Service port in one family.
