@@ -331,7 +331,7 @@ func TestBenchProxyVsKubeProxy(t *testing.T) {
 		fr, cr, pr := pxbRatio(hr, kr, hr.full, kr.full), pxbRatio(hr, kr, hr.complete, kr.complete), pxbRatio(hr, kr, hr.partialMedian(), kr.partialMedian())
 		fmt.Fprintf(&b, "BENCH %6d | %8s %8s %-16s | %8s %-16s\n", r.n, fr, cr, pxbMet(cr, 1.0), pr, pxbMet(pr, 0.5))
 	}
-	fmt.Fprintf(&b, "BENCH herald's first full sync, from its log line \"synced kind=full\" (IPv4; restore = iptables-restore or the netlink transaction):\n")
+	fmt.Fprintf(&b, "BENCH herald's first full sync, from its log line \"synced kind=full\" (IPv4; restore = iptables-restore, or the netlink transaction; other = the rest of the sync: snapshot, conntrack, health-check servers):\n")
 	fmt.Fprintf(&b, "BENCH %6s %-19s | %9s | %12s %13s %9s %9s %9s | %12s\n", "N", "proxy", "took s", "housekeeping", "iptables-save", "render", "restore", "other", "bytes/elems")
 	for _, r := range rows {
 		for i, p := range proxies[:2] {
@@ -810,41 +810,27 @@ spec:
 		{"NodePort: LAN client -> node2 (forwarded)", h.Layout.Client, net.JoinHostPort(h.Node("node2").IPv4.String(), np), 2},
 	}
 	for _, p := range paths {
-		// The rules are written and ARP is resolved before timing.
-		pxbPoll(t, ctx, 30*time.Second, 250*time.Millisecond, p.name+" to answer", func() (bool, string) {
-			var err error
-			if e := netns.Do(p.ns, func() error { err = pxbGet(p.addr); return nil }); e != nil {
-				return false, e.Error()
-			}
-			return err == nil, fmt.Sprint(err)
-		})
-		pxbLoad(p.ns, p.addr, 100, pxtWorkers, pxtMax) // warm-up
+		pxbWarm(t, ctx, 30*time.Second, p.name, p.ns, p.addr)
 	}
 	// Two rounds, the second in reverse order, so that no path always
 	// runs first or last.
 	results := make([]pxbLoadResult, len(paths))
 	perRound := make([][]string, len(paths))
-	for round := range pxtRounds {
-		for k := range paths {
-			i := k
-			if round%2 == 1 {
-				i = len(paths) - 1 - k
-			}
-			p := paths[i]
-			busy := pxbQuiet(10 * time.Second)
-			tw, _ := netns.Run(ctx, echoNS, "ss", "-Htan", "state", "time-wait")
-			r := pxbLoad(p.ns, p.addr, pxtRequests, pxtWorkers, pxtMax)
-			t.Logf("BENCH round %d, %s: %d ok, %d failed, %.0f req/s, p50 %.2fms, p99 %.2fms; before it: machine %.0f%% busy, %d connections in TIME_WAIT at the echo pod",
-				round+1, p.name, r.ok, r.failed, r.rps(), float64(r.pct(50).Microseconds())/1000, float64(r.pct(99).Microseconds())/1000, 100*busy, strings.Count(tw, "\n"))
-			if r.ok == 0 {
-				t.Errorf("%s (%s from %s): no request succeeded: %v", p.name, p.addr, p.ns, r.firstErr)
-			} else if r.failed > 0 {
-				t.Logf("%s: %d of %d requests failed, first: %v", p.name, r.failed, r.failed+r.ok, r.firstErr)
-			}
-			perRound[i] = append(perRound[i], fmt.Sprintf("%.0f", r.rps()))
-			results[i].add(r)
+	pxbTurns(pxtRounds, len(paths), func(round, i int) {
+		p := paths[i]
+		busy := pxbQuiet(10 * time.Second)
+		tw, _ := netns.Run(ctx, echoNS, "ss", "-Htan", "state", "time-wait")
+		r := pxbLoad(p.ns, p.addr, pxtRequests, pxtWorkers, pxtMax)
+		t.Logf("BENCH round %d, %s: %d ok, %d failed, %.0f req/s, p50 %.2fms, p99 %.2fms; before it: machine %.0f%% busy, %d connections in TIME_WAIT at the echo pod",
+			round+1, p.name, r.ok, r.failed, r.rps(), float64(r.pct(50).Microseconds())/1000, float64(r.pct(99).Microseconds())/1000, 100*busy, strings.Count(tw, "\n"))
+		if r.ok == 0 {
+			t.Errorf("%s (%s from %s): no request succeeded: %v", p.name, p.addr, p.ns, r.firstErr)
+		} else if r.failed > 0 {
+			t.Logf("%s: %d of %d requests failed, first: %v", p.name, r.failed, r.failed+r.ok, r.firstErr)
 		}
-	}
+		perRound[i] = append(perRound[i], fmt.Sprintf("%.0f", r.rps()))
+		results[i].add(r)
+	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "BENCH HTTP through herald's proxy: each request a new TCP connection (Connection: close, the server closes, the client resets: no TIME_WAIT pile-up), %d at a time, %d rounds of at most %d requests or %s per path; load generator, echo server and the nodes' kernels share this machine's %d CPUs\n",
 		pxtWorkers, pxtRounds, pxtRequests, pxtMax, runtime.NumCPU())
@@ -903,4 +889,33 @@ func pxbWaitPods(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns 
 		return len(pods) == want && len(l.Items) == want, strings.Join(states, "; ")
 	})
 	return pods
+}
+
+// pxbTurns runs fn for each of n contenders in each round, the order
+// reversed every other round (A B, B A, ...), so that none always runs
+// first or last.
+func pxbTurns(rounds, n int, fn func(round, i int)) {
+	for round := range rounds {
+		for k := range n {
+			i := k
+			if round%2 == 1 {
+				i = n - 1 - k
+			}
+			fn(round, i)
+		}
+	}
+}
+
+// pxbWarm waits (at most timeout) until addr answers from ns, so that the
+// rules are written and ARP is resolved, then sends a short warm-up load.
+func pxbWarm(t *testing.T, ctx context.Context, timeout time.Duration, what, ns, addr string) {
+	t.Helper()
+	pxbPoll(t, ctx, timeout, 250*time.Millisecond, what+": "+addr+" to answer from "+ns, func() (bool, string) {
+		var err error
+		if e := netns.Do(ns, func() error { err = pxbGet(addr); return nil }); e != nil {
+			return false, e.Error()
+		}
+		return err == nil, fmt.Sprint(err)
+	})
+	pxbLoad(ns, addr, 100, pxtWorkers, pxtMax)
 }

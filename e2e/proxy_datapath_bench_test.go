@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/herald-lb/herald/e2e/harness"
-	"github.com/herald-lb/herald/e2e/lab/netns"
 	"github.com/herald-lb/herald/e2e/lab/topology"
 )
 
@@ -43,7 +42,7 @@ type pxdResult struct {
 // largest of HERALD_BENCH_SIZES), with herald's proxy in its iptables
 // and its nftables mode: an iptables dispatch chain is walked rule by
 // rule for each new connection, an nftables verdict map is one lookup.
-// The proxy runs alone in a namespace of its own (as in
+// Each mode's proxy runs in a namespace of its own (as in
 // TestBenchProxyVsKubeProxy, the lab's speakers paused) and the load
 // generator runs in that namespace too, so the connections pass its rules
 // (nat OUTPUT) and nobody else's; the echo pod is on node1, reached
@@ -64,15 +63,19 @@ func TestBenchProxyDataPath(t *testing.T) {
 	echo := pxbWaitPods(t, ctx, cs, pxdNS, 1)[pxbEchoApp]
 	node1 := h.Node("node1")
 	route := []string{node1.PodCIDR.String(), "via", node1.IPv4.String()}
+	// A route for the ClusterIP is needed before the proxy's DNAT can
+	// reroute the connection to the pod: on-link on the LAN, as on the
+	// lab's nodes, so that nothing answers when the rules are missing.
+	svcRoute := []string{topology.ServiceCIDR.String(), "dev", "eth0"}
 	common := []string{"--kubeconfig=" + h.Lab.Kubeconfig, "--hostname-override=" + pxbNode, "--cluster-cidr=" + topology.ClusterCIDR.String(),
 		"--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256", "--kube-api-qps=50", "--kube-api-burst=100"}
 	ipt, nft := pxbHeraldProxies(h, common)
 	proxies := []*pxbProxy{ipt, nft}
 	for _, p := range proxies {
-		p.routes = [][]string{route}
+		p.routes = [][]string{route, svcRoute}
 	}
-	t.Logf("BENCH setup: echo pod %s (%s) on node1; herald proxy in its own namespace (%s %s, %s %s) with a route %s, the load generator in that namespace; %d CPUs",
-		echo.Name, echo.Status.PodIP, ipt.netns, ipt.addr, nft.netns, nft.addr, strings.Join(route, " "), runtime.NumCPU())
+	t.Logf("BENCH setup: echo pod %s (%s) on node1; herald proxy in its own namespace (%s %s, %s %s) with routes %s and %s, the load generator in that namespace; %d CPUs",
+		echo.Name, echo.Status.PodIP, ipt.netns, ipt.addr, nft.netns, nft.addr, strings.Join(route, " "), strings.Join(svcRoute, " "), runtime.NumCPU())
 
 	res := map[string]map[int]pxdResult{}
 	for _, p := range proxies {
@@ -88,8 +91,9 @@ func TestBenchProxyDataPath(t *testing.T) {
 		svc := pxdEchoService(t, ctx, cs, n, echo.Status.PodIP)
 		addr := net.JoinHostPort(svc.Spec.ClusterIP, "80")
 		t.Logf("BENCH N=%d: Service %s/%s (%s) created last, after %d others", n, pxdNS, svc.Name, addr, n-1)
-		for _, p := range proxies {
-			r := pxdMeasure(t, ctx, h.Layout, p, n, addr, svc.Spec.ClusterIP, logDir)
+		got := pxdMeasure(t, ctx, h.Layout, proxies, n, addr, svc.Spec.ClusterIP, logDir)
+		for i, p := range proxies {
+			r := got[i]
 			res[p.name][n] = r
 			t.Logf("BENCH N=%d %s: first full sync %.3fs; %s; %d ok, %d failed, %.0f new connections/s (rounds %s, machine busy before them %s), p50 %.2fms, p99 %.2fms",
 				n, p.name, r.full, r.position, r.load.ok, r.load.failed, r.load.rps(), strings.Join(r.rounds, "/"), strings.Join(r.busy, "/"),
@@ -102,14 +106,14 @@ func TestBenchProxyDataPath(t *testing.T) {
 
 	small, large := sizes[0], sizes[1]
 	var b strings.Builder
-	fmt.Fprintf(&b, "BENCH new connections per second through the ClusterIP of the last-created of N Services (the others ClusterIP, %d endpoints each): herald's proxy alone in its namespace, the client there too, the echo pod on node1; each request a new TCP connection (Connection: close, client resets), %d at a time, %d rounds of at most %d requests or %s:\n",
-		pxbEndpoints, pxtWorkers, pxtRounds, pxtRequests, pxtMax)
-	fmt.Fprintf(&b, "BENCH %-16s %6s | %8s %-13s %7s %7s %6s | %s\n", "proxy", "N", "conn/s", "per round", "p50 ms", "p99 ms", "failed", "the Service in the dispatch")
+	fmt.Fprintf(&b, "BENCH new connections per second through the ClusterIP of the last-created of N Services (the others ClusterIP, %d endpoints each): herald's proxy alone in its namespace, the client there too, the echo pod on node1; each request a new TCP connection (Connection: close, client resets), %d at a time, %d rounds of at most %d requests or %s per proxy, the proxies taking turns:\n",
+		pxbEndpoints, pxtWorkers, pxdRounds, pxtRequests, pxtMax)
+	fmt.Fprintf(&b, "BENCH %-16s %6s | %8s %-23s %7s %7s %6s | %-19s | %s\n", "proxy", "N", "conn/s", "per round", "p50 ms", "p99 ms", "failed", "machine busy before", "the Service in the dispatch")
 	for _, p := range proxies {
 		for _, n := range sizes {
 			r := res[p.name][n]
-			fmt.Fprintf(&b, "BENCH %-16s %6d | %8.0f %-13s %7.2f %7.2f %6d | %s\n", p.name, n, r.load.rps(), strings.Join(r.rounds, "/"),
-				float64(r.load.pct(50).Microseconds())/1000, float64(r.load.pct(99).Microseconds())/1000, r.load.failed, r.position)
+			fmt.Fprintf(&b, "BENCH %-16s %6d | %8.0f %-23s %7.2f %7.2f %6d | %-19s | %s\n", p.name, n, r.load.rps(), strings.Join(r.rounds, "/"),
+				float64(r.load.pct(50).Microseconds())/1000, float64(r.load.pct(99).Microseconds())/1000, r.load.failed, strings.Join(r.busy, "/"), r.position)
 		}
 	}
 	for _, p := range proxies {
@@ -173,50 +177,54 @@ func pxdEchoService(t *testing.T, ctx context.Context, cs kubernetes.Interface, 
 	return svc
 }
 
-// pxdMeasure starts the proxy, waits until it has programmed every
-// Service and answers through the ClusterIP, finds where the address is
-// in its dispatch, and sends the load.
-func pxdMeasure(t *testing.T, ctx context.Context, l topology.Layout, p *pxbProxy, n int, addr, clusterIP, logDir string) (res pxdResult) {
+// pxdRounds is the number of load rounds per proxy and size.
+const pxdRounds = 4
+
+// pxdMeasure starts the proxies, one after the other, each in its own
+// namespace, and waits until each has programmed every Service and
+// answers through the ClusterIP; then it sends the load rounds, the
+// proxies taking turns (A B B A ...) so that a change in the machine's
+// load during the rounds weighs on both alike. An idle proxy costs
+// nothing: nothing changes while the rounds run.
+func pxdMeasure(t *testing.T, ctx context.Context, l topology.Layout, proxies []*pxbProxy, n int, addr, clusterIP, logDir string) []pxdResult {
 	t.Helper()
-	_ = pxbQuiet(45 * time.Second)
-	r, err := pxbStart(ctx, l, p, filepath.Join(logDir, fmt.Sprintf("datapath-%s-%d.log", p.file, n)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if c := r.stopOrFail(t, ctx); c != "" {
-			t.Logf("BENCH N=%d %s: %s", n, p.name, c)
+	res := make([]pxdResult, len(proxies))
+	for i, p := range proxies {
+		_ = pxbQuiet(45 * time.Second)
+		r, err := pxbStart(ctx, l, p, filepath.Join(logDir, fmt.Sprintf("datapath-%s-%d.log", p.file, n)))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	const full = "sync_full_proxy_rules_duration_seconds"
-	m, ok := r.waitHist(t, min(pxbFullMax, time.Until(deadlineOf(ctx))-3*time.Minute), 500*time.Millisecond, full, 0)
-	if !ok {
-		t.Fatalf("%s: no full sync within %s", p.name, pxbFullMax)
-	}
-	f := p.hist(m, full)
-	res.full = f.sum / f.count
-	if _, ok := r.settle(10 * time.Minute); !ok {
-		t.Fatalf("%s did not settle after its first sync", p.name)
-	}
-	pxbPoll(t, ctx, time.Minute, 250*time.Millisecond, p.name+": "+addr+" to answer from "+p.netns, func() (bool, string) {
-		var err error
-		if e := netns.Do(p.netns, func() error { err = pxbGet(addr); return nil }); e != nil {
-			return false, e.Error()
+		defer func() {
+			if c := r.stopOrFail(t, ctx); c != "" {
+				t.Logf("BENCH N=%d %s: %s", n, p.name, c)
+			}
+		}()
+		const full = "sync_full_proxy_rules_duration_seconds"
+		budget := min(pxbFullMax, time.Until(deadlineOf(ctx))-3*time.Minute)
+		m, ok := r.waitHist(t, budget, 500*time.Millisecond, full, 0)
+		if !ok {
+			t.Fatalf("%s: no full sync within %s", p.name, budget)
 		}
-		return err == nil, fmt.Sprint(err)
-	})
-	res.position = pxdPosition(ctx, p, clusterIP)
-	pxbLoad(p.netns, addr, 100, pxtWorkers, pxtMax) // warm-up
-	for range pxtRounds {
+		f := p.hist(m, full)
+		res[i].full = f.sum / f.count
+		if _, ok := r.settle(10 * time.Minute); !ok {
+			t.Fatalf("%s did not settle after its first sync", p.name)
+		}
+		pxbWarm(t, ctx, time.Minute, p.name, p.netns, addr)
+		res[i].position = pxdPosition(ctx, p, clusterIP)
+	}
+	pxbTurns(pxdRounds, len(proxies), func(_, i int) {
+		p := proxies[i]
 		busy := pxbQuiet(10 * time.Second)
 		lr := pxbLoad(p.netns, addr, pxtRequests, pxtWorkers, pxtMax)
 		if lr.ok == 0 {
 			t.Errorf("%s: no request to %s succeeded: %v", p.name, addr, lr.firstErr)
 		}
-		res.rounds = append(res.rounds, fmt.Sprintf("%.0f", lr.rps()))
-		res.busy = append(res.busy, fmt.Sprintf("%.0f%%", 100*busy))
-		res.load.add(lr)
-	}
+		res[i].rounds = append(res[i].rounds, fmt.Sprintf("%.0f", lr.rps()))
+		res[i].busy = append(res[i].busy, fmt.Sprintf("%.0f%%", 100*busy))
+		res[i].load.add(lr)
+	})
 	return res
 }
 
