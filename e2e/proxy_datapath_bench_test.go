@@ -32,6 +32,7 @@ const pxdSmall = 10
 type pxdResult struct {
 	load     pxbLoadResult // the rounds merged
 	rounds   []string      // req/s per round
+	best     float64       // the best round's req/s
 	busy     []string      // the machine's busy % before each round
 	full     float64       // the proxy's first full sync, seconds
 	position string        // where the Service's address is in the dispatch
@@ -116,21 +117,29 @@ func TestBenchProxyDataPath(t *testing.T) {
 				float64(r.load.pct(50).Microseconds())/1000, float64(r.load.pct(99).Microseconds())/1000, r.load.failed, strings.Join(r.busy, "/"), r.position)
 		}
 	}
+	// The machine is shared: besides all rounds together, the best
+	// round of each, the one least disturbed, is compared too.
 	for _, p := range proxies {
-		ratio, verdict := "-", "not measured"
-		if s := res[p.name][small].load.rps(); s > 0 {
-			v := res[p.name][large].load.rps() / s
-			ratio, verdict = fmt.Sprintf("%.2fx", v), "NOT met"
-			if v >= 0.95 {
-				verdict = "met"
+		sm, lg := res[p.name][small], res[p.name][large]
+		for _, c := range []struct {
+			what   string
+			lg, sm float64
+		}{{"all rounds", lg.load.rps(), sm.load.rps()}, {"best round", lg.best, sm.best}} {
+			ratio, verdict := "-", "not measured"
+			if c.sm > 0 {
+				v := c.lg / c.sm
+				ratio, verdict = fmt.Sprintf("%.2fx", v), "NOT met"
+				if v >= 0.95 {
+					verdict = "met"
+				}
 			}
+			if p != nft {
+				verdict = "no target"
+			} else {
+				verdict = "target >=0.95x: " + verdict
+			}
+			fmt.Fprintf(&b, "BENCH %s, %s: rate(N=%d) / rate(N=%d) = %s (%s)\n", p.name, c.what, large, small, ratio, verdict)
 		}
-		if p != nft {
-			verdict = "no target"
-		} else {
-			verdict = "target >=0.95x: " + verdict
-		}
-		fmt.Fprintf(&b, "BENCH %s: rate(N=%d) / rate(N=%d) = %s (%s)\n", p.name, large, small, ratio, verdict)
 	}
 	fmt.Fprintf(&b, "BENCH reproduce: %s", pxbReproduce("TestBenchProxyDataPath$"))
 	t.Log("\n" + b.String())
@@ -214,6 +223,9 @@ func pxdMeasure(t *testing.T, ctx context.Context, l topology.Layout, proxies []
 		pxbWarm(t, ctx, time.Minute, p.name, p.netns, addr)
 		res[i].position = pxdPosition(ctx, p, clusterIP)
 	}
+	// Each round waits at most 10 s for a quiet machine; first a longer
+	// wait, for what the syncs and the API server left.
+	_ = pxbQuiet(time.Minute)
 	pxbTurns(pxdRounds, len(proxies), func(_, i int) {
 		p := proxies[i]
 		busy := pxbQuiet(10 * time.Second)
@@ -222,6 +234,7 @@ func pxdMeasure(t *testing.T, ctx context.Context, l topology.Layout, proxies []
 			t.Errorf("%s: no request to %s succeeded: %v", p.name, addr, lr.firstErr)
 		}
 		res[i].rounds = append(res[i].rounds, fmt.Sprintf("%.0f", lr.rps()))
+		res[i].best = max(res[i].best, lr.rps())
 		res[i].busy = append(res[i].busy, fmt.Sprintf("%.0f%%", 100*busy))
 		res[i].load.add(lr)
 	})
