@@ -708,6 +708,7 @@ func pxbRunStack(ctx context.Context, ns, stdin string, args ...string) (out str
 // the restore part of herald's full sync can be told from the tools' own
 // cost, and the nft backend's from the legacy one's.
 func pxbTimeRestore(ctx context.Context, l topology.Layout, saved string) []string {
+	const pxbRestoreMax = 10 * time.Minute // each tool's bound
 	lines := strings.Count(saved, "\n")
 	var out []string
 	for _, tool := range []string{"iptables-nft-restore", "iptables-legacy-restore"} {
@@ -719,7 +720,9 @@ func pxbTimeRestore(ctx context.Context, l topology.Layout, saved string) []stri
 			out = append(out, fmt.Sprintf("%s: %v", tool, err))
 			continue
 		}
-		_, took, notes, err := pxbRunStack(ctx, ns, saved, tool)
+		rctx, cancel := context.WithTimeout(ctx, pxbRestoreMax)
+		_, took, notes, err := pxbRunStack(rctx, ns, saved, tool)
+		cancel()
 		out = append(out, notes...)
 		out = append(out, fmt.Sprintf("its ruleset as iptables-save printed it (nat, filter, mangle: %d lines) restored into an empty namespace by %s alone: %s in %.3fs", lines, tool, errOK(err), took.Seconds()))
 		if _, err := pxbRunCmd(context.WithoutCancel(ctx), "ip", "netns", "delete", ns); err != nil {
