@@ -197,8 +197,8 @@ bench: toolchain ## benchmarks (not in CI): go test -bench, and the lab's benchm
 	echo "HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBenchNFTApply$$' -v ./proxy/nft/"; \
 	HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBenchNFTApply$$' -v ./proxy/nft/ || exit 1; \
 	(cd e2e && $(GO) run ./cmd/herald-lab build); \
-	echo "cd e2e && HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 150m ."; \
-	(cd e2e && HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 150m .) || exit 1; \
+	echo "cd e2e && HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 180m ."; \
+	(cd e2e && HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 180m .) || exit 1; \
 	echo "cd e2e && HERALD_BENCH=1 HERALD_LAB_NODES=10 $(GO) test -count=1 -run '^TestBenchL2Failover$$' -v -timeout 90m ."; \
 	cd e2e && HERALD_BENCH=1 HERALD_LAB_NODES=10 $(GO) test -count=1 -run '^TestBenchL2Failover$$' -v -timeout 90m .
 

@@ -143,8 +143,9 @@ func pxbRunCmd(ctx context.Context, args ...string) (string, error) {
 
 // pxbNetnsUp creates the namespace (after removing a leftover of a killed
 // run with the same name: the names carry the lab's prefix, so they are
-// this lab's).
-func pxbNetnsUp(ctx context.Context, l topology.Layout, name, hostIf string, addr netip.Addr) (*pxbNetns, error) {
+// this lab's). routes are `ip route add` arguments inside it, each via a
+// lab node: the data-path benchmark reaches its echo pod that way.
+func pxbNetnsUp(ctx context.Context, l topology.Layout, name, hostIf string, addr netip.Addr, routes [][]string) (*pxbNetns, error) {
 	n := &pxbNetns{name: name, hostIf: hostIf, bridge: l.Bridge, addr: addr}
 	if err := n.down(ctx); err != nil {
 		return nil, err
@@ -163,6 +164,9 @@ func pxbNetnsUp(ctx context.Context, l topology.Layout, name, hostIf string, add
 		// The host's bridge address has no prefix route (see topology):
 		// one /32 per LAN member, as the lab adds for its own.
 		{"ip", "route", "add", addr.String() + "/32", "dev", l.Bridge, "src", topology.HostLANv4.String()},
+	}
+	for _, r := range routes {
+		steps = append(steps, append([]string{"ip", "-n", name, "route", "add"}, r...))
 	}
 	for _, s := range steps {
 		if _, err := pxbRunCmd(ctx, s...); err != nil {
@@ -213,18 +217,27 @@ func (n *pxbNetns) down(ctx context.Context) error {
 
 // pxbProxy is one proxy under test and how to read its metrics.
 type pxbProxy struct {
-	name   string // herald, kube-proxy
+	name   string // herald iptables, kube-proxy nftables, ...
+	file   string // name in file names: herald-iptables, ...
 	netns  string
 	hostIf string
 	addr   netip.Addr
+	routes [][]string // ip route add arguments in its namespace
 	// prefix starts its metric names; labels are on its sync metrics
 	// (kube-proxy's carry ip_family).
 	prefix string
 	labels []string
 	path   string
 	args   []string
-	// chain is its dispatch chain in nat, one rule per Service address.
+	// cleanup are the arguments that remove its rules and exit
+	// (herald proxy --cleanup, kube-proxy --cleanup).
+	cleanup []string
+	// nft names its nftables table (nftables mode); chain is its dispatch
+	// chain in nat, one rule per Service address (iptables mode).
+	nft   string
 	chain string
+	// timeRestore: the iptables tools alone are timed on its ruleset.
+	timeRestore bool
 }
 
 func (p *pxbProxy) get(m map[string]float64, name string, extra ...string) float64 {
@@ -275,6 +288,28 @@ func (r *pxbRunning) cpu() time.Duration {
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
 
+// pxbMiB is a /proc/<pid>/status memory field (kB) in MiB; 0 when the
+// process is gone.
+func pxbMiB(pid int, field string) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// rss is the proxy process's resident memory now and at its peak (VmRSS,
+// VmHWM), in MiB; children such as iptables-restore are not in it.
+func (r *pxbRunning) rss() (now, peak float64) {
+	return pxbMiB(r.proc.PID, "VmRSS"), pxbMiB(r.proc.PID, "VmHWM")
+}
+
 // tail is the end of the process's log, for failures.
 func (r *pxbRunning) tail(n int) string {
 	var b strings.Builder
@@ -312,11 +347,17 @@ func (r *pxbRunning) count(s string) int {
 }
 
 // pxbStart creates the proxy's namespace and starts it there with
-// `ip netns exec` (which execs: the PID is the proxy's).
+// `ip netns exec` (which execs: the PID is the proxy's). The namespace
+// is new, so no earlier proxy's rules or tables are in it; that is
+// checked, in nftables (iptables-nft's tables are nftables tables too).
 func pxbStart(ctx context.Context, l topology.Layout, p *pxbProxy, logPath string) (*pxbRunning, error) {
-	ns, err := pxbNetnsUp(ctx, l, p.netns, p.hostIf, p.addr)
+	ns, err := pxbNetnsUp(ctx, l, p.netns, p.hostIf, p.addr, p.routes)
 	if err != nil {
 		return nil, err
+	}
+	if out, err := netns.Run(ctx, ns.name, "nft", "list", "ruleset"); err != nil || strings.TrimSpace(out) != "" {
+		_ = ns.down(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("netns %s is not empty before %s starts (%v): %.300s", ns.name, p.name, err, out)
 	}
 	r := &pxbRunning{p: p, ns: ns, log: logPath, started: time.Now()}
 	r.proc, err = proc.Start(proc.Spec{
@@ -333,10 +374,17 @@ func pxbStart(ctx context.Context, l topology.Layout, p *pxbProxy, logPath strin
 	return r, nil
 }
 
+// pxbCleanupMax bounds a proxy's --cleanup run.
+const pxbCleanupMax = 3 * time.Minute
+
 // stop stops the process by its PID, and then any iptables-restore (or
-// other child) it left running, by PID; then it removes the namespace
-// (and with it the rules).
-func (r *pxbRunning) stop(ctx context.Context) error {
+// other child) it left running, by PID; then it runs the proxy's own
+// --cleanup in the namespace (bounded; it says how long that took and
+// how many rules it left) and removes the namespace, and with it
+// whatever was left: the next proxy starts in a new one either way, but
+// a namespace freed with 100,000 rules in it keeps the kernel busy for a
+// while after, so the rules go first.
+func (r *pxbRunning) stop(ctx context.Context) (cleanup string, err error) {
 	var errs []string
 	children := pxbChildren(r.proc.PID)
 	if err := r.proc.Stop(10 * time.Second); err != nil {
@@ -347,13 +395,126 @@ func (r *pxbRunning) stop(ctx context.Context) error {
 			_ = syscall.Kill(c.pid, syscall.SIGKILL)
 		}
 	}
+	if len(r.p.cleanup) > 0 {
+		cctx, cancel := context.WithTimeout(ctx, pxbCleanupMax)
+		start := time.Now()
+		_, cerr := netns.Run(cctx, r.ns.name, append([]string{r.p.path}, r.p.cleanup...)...)
+		cancel()
+		cleanup = fmt.Sprintf("%s took %.2fs (%s)", strings.Join(r.p.cleanup, " "), time.Since(start).Seconds(), errOK(cerr))
+		if c, err := pxbNFTList(ctx, r.ns.name, "ruleset"); err == nil {
+			cleanup += fmt.Sprintf(", %d rules left in nftables", c.rules)
+		} else {
+			cleanup += fmt.Sprintf(", nft -j list ruleset: %v", err)
+		}
+	}
 	if err := r.ns.down(ctx); err != nil {
 		errs = append(errs, err.Error())
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%s", strings.Join(errs, "; "))
+		return cleanup, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return cleanup, nil
+}
+
+// stopOrFail stops the proxy (stop) and fails the test if that failed;
+// it returns how the cleanup went.
+func (r *pxbRunning) stopOrFail(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	cleanup, err := r.stop(context.WithoutCancel(ctx))
+	if err != nil {
+		t.Errorf("stopping %s: %v", r.p.name, err)
+	}
+	return cleanup
+}
+
+// firstFull is herald's log line "synced" of its first full sync, as
+// key=value fields (slog's text format), or nil.
+func (r *pxbRunning) firstFull() map[string]string {
+	data, _ := os.ReadFile(r.log)
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "msg=synced") && strings.Contains(line, "kind=full") {
+			return pxbLogFields(line)
+		}
 	}
 	return nil
+}
+
+// pxbLogFields splits a slog text line into its fields; quoted values
+// are unquoted.
+func pxbLogFields(line string) map[string]string {
+	out := map[string]string{}
+	for line != "" {
+		line = strings.TrimLeft(line, " ")
+		k, rest, ok := strings.Cut(line, "=")
+		if !ok {
+			break
+		}
+		var v string
+		if strings.HasPrefix(rest, `"`) {
+			q, err := strconv.QuotedPrefix(rest)
+			if err != nil {
+				break
+			}
+			v, _ = strconv.Unquote(q)
+			rest = rest[len(q):]
+		} else {
+			v, rest, _ = strings.Cut(rest, " ")
+		}
+		out[k] = v
+		line = rest
+	}
+	return out
+}
+
+// pxbNFT counts an `nft -j list` listing.
+type pxbNFT struct {
+	chains, rules int
+	// elements per set or map name.
+	elements map[string]int
+}
+
+// pxbNFTCount reads `nft -j list ruleset` (or table) output.
+func pxbNFTCount(listing string) (pxbNFT, error) {
+	var doc struct {
+		NFTables []map[string]json.RawMessage `json:"nftables"`
+	}
+	c := pxbNFT{elements: map[string]int{}}
+	if strings.TrimSpace(listing) == "" {
+		return c, nil // an empty ruleset lists nothing, not even JSON
+	}
+	if err := json.Unmarshal([]byte(listing), &doc); err != nil {
+		return c, err
+	}
+	for _, o := range doc.NFTables {
+		if o["chain"] != nil {
+			c.chains++
+		}
+		if o["rule"] != nil {
+			c.rules++
+		}
+		for _, k := range []string{"set", "map"} {
+			if raw := o[k]; raw != nil {
+				var s struct {
+					Name string            `json:"name"`
+					Elem []json.RawMessage `json:"elem"`
+				}
+				if err := json.Unmarshal(raw, &s); err != nil {
+					return c, err
+				}
+				c.elements[s.Name] += len(s.Elem)
+			}
+		}
+	}
+	return c, nil
+}
+
+// pxbNFTList counts what `nft -j list <what...>` shows in ns.
+func pxbNFTList(ctx context.Context, ns string, what ...string) (pxbNFT, error) {
+	out, err := netns.Run(ctx, ns, append([]string{"nft", "-j", "list"}, what...)...)
+	if err != nil {
+		return pxbNFT{}, err
+	}
+	return pxbNFTCount(out)
 }
 
 // pxbChild is a child process: its PID and the kernel's start time of
