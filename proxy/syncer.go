@@ -103,7 +103,8 @@ type famState struct {
 }
 
 // Syncer turns the Tracker's model into iptables rules, one
-// iptables-restore per family per sync, and keeps what hangs off the
+// iptables-restore per family per sync (several for a chunked full
+// sync, rules.Ruleset.NATChunks), and keeps what hangs off the
 // rules (health-check servers, proxy health, conntrack, metrics) in step.
 // Sync is not safe for concurrent use; the Loop calls it.
 type Syncer struct {

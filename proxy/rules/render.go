@@ -121,8 +121,9 @@ type Options struct {
 // reads the table already in the kernel, so their number costs too.
 // Measured (TestBenchIPTRestore, iptables-nft 1.8.9, 10,000 Services x 10
 // endpoints, first sync / full resync over the same rules): one input
-// 7 min 14 s; chunks of 11,000 chains 17.5 / 16.8 s, 5,000 10.3 / 11.4 s,
-// 2,200 6.9 / 8.4 s, 1,100 6.1 / 8.2 s, 550 6.6 / 10.0 s, 275 6.9 / 12.7 s.
+// 8 min 2 s; chunks of 11,000 chains 17.5 / 16.8 s, 5,000 10.3 / 11.4 s,
+// 2,200 6.9 / 8.4 s, 1,100 6.1-6.4 / 8.2-9.8 s, 1,000 5.7 / 7.9 s,
+// 550 6.6 / 10.0 s, 275 6.9 / 12.7 s.
 const DefaultChunkChains = 1000
 
 // Render renders the complete desired state of one family.
