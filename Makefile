@@ -196,6 +196,8 @@ bench: toolchain ## benchmarks (not in CI): go test -bench, and the lab's benchm
 	@if [ "$$(id -u)" -ne 0 ]; then echo "make bench: the lab benchmarks need root: skipped them" >&2; exit 0; fi; \
 	echo "HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBenchNFTApply$$' -v ./proxy/nft/"; \
 	HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBenchNFTApply$$' -v ./proxy/nft/ || exit 1; \
+	echo "HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBenchIPTRestore$$' -v -timeout 60m ./proxy/rules/"; \
+	HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBenchIPTRestore$$' -v -timeout 60m ./proxy/rules/ || exit 1; \
 	(cd e2e && $(GO) run ./cmd/herald-lab build); \
 	echo "cd e2e && HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 180m ."; \
 	(cd e2e && HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 180m .) || exit 1; \

@@ -243,7 +243,11 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 				log.Error("address family left out", "family", f, "err", err)
 				continue
 			}
-			fams = append(fams, Backend{Family: f, Runner: r})
+			b := Backend{Family: f, Runner: r}
+			if mode == iptables.ModeLegacy {
+				b.ChunkChains = -1 // see Backend.ChunkChains
+			}
+			fams = append(fams, b)
 		}
 	}
 	if len(fams) == 0 {
@@ -299,11 +303,14 @@ func logSync(log *slog.Logger, res SyncResult) {
 		if f.Err != nil {
 			continue // logged by the syncer
 		}
-		log.Info("synced", "family", f.Family, "kind", kind, "reason", f.Reason, "services", f.Stats.Services,
+		args := []any{"family", f.Family, "kind", kind, "reason", f.Reason, "services", f.Stats.Services,
 			"natRules", f.Stats.NATRulesTotal, "natRulesWritten", f.Stats.NATRules, "filterRules", f.Stats.FilterRules,
 			"bytes", f.Bytes, "took", res.Duration.Round(time.Microsecond), "housekeeping", f.Housekeeping.Round(time.Microsecond),
-			"save", f.Save.Round(time.Microsecond), "render", f.Render.Round(time.Microsecond), "restore", f.Restore.Round(time.Microsecond),
-			"conntrackDeleted", res.ConntrackDeleted)
+			"save", f.Save.Round(time.Microsecond), "render", f.Render.Round(time.Microsecond), "restore", f.Restore.Round(time.Microsecond)}
+		if f.Chunks > 0 { // iptables-restore runs; the nftables mode has none
+			args = append(args, "chunks", f.Chunks)
+		}
+		log.Info("synced", append(args, "conntrackDeleted", res.ConntrackDeleted)...)
 	}
 }
 

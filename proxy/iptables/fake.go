@@ -23,6 +23,10 @@ type Fake struct {
 	Restores [][]byte
 	// FailRestore, when set, makes Restore fail with it.
 	FailRestore error
+	// FailIf, when set, is asked about each input; when it returns an
+	// error, Restore fails with it and changes nothing (e.g. to fail one
+	// restore of several).
+	FailIf func(data []byte) error
 }
 
 var builtin = map[string][]string{
@@ -54,6 +58,11 @@ func (f *Fake) Restore(_ context.Context, data []byte) error {
 	f.Restores = append(f.Restores, append([]byte(nil), data...))
 	if f.FailRestore != nil {
 		return f.FailRestore
+	}
+	if f.FailIf != nil {
+		if err := f.FailIf(data); err != nil {
+			return err
+		}
 	}
 	// Work on a copy: a failed restore changes nothing, like the real
 	// tool's atomic commit.

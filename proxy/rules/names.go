@@ -150,6 +150,11 @@ func quote(s string) string {
 var (
 	staticNATChains    = []string{ChainServices, ChainNodePorts, ChainPostrouting, ChainMarkMasq}
 	staticFilterChains = []string{ChainServices, ChainExternalServices, ChainNodePorts, ChainForward, ChainProxyFirewall}
+	// helperNATChains open a chunked nat restore (Ruleset.NATChunks):
+	// per-service chains jump to MARK-MASQ, and POSTROUTING acts on the
+	// mark it sets, so both must be in place, and agree, before any
+	// Service chain is written.
+	helperNATChains = []string{ChainPostrouting, ChainMarkMasq}
 )
 
 // StaticChains returns the fixed chains Render declares in a table, for
