@@ -172,6 +172,14 @@ func RenderNFTWith(f Family, services []Service, endpoints map[ServicePortName][
 	r.finish()
 	rs.NextSlot = r.next
 	t.Sort()
+	// Services without a port in this family (the other family's, in a
+	// dual-stack proxy) are known too, with no records: a patch must not
+	// take them for new ones and walk them all.
+	for i := range services {
+		if k := services[i].ID().Key(); r.records[k] == nil {
+			r.records[k] = []*nftPortRecord{}
+		}
+	}
 	rs.patch = r.patchState()
 	for _, c := range t.Chains {
 		if c.Base == nil {

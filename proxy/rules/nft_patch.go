@@ -90,7 +90,7 @@ func patchNFT(f Family, services []Service, endpoints map[ServicePortName][]Endp
 	var subset []Service
 	for i := range services {
 		k := services[i].ID().Key()
-		if !changed[k] && ps.services[k] == nil {
+		if _, known := ps.services[k]; !changed[k] && !known {
 			if !cloned {
 				changed, cloned = maps.Clone(opts.Changed), true
 			}
@@ -117,6 +117,14 @@ func patchNFT(f Family, services []Service, endpoints map[ServicePortName][]Endp
 	var old []*nftPortRecord
 	for k := range opts.Changed {
 		old = append(old, ps.services[k]...)
+	}
+	if len(old) == 0 && len(r.records) == 0 && len(probs) == 0 && !hasProblemsOf(prev.Problems, opts.Changed) && allKnown(ps, subset) {
+		// Nothing of the changed Services was or is in this family's
+		// table (the other family's Services, in a dual-stack proxy):
+		// the previous render stands as it is, shared.
+		out := *prev
+		out.Delta = &nft.Changes{Mode: nft.Partial}
+		return out, true
 	}
 	p := &nftPatcher{prev: prev, ps: ps, r: r, delta: nft.Changes{Mode: nft.Partial, DelElements: map[string][]nft.Element{}, AddElements: map[string][]nft.Element{}}}
 	sets, ok := p.sets(old)
@@ -177,6 +185,9 @@ func patchNFT(f Family, services []Service, endpoints map[ServicePortName][]Endp
 	for k := range opts.Changed {
 		delete(recs, k)
 	}
+	for i := range subset {
+		recs[subset[i].ID().Key()] = []*nftPortRecord{} // still there, maybe without a port here
+	}
 	maps.Copy(recs, r.records)
 	rs.patch = &nftPatchState{node: np, services: recs, counts: p.counts}
 	// A copy: a pointer into p would keep p, and through p.prev every
@@ -184,6 +195,26 @@ func patchNFT(f Family, services []Service, endpoints map[ServicePortName][]Endp
 	delta := p.delta
 	rs.Delta = &delta
 	return rs, true
+}
+
+func hasProblemsOf(probs []Problem, changed map[ServiceKey]bool) bool {
+	for _, p := range probs {
+		if p.Service != (ServicePortName{}) && changed[p.Service.Key()] {
+			return true
+		}
+	}
+	return false
+}
+
+// allKnown reports whether the previous render knew every Service of
+// subset that is still there.
+func allKnown(ps *nftPatchState, subset []Service) bool {
+	for i := range subset {
+		if _, ok := ps.services[subset[i].ID().Key()]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 type nftPatcher struct {

@@ -271,3 +271,28 @@ func firstDiff(a, b string) string {
 	}
 	return fmt.Sprintf("lengths %d and %d", len(a), len(b))
 }
+
+// TestNFTPatchOtherFamily: in a dual-stack proxy the IPv6 table of a
+// cluster whose Services are IPv4 is patched too (its render knows the
+// Services without a port in the family) instead of walking them all at
+// every sync.
+func TestNFTPatchOtherFamily(t *testing.T) {
+	w := &patchWorld{rnd: rand.New(rand.NewPCG(3, 5)), svcs: map[string][]rules.Service{}, eps: map[rules.ServicePortName][]rules.Endpoint{}}
+	for i := range 40 {
+		w.add(fmt.Sprintf("s%03d", i))
+	}
+	svcs, eps := w.flat()
+	prev := rules.RenderNFT(lab6.family, svcs, eps, lab6.node())
+	for step := range 50 {
+		changed := w.step(false)
+		svcs, eps := w.flat()
+		got := rules.RenderNFTWith(lab6.family, svcs, eps, lab6.node(), rules.NFTOptions{Prev: &prev, Changed: changed})
+		if got.Delta == nil {
+			t.Fatalf("step %d: the IPv6 render walked every Service", step)
+		}
+		if g, w := got.Table.Text(), rules.RenderNFT(lab6.family, svcs, eps, lab6.node()).Table.Text(); g != w {
+			t.Fatalf("step %d: %s", step, firstDiff(g, w))
+		}
+		prev = got
+	}
+}
