@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -266,6 +267,18 @@ func TestBenchProxyVsKubeProxy(t *testing.T) {
 	}
 	kubeIPT, kubeNFT := kube("iptables", "-pxk", pxbKubeAddr), kube("nftables", "-pxkn", pxbKubeNFTAddr)
 	proxies := []*pxbProxy{heraldIPT, heraldNFT, kubeIPT, kubeNFT}
+	// HERALD_BENCH_PROXIES (names, comma-separated, e.g. "herald
+	// nftables") measures some of them only; the tables comparing them
+	// need all four.
+	all := true
+	if v := os.Getenv("HERALD_BENCH_PROXIES"); v != "" {
+		want := strings.Split(v, ",")
+		proxies = slices.DeleteFunc(proxies, func(p *pxbProxy) bool { return !slices.Contains(want, p.name) })
+		if len(proxies) == 0 {
+			t.Fatalf("HERALD_BENCH_PROXIES=%q names none of herald iptables, herald nftables, kube-proxy iptables, kube-proxy nftables", v)
+		}
+		all = len(proxies) == 4
+	}
 
 	ipt, _ := exec.CommandContext(ctx, "iptables", "--version").Output()
 	nftv, _ := exec.CommandContext(ctx, "nft", "--version").Output()
@@ -314,6 +327,12 @@ func TestBenchProxyVsKubeProxy(t *testing.T) {
 			fmt.Fprintf(&b, "BENCH %6d %-19s | %10s | %10s %5.0f | %13s | %7.1f | %7.1f %7.1f %7.1f\n", r.n, p.name,
 				pxbCell(x, x.full), pxbCell(x, x.complete), x.syncs, pxbCell(x, x.partialMedian()), x.cpu.Seconds(), x.rssSettled, x.rssEnd, x.rssPeak)
 		}
+	}
+	if !all {
+		fmt.Fprintf(&b, "BENCH (HERALD_BENCH_PROXIES: the comparisons need all four proxies)\n")
+		fmt.Fprintf(&b, "BENCH reproduce: HERALD_BENCH_PROXIES=%q %s", os.Getenv("HERALD_BENCH_PROXIES"), pxbReproduce("TestBenchProxyVsKubeProxy$"))
+		t.Log("\n" + b.String())
+		return
 	}
 	fmt.Fprintf(&b, "BENCH targets, herald nftables vs kube-proxy nftables (issue #16; the absolute ones at N=%d):\n", pxbTargetN)
 	fmt.Fprintf(&b, "BENCH %6s | %-42s | %-42s\n", "", "first full sync", "one-endpoint change (median)")
