@@ -105,9 +105,9 @@ func normalize(f Family, in *Service) (out svcPort, ok bool, probs []Problem) {
 
 	var cip netip.Addr
 	for i, a := range in.ClusterIPs {
-		a = a.Unmap()
-		if !a.IsValid() {
-			drop(fmt.Sprintf("clusterIPs[%d]", i), "invalid address")
+		a, bad := plainAddr(a)
+		if bad != "" {
+			drop(fmt.Sprintf("clusterIPs[%d]", i), "%s", bad)
 			continue
 		}
 		if !f.Has(a) {
@@ -142,10 +142,10 @@ func normalize(f Family, in *Service) (out svcPort, ok bool, probs []Problem) {
 
 	seen := map[netip.Addr]bool{}
 	for i, a := range in.ExternalIPs {
-		a = a.Unmap()
+		a, bad := plainAddr(a)
 		switch {
-		case !a.IsValid():
-			drop(fmt.Sprintf("externalIPs[%d]", i), "invalid address")
+		case bad != "":
+			drop(fmt.Sprintf("externalIPs[%d]", i), "%s", bad)
 		case !f.Has(a) || seen[a]:
 		case a.IsLoopback() || a.IsUnspecified() || a.IsMulticast():
 			drop(fmt.Sprintf("externalIPs[%d]", i), "%s cannot be a service address", a)
@@ -156,10 +156,10 @@ func normalize(f Family, in *Service) (out svcPort, ok bool, probs []Problem) {
 	}
 	clear(seen)
 	for i, ing := range in.LoadBalancerIngress {
-		a := ing.IP.Unmap()
+		a, bad := plainAddr(ing.IP)
 		switch {
-		case !a.IsValid():
-			drop(fmt.Sprintf("loadBalancer.ingress[%d].ip", i), "invalid address")
+		case bad != "":
+			drop(fmt.Sprintf("loadBalancer.ingress[%d].ip", i), "%s", bad)
 		case ing.Mode != IPModeVIP && ing.Mode != IPModeProxy:
 			drop(fmt.Sprintf("loadBalancer.ingress[%d].ipMode", i), "unknown mode %d", ing.Mode)
 		case ing.Mode == IPModeProxy || !f.Has(a) || seen[a]:
@@ -232,9 +232,9 @@ func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 		probs = append(probs, Problem{Field: "name", Message: "empty node name: no endpoint counts as local, so externalTrafficPolicy/internalTrafficPolicy Local services drop traffic"})
 	}
 	for i, a := range n.IPs {
-		a = a.Unmap()
-		if !a.IsValid() {
-			probs = append(probs, Problem{Field: fmt.Sprintf("ips[%d]", i), Message: "invalid address"})
+		a, bad := plainAddr(a)
+		if bad != "" {
+			probs = append(probs, Problem{Field: fmt.Sprintf("ips[%d]", i), Message: bad})
 			continue
 		}
 		if f.Has(a) {
@@ -280,11 +280,11 @@ func nodePortIPs(f Family, byFamily map[Family][]netip.Addr, probs []Problem) (b
 	}
 	out := make([]netip.Addr, 0, len(in))
 	for i, a := range in {
-		a = a.Unmap()
+		a, bad := plainAddr(a)
 		field := fmt.Sprintf("nodePortAddresses[%s][%d]", f, i)
 		switch {
-		case !a.IsValid():
-			probs = append(probs, Problem{Field: field, Message: "invalid address"})
+		case bad != "":
+			probs = append(probs, Problem{Field: field, Message: bad})
 		case !f.Has(a):
 			probs = append(probs, Problem{Field: field, Message: fmt.Sprintf("%s is not an %s address", a, f)})
 		case a.IsLoopback():
@@ -315,7 +315,7 @@ func normalizeEndpoints(f Family, s *svcPort, node string, in []Endpoint) ([]epI
 	out := make([]epInfo, 0, len(in))
 	for i, e := range in {
 		a := e.IP.Unmap()
-		if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() {
+		if _, bad := plainAddr(a); bad != "" || a.IsUnspecified() || a.IsMulticast() {
 			probs = append(probs, Problem{Service: s.id, Field: fmt.Sprintf("endpoints[%d]", i), Message: fmt.Sprintf("unusable address %v; endpoint ignored", e.IP)})
 			continue
 		}
@@ -354,6 +354,20 @@ func rank(e epInfo) int {
 		return 1
 	}
 	return 0
+}
+
+// plainAddr unmaps a and says what makes it unfit for a rule: being
+// invalid, or an IPv6 zone (fe80::1%eth0), which iptables-restore
+// refuses, failing the whole restore, not only the Service's rules.
+func plainAddr(a netip.Addr) (netip.Addr, string) {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid():
+		return a, "invalid address"
+	case a.Zone() != "":
+		return a, fmt.Sprintf("%s has an IPv6 zone, which no rule can match", a)
+	}
+	return a, ""
 }
 
 // unmapPrefix turns ::ffff:a.b.c.d/n into a.b.c.d/(n-96) and masks host bits,

@@ -106,6 +106,48 @@ func TestBadEndpointsAndDuplicates(t *testing.T) {
 	check(t, trace(t, l.load(t, rs), l.flow(fromPod, toClusterIP)), want{verdict: tracer.Accept, endpoints: []string{ep(l.epLocal)}})
 }
 
+// TestZonedAddressesAreRefused: a zone (fe80::1%eth0) makes
+// iptables-restore refuse the whole input, so every address field
+// leaves such an address out and says so, and the rest renders.
+// FuzzRenderIPTables found it (testdata/fuzz: zoned-cluster-ip).
+func TestZonedAddressesAreRefused(t *testing.T) {
+	l := lab6
+	zoned := netip.MustParseAddr("fe80::1%eth0")
+	svc := l.web()
+	svc.ExternalIPs = []netip.Addr{zoned}
+	svc.LoadBalancerIngress = append(svc.LoadBalancerIngress, rules.Ingress{IP: zoned})
+	other := l.web()
+	other.Name, other.ClusterIPs = "other", []netip.Addr{zoned}
+	node := l.restricted(l.nodeIP, zoned)
+	node.IPs = append(node.IPs, zoned)
+	eps := epMap(svc, ready(l.epLocal, nodeA), rules.Endpoint{IP: zoned, Port: tgtPort, Ready: true, Serving: true, NodeName: nodeA})
+	rs := rules.Render(l.family, []rules.Service{svc, other}, eps, node)
+	got := map[string]string{}
+	for _, p := range rs.Problems {
+		if !strings.Contains(p.Message, "fe80::1%eth0") {
+			continue
+		}
+		got[p.Field] = ""
+		if p.Service != (rules.ServicePortName{}) {
+			got[p.Field] = p.Service.String()
+		}
+	}
+	wantFields := map[string]string{
+		"externalIPs[0]": "default/web:http", "loadBalancer.ingress[1].ip": "default/web:http", "endpoints[1]": "default/web:http",
+		"clusterIPs[0]": "default/other:http", "ips[1]": "", "nodePortAddresses[IPv6][1]": "",
+	}
+	for f, s := range wantFields {
+		if g, ok := got[f]; !ok || g != s {
+			t.Errorf("no zone problem for %s of %q: %v", f, s, rs.Problems)
+		}
+	}
+	mustNotContain(t, rs.Bytes(), "%eth0")
+	if rs.Stats.Services != 1 {
+		t.Errorf("%d service ports rendered, want web's", rs.Stats.Services)
+	}
+	check(t, trace(t, l.load(t, rs), l.flow(fromPod, toClusterIP)), want{verdict: tracer.Accept, endpoints: []string{ep(l.epLocal)}})
+}
+
 func TestBadNodeConfig(t *testing.T) {
 	l := lab4
 	node := rules.NodeConfig{
