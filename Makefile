@@ -26,6 +26,9 @@ GOTESTFLAGS ?=
 E2E_TESTFLAGS ?= -count=1 -p 1 -timeout 40m
 # How long `make fuzz` runs each fuzz target (any `go test -fuzztime` value).
 FUZZTIME ?= 60s
+# How long `make test` (fuzz-short) runs each target: short enough for CI,
+# long enough to catch the plain breakage a change brings.
+SHORT_FUZZTIME ?= 10s
 
 BIN := $(CURDIR)/bin
 # staticcheck 2026.2.2; builds with, and understands, Go 1.26.
@@ -36,7 +39,7 @@ STATICCHECK := $(BIN)/staticcheck
 HELM_VERSION ?= v3.22.0
 HELM := $(BIN)/helm
 
-.PHONY: help deps toolchain tools helm build generate manifests test unit-test chart-test e2e-test e2e-image-test conformance lab lab-down bench lint fuzz image clean
+.PHONY: help deps toolchain tools helm build generate manifests test unit-test chart-test e2e-test e2e-image-test conformance lab lab-down bench lint fuzz fuzz-short image clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /  make \1\t/' | expand -t 22
@@ -100,7 +103,8 @@ generate: toolchain ## regenerate deepcopy code and CRDs (config/crd/bases, the 
 manifests: toolchain ## render config/default and the proxy-only overlay into config/deploy and config/proxy-only
 	$(GO) test -count=1 -run '^TestRenderings$$' ./config/manifests -update
 
-test: unit-test ## unit tests (the chart's included), the e2e suite (root), then its image-mode pass
+test: unit-test ## unit tests (the chart's included), every fuzz target for 10s, the e2e suite (root), then its image-mode pass
+	@$(MAKE) fuzz-short
 	@$(MAKE) e2e-test
 	@$(MAKE) e2e-image-test
 
@@ -218,8 +222,13 @@ lint: toolchain ## gofmt, go vet and staticcheck (when it can be installed)
 	echo "staticcheck ./..."; $(STATICCHECK) ./...; \
 	if [ -f e2e/go.mod ]; then echo "cd e2e && staticcheck ./..."; cd e2e && $(STATICCHECK) ./...; fi
 
-fuzz: toolchain ## run every fuzz target for FUZZTIME (default 60s) each, one at a time
+fuzz: toolchain ## the long run: every fuzz target for FUZZTIME (default 60s) each, one at a time
 	FUZZTIME=$(FUZZTIME) GO=$(GO) bash hack/fuzz.sh
+
+# fuzz-short is make test's pass over the fuzz targets (as root it also
+# has iptables-restore --test check the rendered rules; proxy/rules).
+fuzz-short: toolchain ## every fuzz target for SHORT_FUZZTIME (10s) each, as make test runs it
+	FUZZTIME=$(SHORT_FUZZTIME) GO=$(GO) bash hack/fuzz.sh
 
 clean: ## remove bin/ and _output/
 	rm -rf bin _output

@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
 # hack/fuzz.sh — run every Go fuzz target (func FuzzXxx(*testing.F)) of the
 # root module, one at a time, each for FUZZTIME (default 60s). `make fuzz`
-# calls it; `make fuzz FUZZTIME=5s` for a quick pass.
+# calls it for the long run; `make test` (through `make fuzz-short`) with
+# FUZZTIME=10s.
 #
 # Targets are found with `go test -list '^Fuzz' ./...`, so a package that does
 # not compile fails this script loudly. Every target runs even when an earlier
 # one fails; the script exits 1 at the end if any failed. A failing input is
 # written by go test to the package's testdata/fuzz/FuzzXxx/: commit it, it
-# then runs as a regression case in every `go test`.
+# then runs as a regression case in every `go test`. Until then the new file
+# leaves the checkout dirty, which is meant: a failure is not to be lost.
+# The fuzzer's own corpus of interesting inputs stays in the Go build cache
+# ($(go env GOCACHE)/fuzz), outside the checkout.
 set -euo pipefail
 
 FUZZTIME=${FUZZTIME:-60s}
 GO=${GO:-go}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# took prints the time since the start, compiling and listing included.
+took() {
+	local s=$((SECONDS - start))
+	printf '%dm%02ds in all' $((s / 60)) $((s % 60))
+}
+
+start=$SECONDS
 echo "fuzz: finding fuzz targets: $GO test -list '^Fuzz' ./..."
 listing=$("$GO" test -list '^Fuzz' ./...)
 
@@ -41,8 +52,9 @@ for t in "${targets[@]}"; do
 done
 
 if ((${#failed[@]} > 0)); then
-	echo "fuzz: ${#failed[@]} of ${#targets[@]} target(s) failed:" >&2
+	echo "fuzz: ${#failed[@]} of ${#targets[@]} target(s) failed ($(took)):" >&2
 	printf '  %s\n' "${failed[@]}" >&2
+	echo "fuzz: the failing inputs are in the packages' testdata/fuzz/ (go test -run 'FuzzXxx/<file>' replays one)" >&2
 	exit 1
 fi
-echo "fuzz: all ${#targets[@]} target(s) ran ${FUZZTIME} without a failure"
+echo "fuzz: all ${#targets[@]} target(s) ran ${FUZZTIME} without a failure ($(took))"
