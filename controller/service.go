@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -16,12 +15,7 @@ import (
 
 // RequestError is a Service whose request cannot be read. Field is where
 // the user has to look: an annotation or a spec field.
-type RequestError struct {
-	Field   string
-	Message string
-}
-
-func (e *RequestError) Error() string { return e.Field + ": " + e.Message }
+type RequestError = lbapi.FieldError
 
 // Request maps a Service and its namespace's labels to what the allocator
 // needs. On a RequestError the returned Service is complete except for
@@ -35,7 +29,6 @@ func Request(svc *corev1.Service, nsLabels map[string]string) (allocator.Service
 		Labels:          svc.Labels,
 		LocalTraffic:    svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 		Backend:         backend(svc),
-		SharingKey:      strings.TrimSpace(lbapi.ReadAnnotation(svc, lbapi.AnnotationAllowSharedIP).Value),
 	}
 	for _, p := range svc.Spec.Ports {
 		proto := string(p.Protocol)
@@ -54,7 +47,7 @@ func Request(svc *corev1.Service, nsLabels map[string]string) (allocator.Service
 		case corev1.IPFamilyPolicyRequireDualStack:
 			out.FamilyPolicy = allocator.RequireDualStack
 		default:
-			errs = append(errs, &RequestError{"spec.ipFamilyPolicy", fmt.Sprintf("%q is not SingleStack, PreferDualStack or RequireDualStack", *p)})
+			errs = append(errs, &RequestError{Field: "spec.ipFamilyPolicy", Message: fmt.Sprintf("%q is not SingleStack, PreferDualStack or RequireDualStack", *p)})
 		}
 	}
 	for i, f := range svc.Spec.IPFamilies {
@@ -64,81 +57,20 @@ func Request(svc *corev1.Service, nsLabels map[string]string) (allocator.Service
 		case corev1.IPv6Protocol:
 			out.Families = append(out.Families, allocator.IPv6)
 		default:
-			errs = append(errs, &RequestError{fmt.Sprintf("spec.ipFamilies[%d]", i), fmt.Sprintf("%q is not IPv4 or IPv6", f)})
+			errs = append(errs, &RequestError{Field: fmt.Sprintf("spec.ipFamilies[%d]", i), Message: fmt.Sprintf("%q is not IPv4 or IPv6", f)})
 		}
 	}
 
-	// MetalLB's names for the annotations count too (lbapi.ReadAnnotation);
+	// MetalLB's names for the annotations count too (lbapi.ReadRequest);
 	// a problem names the annotation the value came from.
-	if a := lbapi.ReadAnnotation(svc, lbapi.AnnotationAddressPool); a.Set() {
-		if out.Pool = strings.TrimSpace(a.Value); out.Pool == "" {
-			errs = append(errs, &RequestError{annotationField(a.Key), "is empty: name an IPAddressPool or remove the annotation"})
-		}
-	}
-	ann := lbapi.ReadAnnotation(svc, lbapi.AnnotationLoadBalancerIPs)
-	switch {
-	case ann.Set() && svc.Spec.LoadBalancerIP != "":
-		errs = append(errs, &RequestError{annotationField(ann.Key),
-			fmt.Sprintf("is set together with spec.loadBalancerIP (%q): use only the annotation (spec.loadBalancerIP is deprecated)", svc.Spec.LoadBalancerIP)})
-	case ann.Set():
-		ips, err := parseIPList(ann.Value)
-		if err != nil {
-			errs = append(errs, &RequestError{annotationField(ann.Key), err.Error()})
-		}
-		out.RequestedIPs = ips
-	case svc.Spec.LoadBalancerIP != "":
-		ip, err := parseIP(svc.Spec.LoadBalancerIP)
-		if err != nil {
-			errs = append(errs, &RequestError{"spec.loadBalancerIP", err.Error()})
-		} else {
-			out.RequestedIPs = []netip.Addr{ip}
-		}
-	}
+	req, reqErrs := lbapi.ReadRequest(svc)
+	out.SharingKey = req.SharingKey
+	errs = append(errs, reqErrs...)
 	if len(errs) > 0 {
-		out.RequestedIPs, out.Pool = nil, ""
 		return out, errs[0]
 	}
+	out.Pool, out.RequestedIPs = req.Pool, req.IPs
 	return out, nil
-}
-
-func annotationField(name string) string { return "annotation " + name }
-
-// parseIPList reads herald.io/loadBalancerIPs: one or two addresses,
-// comma-separated, at most one per family.
-func parseIPList(s string) ([]netip.Addr, error) {
-	parts := strings.Split(s, ",")
-	if strings.TrimSpace(s) == "" {
-		return nil, fmt.Errorf("is empty: give one IP address per family, comma-separated, or remove the annotation")
-	}
-	if len(parts) > 2 {
-		return nil, fmt.Errorf("%q has %d entries: give at most one IPv4 and one IPv6 address", s, len(parts))
-	}
-	var ips []netip.Addr
-	for _, p := range parts {
-		ip, err := parseIP(strings.TrimSpace(p))
-		if err != nil {
-			return nil, err
-		}
-		if len(ips) == 1 && ips[0].Is4() == ip.Is4() {
-			return nil, fmt.Errorf("%q has two %s addresses: give at most one per family", s, allocator.FamilyOf(ip))
-		}
-		ips = append(ips, ip)
-	}
-	return ips, nil
-}
-
-func parseIP(s string) (netip.Addr, error) {
-	if s == "" {
-		return netip.Addr{}, fmt.Errorf("has an empty entry: give IP addresses separated by a comma")
-	}
-	ip, err := netip.ParseAddr(s)
-	if err != nil || ip.Zone() != "" {
-		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
-	}
-	if ip.Is4In6() {
-		return netip.Addr{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address: write it as %s", s, ip.Unmap())
-	}
-	return ip, nil
 }
 
 // backend identifies the pods a Service selects, for sharing under

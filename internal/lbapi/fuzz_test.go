@@ -1,32 +1,31 @@
-package controller
+package lbapi
 
 import (
-	"errors"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/herald-lb/herald/internal/lbapi"
 )
 
 // annotationNames are every name herald reads a request annotation
 // under: its own first, then MetalLB's.
 func annotationNames(name string) []string {
-	return append([]string{name}, lbapi.AnnotationAliases[name]...)
+	return append([]string{name}, AnnotationAliases[name]...)
 }
 
 // FuzzServiceAnnotations drives herald's parsers of Service annotations
-// (lbapi.ReadAnnotation and AliasNotes, and Request, which parses
+// (ReadAnnotation, AliasNotes, and ReadRequest, which parses
 // address-pool, allow-shared-ip and loadBalancerIPs, under herald's
 // names and MetalLB's, and spec.loadBalancerIP) with any values. Nothing
-// may panic; a refusal is a RequestError naming the annotation the value
+// may panic; a refusal is a FieldError naming the annotation the value
 // came from (or the spec field); what is accepted is what the user
 // wrote: at most one valid, zone-free, unmapped address per family that
 // reads back the same from the status herald writes, and the pool and
-// sharing key as written, trimmed.
+// sharing key as written, trimmed. It lives here rather than with the
+// controller, which calls ReadRequest, because fuzzing instruments every
+// package of the test binary: client-go's made it minutes longer.
 //
 // sel chooses the names: two bits each for the pool, the sharing key and
 // the addresses (none, herald's, metallb.io's, metallb.universe.tf's);
@@ -54,19 +53,18 @@ func FuzzServiceAnnotations(f *testing.F) {
 		f.Add(c.sel, c.pool, c.share, c.ips, c.lbIP)
 	}
 	f.Fuzz(func(t *testing.T, sel uint16, pool, share, ips, lbIP string) {
-		svc := lbService("shop", "web")
-		svc.Annotations = map[string]string{}
+		svc := svcWith(map[string]string{})
 		set := func(name string, which uint16, v string) {
 			if which != 0 {
 				svc.Annotations[annotationNames(name)[which-1]] = v
 			}
 		}
-		set(lbapi.AnnotationAddressPool, sel&3, pool)
-		set(lbapi.AnnotationAllowSharedIP, sel>>2&3, share)
+		set(AnnotationAddressPool, sel&3, pool)
+		set(AnnotationAllowSharedIP, sel>>2&3, share)
 		ipsAt := sel >> 4 & 3
-		set(lbapi.AnnotationLoadBalancerIPs, ipsAt, ips)
+		set(AnnotationLoadBalancerIPs, ipsAt, ips)
 		if ipsAt != 0 && sel&(1<<6) != 0 {
-			second, v := annotationNames(lbapi.AnnotationLoadBalancerIPs)[ipsAt%3], " "+ips
+			second, v := annotationNames(AnnotationLoadBalancerIPs)[ipsAt%3], " "+ips
 			if sel&(1<<7) != 0 {
 				v = lbIP
 			}
@@ -76,33 +74,31 @@ func FuzzServiceAnnotations(f *testing.F) {
 			svc.Spec.LoadBalancerIP = lbIP
 		}
 
-		read := map[string]lbapi.Annotation{}
-		for _, name := range []string{lbapi.AnnotationAddressPool, lbapi.AnnotationAllowSharedIP, lbapi.AnnotationLoadBalancerIPs} {
+		read := map[string]Annotation{}
+		for _, name := range []string{AnnotationAddressPool, AnnotationAllowSharedIP, AnnotationLoadBalancerIPs} {
 			read[name] = checkRead(t, svc, name)
 		}
 		checkAliasNotes(t, svc, read)
 
-		out, err := Request(svc, nil)
-		poolAnn, ipsAnn := read[lbapi.AnnotationAddressPool], read[lbapi.AnnotationLoadBalancerIPs]
-		if got, want := out.SharingKey, strings.TrimSpace(read[lbapi.AnnotationAllowSharedIP].Value); got != want {
+		out, errs := ReadRequest(svc)
+		poolAnn, ipsAnn := read[AnnotationAddressPool], read[AnnotationLoadBalancerIPs]
+		if got, want := out.SharingKey, strings.TrimSpace(read[AnnotationAllowSharedIP].Value); got != want {
 			t.Fatalf("sharing key %q, want %q", got, want)
 		}
-		if err != nil {
-			var re *RequestError
-			if !errors.As(err, &re) {
-				t.Fatalf("error %T %v is not a RequestError", err, err)
-			}
+		if len(errs) > 0 {
 			fields := []string{"spec.loadBalancerIP"}
-			for _, a := range []lbapi.Annotation{poolAnn, ipsAnn} {
+			for _, a := range []Annotation{poolAnn, ipsAnn} {
 				if a.Set() {
 					fields = append(fields, "annotation "+a.Key)
 				}
 			}
-			if !slices.Contains(fields, re.Field) || !strings.HasPrefix(err.Error(), re.Field+": ") || re.Message == "" {
-				t.Fatalf("error %q names %q, not one of the fields set: %q", err, re.Field, fields)
+			for _, err := range errs {
+				if !slices.Contains(fields, err.Field) || !strings.HasPrefix(err.Error(), err.Field+": ") || err.Message == "" {
+					t.Fatalf("error %q names %q, not one of the fields set: %q", err, err.Field, fields)
+				}
 			}
-			if out.RequestedIPs != nil || out.Pool != "" {
-				t.Fatalf("refused request keeps IPs %v, pool %q", out.RequestedIPs, out.Pool)
+			if out.IPs != nil || out.Pool != "" {
+				t.Fatalf("refused request keeps IPs %v, pool %q", out.IPs, out.Pool)
 			}
 			return
 		}
@@ -123,16 +119,16 @@ func FuzzServiceAnnotations(f *testing.F) {
 		if !ipsAnn.Set() {
 			source = svc.Spec.LoadBalancerIP
 		}
-		checkRequestedIPs(t, source, out.RequestedIPs)
+		checkRequestedIPs(t, source, out.IPs)
 	})
 }
 
 // checkRead checks ReadAnnotation: the value comes from the first name
 // set (herald's before MetalLB's newer before its older), and the others
 // set to another value are listed as overridden.
-func checkRead(t *testing.T, svc *corev1.Service, name string) lbapi.Annotation {
+func checkRead(t *testing.T, svc *corev1.Service, name string) Annotation {
 	t.Helper()
-	a := lbapi.ReadAnnotation(svc, name)
+	a := ReadAnnotation(svc, name)
 	var first string
 	var overridden []string
 	for _, k := range annotationNames(name) {
@@ -153,9 +149,9 @@ func checkRead(t *testing.T, svc *corev1.Service, name string) lbapi.Annotation 
 
 // checkAliasNotes: a note for each value read under a MetalLB name, a
 // conflict for each name overridden, each naming the annotations.
-func checkAliasNotes(t *testing.T, svc *corev1.Service, read map[string]lbapi.Annotation) {
+func checkAliasNotes(t *testing.T, svc *corev1.Service, read map[string]Annotation) {
 	t.Helper()
-	notes, conflicts := lbapi.AliasNotes(svc)
+	notes, conflicts := AliasNotes(svc)
 	var wantNotes, wantConflicts int
 	for name, a := range read {
 		if a.Set() && a.Key != name {
@@ -200,9 +196,11 @@ func checkRequestedIPs(t *testing.T, source string, ips []netip.Addr) {
 			t.Fatalf("%q gave %v: entry %d reads %v, %v", source, ips, i, again, err)
 		}
 	}
-	svc := lbService("shop", "web")
-	svc.Status.LoadBalancer.Ingress = Ingress(ips)
-	back, err := lbapi.StatusIPs(svc)
+	svc := svcWith(nil)
+	for _, ip := range ips {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip.String()})
+	}
+	back, err := StatusIPs(svc)
 	if err != nil || !slices.Equal(back, ips) {
 		t.Fatalf("%v written to the status read back as %v, %v", ips, back, err)
 	}
