@@ -75,6 +75,7 @@ type Probe struct {
 	mu     sync.Mutex
 	sent   int
 	failed []string
+	failAt []time.Time     // when each failed request was sent
 	okAt   []time.Duration // when each answered request was sent
 }
 
@@ -106,6 +107,7 @@ func StartProbePort(ns, ip string, port int) *Probe {
 				if ok {
 					p.okAt = append(p.okAt, at)
 				} else {
+					p.failAt = append(p.failAt, p.start.Add(at))
 					p.failed = append(p.failed, fmt.Sprintf("%s: %v (client's neighbor entry then: %s)", at.Round(time.Millisecond), err, neighbor(p.NS, p.IP)))
 				}
 			}()
@@ -142,6 +144,13 @@ func (p *Probe) Result() (sent, failed int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.sent, len(p.failed)
+}
+
+// FailedAt are the times the failed requests were sent.
+func (p *Probe) FailedAt() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.failAt)
 }
 
 // MaxGap is the longest time between two answered requests (by send time).
