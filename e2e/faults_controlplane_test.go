@@ -96,29 +96,43 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 		l2IP, victim, macOf[victim], bgpIP, victimIP, nodePort, clusterIP, clientName, victim)
 
 	probeNames := []string{"L2 VIP", "BGP VIP", "NodePort", "ClusterIP (pod)"}
+	// The direct probe goes from the echo pod's node to the pod, no
+	// herald in the path: the control for the others.
+	echo := h.Pods("app=" + l2Name)
+	if len(echo) != 1 || echo[0].Status.PodIP == "" {
+		t.Fatalf("want one echo pod with an IP, got %d", len(echo))
+	}
+	echoNode, echoIP := echo[0].Spec.NodeName, echo[0].Status.PodIP
 	startProbes := func() []*harness.Probe {
 		return []*harness.Probe{
 			harness.StartProbe(h.Layout.Client, l2IP),
 			harness.StartProbe(h.Layout.Remote, bgpIP),
 			harness.StartProbePort(h.Layout.Client, victimIP, nodePort),
 			harness.StartProbe(podNS, clusterIP),
+			harness.StartProbePort(h.Node(echoNode).Netns, echoIP, 8080),
 		}
 	}
 	// stopProbes ends a phase's probes and returns their figures, with
-	// each failure blamed on herald or on Kubernetes (no ready endpoint).
-	stopProbes := func(t *testing.T, probes []*harness.Probe, eps []sample) (figures string, heraldFailed, noEndpoint int) {
+	// each failure blamed on herald, on Kubernetes (no ready endpoint) or
+	// on the backend (the direct probe failed then too).
+	stopProbes := func(t *testing.T, probes []*harness.Probe, eps []sample) (figures string, heraldFailed, noEndpoint, backend int) {
 		var parts []string
-		for i, p := range probes {
+		for _, p := range probes {
 			p.Stop()
-			hf, ne := blame(p.FailedAt(), eps)
+		}
+		direct := probes[len(probes)-1]
+		for i, p := range probes[:len(probes)-1] {
+			hf, ne, be := blame(p.FailedAt(), eps, direct.FailedAt())
 			heraldFailed += len(hf)
 			noEndpoint += len(ne)
-			parts = append(parts, fmt.Sprintf("%s (%d while no endpoint was ready)", probeLine(probeNames[i], p), len(ne)))
+			backend += len(be)
+			parts = append(parts, fmt.Sprintf("%s (%d while no endpoint was ready, %d while the direct probe failed too)", probeLine(probeNames[i], p), len(ne), len(be)))
 			if len(hf) > 0 {
-				t.Errorf("%s probe: %d requests failed while the Service had a ready endpoint: %s", probeNames[i], len(hf), p.Failures())
+				t.Errorf("%s probe: %d requests failed while the Service had a ready endpoint that answered the direct probe: %s", probeNames[i], len(hf), p.Failures())
 			}
 		}
-		return strings.Join(parts, "; "), heraldFailed, noEndpoint
+		parts = append(parts, probeLine("direct to the pod "+echoIP+":8080 from "+echoNode, direct))
+		return strings.Join(parts, "; "), heraldFailed, noEndpoint, backend
 	}
 	arp := startSampler(time.Second, func() string {
 		macs, _ := f.arping(l2IP, 1, 1)
@@ -147,11 +161,32 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 			return n > 0, fmt.Sprintf("%d ready", n)
 		})
 	}
+	// elections sums the speakers' election changes (a restarted
+	// speaker's count starts again at 0).
+	elections := func(f faults) float64 {
+		var n float64
+		for _, node := range nodes {
+			v, _ := f.speakerMetric(node, "herald_speaker_election_changes_total")
+			n += v
+		}
+		return n
+	}
+	// afterReturn waits for late effects of the outage, then for a ready
+	// endpoint, and reads what there is to compare.
+	afterReturn := func(f faults, wait time.Duration, up time.Time) (end time.Time, sa map[string]announcement, ips map[string]string, events map[string]int, examples []string) {
+		time.Sleep(wait)
+		endpointsReady(f)
+		time.Sleep(5 * time.Second)
+		end = time.Now()
+		events, examples = f.eventsSince(up)
+		return end, f.announcementsOf(l2Name, bgpName), f.lbIPs(), events, examples
+	}
 
 	t.Run("API server down 60 s", func(t *testing.T) {
 		b, _ := f.on(t)
 		f := faults{b}
 		probes := startProbes()
+		electionsBefore := elections(f)
 		ipsBefore := f.lbIPs()
 		saBefore := f.announcementsOf(l2Name, bgpName)
 		pathsBefore := frrPaths()
@@ -186,19 +221,13 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 		})
 		// Late writes, and what Kubernetes does after its own outage, show
 		// within this time.
-		time.Sleep(60 * time.Second)
-		endpointsReady(f)
-		time.Sleep(5 * time.Second)
-		end := time.Now()
-		saAfter := f.announcementsOf(l2Name, bgpName)
-		ipsAfter := f.lbIPs()
+		end, saAfter, ipsAfter, events, examples := afterReturn(f, 60*time.Second, up)
 		created, rewritten, deleted := churn(saBefore, saAfter)
-		events, examples := f.eventsSince(up)
 		arpDuring := distinct(between(arp.samplesNow(), down, end))
 		frrAll := between(frr.samplesNow(), down, end)
 		frrOutage := distinct(between(frrAll, down, up))
 		epsPhase := between(eps.samplesNow(), down, end)
-		probesLine, heraldFailed, noEndpoint := stopProbes(t, probes, epsPhase)
+		probesLine, heraldFailed, noEndpoint, backend := stopProbes(t, probes, epsPhase)
 		rulesAfter := f.rules(victim)
 
 		t.Logf("speaker memberlist members mid-outage: %v; herald iptables rules on %s (the kubernetes Service's left out): %d before, %d mid-outage (diff %q), %d after (diff %q)",
@@ -210,7 +239,8 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 		t.Logf("FAULT kube-apiserver down %s (etcd up) | %s | withdrawn during the outage: nothing (ARP MACs seen %v, FRR path sets %d); after the return: ServiceAnnouncements %d of %d rewritten/created/deleted (%d/%d/%d), Service IPs changed %d | recovery: API ready -> every speaker ready %s, controller leading %s; events after the return %d",
 			apiGone.Round(time.Second), probesLine, arpDuring, len(frrOutage), rewritten+created+deleted, len(saBefore), rewritten, created, deleted,
 			changedIPs(ipsBefore, ipsAfter), settled.Round(time.Millisecond), ctlBack.Round(time.Millisecond), sum(events))
-		t.Logf("FAULT kube-apiserver down: failed requests blamed on herald %d, sent while Kubernetes had no ready endpoint %d", heraldFailed, noEndpoint)
+		t.Logf("election changes summed over the speakers during the phase: %v", elections(f)-electionsBefore)
+		t.Logf("FAULT kube-apiserver down: failed requests blamed on herald %d, sent while Kubernetes had no ready endpoint %d, while the pod did not answer the direct probe either %d", heraldFailed, noEndpoint, backend)
 
 		if !slices.Equal(arpDuring, []string{macOf[victim]}) {
 			t.Errorf("arping saw %q, want exactly %s's MAC %s throughout", arpDuring, victim, macOf[victim])
@@ -238,6 +268,7 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 			t.Fatalf("%s is announced by %s now, not %s", l2IP, got, victim)
 		}
 		probes := startProbes()
+		electionsBefore := elections(f)
 		ipsBefore := f.lbIPs()
 		saBefore := f.announcementsOf(l2Name, bgpName)
 		oldPID := f.speakerProcess(victim, 0)
@@ -303,16 +334,10 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 			backOn = time.Since(up)
 			return slices.Equal(macs, []string{macOf[victim]}), out
 		})
-		time.Sleep(30 * time.Second)
-		endpointsReady(f)
-		time.Sleep(5 * time.Second)
-		end := time.Now()
-		saAfter := f.announcementsOf(l2Name, bgpName)
-		ipsAfter := f.lbIPs()
+		end, saAfter, ipsAfter, events, examples := afterReturn(f, 30*time.Second, up)
 		created, rewritten, deleted := churn(saBefore, saAfter)
-		events, examples := f.eventsSince(up)
 		epsPhase := between(eps.samplesNow(), down, end)
-		probesLine, heraldFailed, noEndpoint := stopProbes(t, probes, epsPhase)
+		probesLine, heraldFailed, noEndpoint, backend := stopProbes(t, probes, epsPhase)
 
 		// The takeover during the outage: when another node's MAC answered.
 		var takeover time.Duration = -1
@@ -336,7 +361,8 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 			victim, bgpIP, takeoverMAC, takeover.Round(100*time.Millisecond), joinsDuring-joinsBefore, victim, len(rulesBefore), len(rulesDuring),
 			joinedIn.Round(time.Millisecond), readyIn.Round(time.Millisecond), victim, backOn.Round(time.Millisecond), settledIn.Round(time.Millisecond),
 			rewritten, created, deleted, changedIPs(ipsBefore, ipsAfter), sum(events))
-		t.Logf("FAULT speaker SIGKILLed while the API is down: failed requests blamed on herald %d, sent while Kubernetes had no ready endpoint %d", heraldFailed, noEndpoint)
+		t.Logf("election changes summed over the speakers during the phase (the killed one's count restarts at 0): %v", elections(f)-electionsBefore)
+		t.Logf("FAULT speaker SIGKILLed while the API is down: failed requests blamed on herald %d, sent while Kubernetes had no ready endpoint %d, while the pod did not answer the direct probe either %d", heraldFailed, noEndpoint, backend)
 
 		// It waited: no join, never answering ARP, no BGP session, not
 		// ready, while the API was down.

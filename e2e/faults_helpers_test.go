@@ -215,26 +215,38 @@ func (f faults) readyEndpoints(svc string) int {
 	return n
 }
 
-// blame splits failed requests into those sent while the Service had a
-// ready endpoint throughout the 3 s before (herald's doing) and those
-// sent while Kubernetes had none (the proxies and the speakers follow
-// the EndpointSlices, as kube-proxy does). eps are readyEndpoints
-// samples; an unknown one (-1, the API down) counts as unchanged.
-func blame(failed []time.Time, eps []sample) (herald, noEndpoint []time.Time) {
+// blame splits failed requests three ways: sent within 1 s of a failed
+// request of the direct probe, which goes to the backend pod without
+// herald in the path (the backend or the machine did not answer: on
+// the lab's 2 CPUs anything else running starves both); sent while
+// Kubernetes had no ready endpoint in the 3 s before (the proxies and
+// the speakers follow the EndpointSlices, as kube-proxy does); the
+// rest, herald's doing. eps are readyEndpoints samples; an unknown one
+// (-1, the API down) counts as unchanged.
+func blame(failed []time.Time, eps []sample, direct []time.Time) (herald, noEndpoint, backend []time.Time) {
 	for _, t := range failed {
+		near := false
+		for _, d := range direct {
+			if d.After(t.Add(-time.Second)) && d.Before(t.Add(time.Second)) {
+				near = true
+			}
+		}
 		none := false
 		for _, s := range between(eps, t.Add(-3*time.Second), t.Add(500*time.Millisecond)) {
 			if s.Val == "0" {
 				none = true
 			}
 		}
-		if none {
+		switch {
+		case near:
+			backend = append(backend, t)
+		case none:
 			noEndpoint = append(noEndpoint, t)
-		} else {
+		default:
 			herald = append(herald, t)
 		}
 	}
-	return herald, noEndpoint
+	return herald, noEndpoint, backend
 }
 
 // unreadyWindows are the spans in which the samples said 0, as
