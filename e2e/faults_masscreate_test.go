@@ -275,7 +275,7 @@ func TestFaultsControlPlaneMassCreate(t *testing.T) {
 
 	t.Logf("FAULT mass create of %d LoadBalancer Services (%d clients): created in %.1fs (%.0f/s, %d creates retried); all had IPs %.1fs after the first create",
 		n, massWorkers, createdIn.Seconds(), float64(n)/createdIn.Seconds(), retries.Load(), allIn.Seconds())
-	t.Logf("FAULT etcd restart at %d created | creates went on: %d more made while it was down or the API recovered | down %s, API serving %s after etcd was healthy | duplicates 0 expected",
+	t.Logf("FAULT etcd restart at %d created | creates went on: %d more made while it was down or the API recovered | down %s, API serving %s after etcd was healthy",
 		etcdAt, createdDuringEtcd, etcdDown.Round(time.Millisecond), apiBack.Round(time.Millisecond))
 	t.Logf("FAULT controller kill -9 at %d created | kill -> ready %s, ready -> first assignment %s",
 		ctlAt, ctlReady.Round(time.Millisecond), firstAssign.Round(time.Millisecond))
