@@ -26,7 +26,7 @@ import (
 //     memberlist join, no ARP answer, no BGP session — until it has read
 //     the API; the other speakers take its address over meanwhile, its
 //     proxy keeps the node's rules, and no request fails. Once the API
-//     is back it joins and the address returns after --recovery-hold.
+//     is back it joins and gets its address back.
 //
 // The figures are printed as FAULT lines: fault | what the clients saw |
 // what was withdrawn | recovery.
@@ -41,12 +41,6 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 	if h.Lab.ControlPlane == nil {
 		t.Fatal("the lab's control plane is not this process's: cannot stop its API server")
 	}
-	// Whatever happens, the API server comes back (the other tests need it).
-	t.Cleanup(func() {
-		if _, err := f.restoreAPIServer(); err != nil {
-			t.Errorf("restoring kube-apiserver: %v", err)
-		}
-	})
 	f.readySpeakers(2 * time.Minute)
 	ctl{h}.readyControllers(1)
 	t.Cleanup(func() {
@@ -55,6 +49,13 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 		}
 		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "l2advertisement,ipaddresspool", l2Name, "--ignore-not-found")
 		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "bgppeer,bgpadvertisement,ipaddresspool", bgpName, "--ignore-not-found")
+	})
+	// Whatever happens, the API server comes back (the other tests need
+	// it); registered last, it runs first, before the deletes above.
+	t.Cleanup(func() {
+		if _, err := f.restoreAPIServer(); err != nil {
+			t.Errorf("restoring kube-apiserver: %v", err)
+		}
 	})
 
 	nodes := f.nodeNames()
