@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,9 +31,14 @@ import (
 // not herald's, and it would fail a lone request in a few thousand
 // (measured: 46 PAWS refusals in 24,000 HTTP/1.0 requests).
 func EchoGet(ns, ip string, timeout time.Duration) (bool, error) {
+	return EchoGetPort(ns, ip, 80, timeout)
+}
+
+// EchoGetPort is EchoGet to another port (a NodePort, say).
+func EchoGetPort(ns, ip string, port int, timeout time.Duration) (bool, error) {
 	var c net.Conn
 	err := netns.Do(ns, func() (err error) {
-		c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, "80"), timeout)
+		c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(port)), timeout)
 		return err
 	})
 	if err != nil {
@@ -55,11 +61,12 @@ func EchoGet(ns, ip string, timeout time.Duration) (bool, error) {
 	return strings.Contains(string(b), "CLIENT VALUES:"), nil
 }
 
-// Probe sends GET / to IP:80 from a namespace every 20 ms on a new
+// Probe sends GET / to IP:Port (80 by StartProbe) from a namespace every 20 ms on a new
 // connection (1 s timeout each) until stopped, for at most 15 minutes,
 // and keeps the failures.
 type Probe struct {
 	NS, IP string
+	Port   int
 	start  time.Time
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -68,12 +75,16 @@ type Probe struct {
 	mu     sync.Mutex
 	sent   int
 	failed []string
+	failAt []time.Time     // when each failed request was sent
 	okAt   []time.Duration // when each answered request was sent
 }
 
 // StartProbe starts probing ip from ns.
-func StartProbe(ns, ip string) *Probe {
-	p := &Probe{NS: ns, IP: ip, start: time.Now(), done: make(chan struct{})}
+func StartProbe(ns, ip string) *Probe { return StartProbePort(ns, ip, 80) }
+
+// StartProbePort starts probing ip:port from ns.
+func StartProbePort(ns, ip string, port int) *Probe {
+	p := &Probe{NS: ns, IP: ip, Port: port, start: time.Now(), done: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -89,13 +100,14 @@ func StartProbe(ns, ip string) *Probe {
 			p.wg.Add(1)
 			go func() {
 				defer p.wg.Done()
-				ok, err := EchoGet(p.NS, p.IP, time.Second)
+				ok, err := EchoGetPort(p.NS, p.IP, p.Port, time.Second)
 				p.mu.Lock()
 				defer p.mu.Unlock()
 				p.sent++
 				if ok {
 					p.okAt = append(p.okAt, at)
 				} else {
+					p.failAt = append(p.failAt, p.start.Add(at))
 					p.failed = append(p.failed, fmt.Sprintf("%s: %v (client's neighbor entry then: %s)", at.Round(time.Millisecond), err, neighbor(p.NS, p.IP)))
 				}
 			}()
@@ -132,6 +144,13 @@ func (p *Probe) Result() (sent, failed int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.sent, len(p.failed)
+}
+
+// FailedAt are the times the failed requests were sent.
+func (p *Probe) FailedAt() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.failAt)
 }
 
 // MaxGap is the longest time between two answered requests (by send time).

@@ -135,6 +135,8 @@ type ControlPlane struct {
 	cfg   Config
 	state State
 	procs []*proc.Process
+	// specs are the components' start specs by name, for StartComponent.
+	specs map[string]proc.Spec
 	log   io.Writer
 
 	// Paths.
@@ -638,7 +640,7 @@ func (cp *ControlPlane) start(ctx context.Context, name, path, argv0 string, arg
 		return err
 	}
 	fmt.Fprintf(cp.log, "controlplane: starting %s\n", name)
-	p, err := proc.Start(proc.Spec{
+	spec := proc.Spec{
 		Name:           name,
 		Path:           path,
 		Argv0:          argv0,
@@ -646,10 +648,15 @@ func (cp *ControlPlane) start(ctx context.Context, name, path, argv0 string, arg
 		Dir:            cp.cfg.StateDir,
 		LogPath:        filepath.Join(cp.logDir, name+".log"),
 		KillWithParent: cp.cfg.KillWithParent,
-	})
+	}
+	p, err := proc.Start(spec)
 	if err != nil {
 		return err
 	}
+	if cp.specs == nil {
+		cp.specs = map[string]proc.Spec{}
+	}
+	cp.specs[name] = spec
 	cp.procs = append(cp.procs, p)
 	cp.state.Processes = append(cp.state.Processes, p.Record)
 	return cp.saveState()

@@ -232,6 +232,10 @@ type Kubelet struct {
 	client   kubernetes.Interface
 	recorder record.EventRecorder
 
+	// known serves the API reads a container start needs while the API
+	// server is away.
+	known lastKnown
+
 	mu         sync.Mutex
 	state      State
 	workers    map[types.UID]*podWorker

@@ -547,7 +547,10 @@ func (w *podWorker) volumes(pod *v1.Pod) volumeWriter {
 // serviceEnv is the `kubernetes` Service's variables (only those: the
 // lab has no other use for service links). Empty when it cannot be read.
 func (k *Kubelet) serviceEnv(ctx context.Context) map[string]string {
-	svc, err := k.client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	svc, err := remember(&k.known, "service/default/kubernetes", func() (*v1.Service, time.Time, error) {
+		s, err := k.client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+		return s, time.Time{}, err
+	})
 	if err != nil || svc.Spec.ClusterIP == "" || len(svc.Spec.Ports) == 0 {
 		return nil
 	}
@@ -567,11 +570,18 @@ func (k *Kubelet) serviceEnv(ctx context.Context) map[string]string {
 }
 
 // ConfigMap and Secret read what env refers to (the Node authorizer lets
-// a node read those of pods bound to it).
+// a node read those of pods bound to it); the last answer serves while
+// the API server cannot be reached.
 func (k *Kubelet) ConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
-	return k.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	return remember(&k.known, "configmap/"+namespace+"/"+name, func() (*v1.ConfigMap, time.Time, error) {
+		cm, err := k.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+		return cm, time.Time{}, err
+	})
 }
 
 func (k *Kubelet) Secret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
-	return k.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	return remember(&k.known, "secret/"+namespace+"/"+name, func() (*v1.Secret, time.Time, error) {
+		s, err := k.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		return s, time.Time{}, err
+	})
 }

@@ -199,11 +199,19 @@ func (vw volumeWriter) token(ctx context.Context, p *v1.ServiceAccountTokenProje
 	if p.Audience != "" {
 		req.Spec.Audiences = []string{p.Audience}
 	}
-	tr, err := vw.k.client.CoreV1().ServiceAccounts(vw.pod.Namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+	// The last token, until it expires, while the API server is away.
+	key := fmt.Sprintf("token/%s/%s/%s/%d", vw.pod.UID, sa, p.Audience, ptrValue(p.ExpirationSeconds))
+	tok, err := remember(&vw.k.known, key, func() (string, time.Time, error) {
+		tr, err := vw.k.client.CoreV1().ServiceAccounts(vw.pod.Namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		return tr.Status.Token, tr.Status.ExpirationTimestamp.Time, nil
+	})
 	if err != nil {
 		return "", fmt.Errorf("token for service account %s/%s: %w", vw.pod.Namespace, sa, err)
 	}
-	return tr.Status.Token, nil
+	return tok, nil
 }
 
 func (vw volumeWriter) configMapFiles(ctx context.Context, name string, items []v1.KeyToPath, optional *bool, files map[string][]byte) error {
