@@ -289,3 +289,25 @@ func TestPodStatusConditions(t *testing.T) {
 		t.Errorf("left a terminal phase: %s", st3.Phase)
 	}
 }
+
+func TestHeartbeatRetry(t *testing.T) {
+	for _, c := range []struct {
+		failures int
+		interval time.Duration
+		want     time.Duration
+	}{
+		{0, 10 * time.Second, 10 * time.Second},
+		{1, 10 * time.Second, 200 * time.Millisecond},
+		{2, 10 * time.Second, 400 * time.Millisecond},
+		{5, 10 * time.Second, 3200 * time.Millisecond},
+		{6, 10 * time.Second, 6400 * time.Millisecond},
+		{7, 10 * time.Second, 7 * time.Second},
+		{100, 10 * time.Second, 7 * time.Second},
+		{3, time.Second, 800 * time.Millisecond},
+		{4, time.Second, time.Second},
+	} {
+		if got := heartbeatRetry(c.failures, c.interval); got != c.want {
+			t.Errorf("heartbeatRetry(%d, %s) = %s, want %s", c.failures, c.interval, got, c.want)
+		}
+	}
+}

@@ -240,19 +240,48 @@ func (k *Kubelet) renewLease(ctx context.Context) error {
 }
 
 // heartbeat renews the Lease and the node status every interval until
-// ctx ends.
+// ctx ends. After a failure it tries again sooner (heartbeatRetry), as
+// the real kubelet's lease controller does: once the API server is back
+// from an outage, kube-controller-manager marks a node NotReady at its
+// first look unless the node's Lease moved, so a kubelet that waited a
+// whole interval would lose that race after any outage longer than
+// --node-monitor-grace-period.
 func (k *Kubelet) heartbeat(ctx context.Context) {
+	failures := 0
 	for {
-		if err := k.renewLease(ctx); err != nil && ctx.Err() == nil {
+		err := k.renewLease(ctx)
+		if err != nil && ctx.Err() == nil {
 			k.logf("renewing the lease: %v", err)
 		}
-		if err := k.updateNodeStatus(ctx); err != nil && ctx.Err() == nil {
-			k.logf("updating node status: %v", err)
+		if err == nil {
+			if err = k.updateNodeStatus(ctx); err != nil && ctx.Err() == nil {
+				k.logf("updating node status: %v", err)
+			}
+		}
+		if err == nil {
+			failures = 0
+		} else {
+			failures++
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(k.cfg.HeartbeatInterval):
+		case <-time.After(heartbeatRetry(failures, k.cfg.HeartbeatInterval)):
 		}
 	}
+}
+
+// heartbeatRetry is the wait before the next heartbeat after failures
+// failed ones in a row: the interval after a success, else 200 ms
+// doubling up to 7 s (the real kubelet's lease retry), never more than
+// the interval.
+func heartbeatRetry(failures int, interval time.Duration) time.Duration {
+	if failures == 0 {
+		return interval
+	}
+	d := 200 * time.Millisecond
+	for i := 1; i < failures && d < 7*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 7*time.Second, interval)
 }
