@@ -188,36 +188,65 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// score is the node's rendezvous weight for the IP.
+// score is the node's rendezvous weight for the IP: the first 8 bytes of
+// SHA-256(node, 0, ip). Hashed into a stack buffer, since a sync hashes
+// every (candidate, IP) pair.
 func score(node string, ip netip.Addr) uint64 {
-	h := sha256.New()
-	h.Write([]byte(node))
-	h.Write([]byte{0})
-	b, _ := ip.MarshalBinary()
-	h.Write(b)
-	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
+	var buf [128]byte
+	b := append(buf[:0], node...)
+	b = append(b, 0)
+	if ip.Is4() {
+		a := ip.As4()
+		b = append(b, a[:]...)
+	} else if ip.Is6() {
+		a := ip.As16()
+		b = append(b, a[:]...)
+		if z := ip.Zone(); z != "" {
+			b = append(b, z...)
+		}
+	}
+	sum := sha256.Sum256(b)
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// ahead tells whether a node with score sa and name a ranks before one
+// with sb and b: the higher score first, ties by name.
+func ahead(sa uint64, a string, sb uint64, b string) bool {
+	if sa != sb {
+		return sa > sb
+	}
+	return a < b
 }
 
 // Rank orders candidates for ip, the winner first. Ties (which need a
 // hash collision) fall back to the name, so every speaker agrees.
 func Rank(ip netip.Addr, candidates []string) []string {
-	out := append([]string(nil), candidates...)
-	sort.Slice(out, func(i, j int) bool {
-		si, sj := score(out[i], ip), score(out[j], ip)
-		if si != sj {
-			return si > sj
-		}
-		return out[i] < out[j]
-	})
+	type ranked struct {
+		name  string
+		score uint64
+	}
+	rs := make([]ranked, len(candidates))
+	for i, c := range candidates {
+		rs[i] = ranked{c, score(c, ip)}
+	}
+	sort.Slice(rs, func(i, j int) bool { return ahead(rs[i].score, rs[i].name, rs[j].score, rs[j].name) })
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.name
+	}
 	return out
 }
 
-// Winner is the node that announces ip, or "" when there is no candidate.
+// Winner is the node that announces ip, or "" when there is no candidate:
+// Rank's first, found with one hash per candidate.
 func Winner(ip netip.Addr, candidates []string) string {
-	if r := Rank(ip, candidates); len(r) > 0 {
-		return r[0]
+	best, bestScore := "", uint64(0)
+	for i, c := range candidates {
+		if sc := score(c, ip); i == 0 || ahead(sc, c, bestScore, best) {
+			best, bestScore = c, sc
+		}
 	}
-	return ""
+	return best
 }
 
 // Elect returns the announcing node of ip among nodes ("" for none) and
