@@ -37,18 +37,17 @@ func scaleIP(i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{198, 18 + byte(i>>16), byte(i >> 8), byte(i)})
 }
 
-// scaleWorld is a speaker on node-0000 among n live nodes with
-// scaleServices Services, one address each; every other Service has
-// externalTrafficPolicy Local with ready endpoints on three nodes.
-type scaleWorld struct {
-	src     *fakeSource
-	cluster *members.Fake
-	sp      *Speaker
-	n       int
-}
+// Traffic policies of the simulated Services.
+const (
+	policyMixed   = "mixed" // every other Service Local
+	policyCluster = "cluster"
+	policyLocal   = "local"
+)
 
-func newScaleWorld(b *testing.B, n int, useBGP bool) *scaleWorld {
-	b.Helper()
+// scaleSnapshot is n nodes and svcs Services, one address each, in one
+// pool announced over layer 2 or BGP, each with ready endpoints on
+// three nodes.
+func scaleSnapshot(n, svcs int, useBGP bool, policy string) Snapshot {
 	pool := "lan"
 	cfg := &config.Config{Pools: map[string]*config.Pool{pool: {Name: pool, Ranges: []config.Range{
 		{First: addr("198.18.0.0"), Last: addr("198.19.255.255")}}}}}
@@ -63,34 +62,54 @@ func newScaleWorld(b *testing.B, n int, useBGP bool) *scaleWorld {
 		name := scaleNode(i)
 		snap.Nodes = append(snap.Nodes, view.Node{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}})
 	}
-	for i := range scaleServices {
+	for i := range svcs {
 		s := view.Service{Namespace: "ns", Name: fmt.Sprintf("svc-%05d", i), Pool: pool, IPs: []netip.Addr{scaleIP(i + 1)},
 			ReadyNodes: map[string]bool{}, ServingTerminatingNodes: map[string]bool{}}
-		if i%2 == 1 {
-			s.Local = true
-			for k := range 3 {
-				s.ReadyNodes[scaleNode((i+k)%n)] = true
-			}
+		for k := range 3 {
+			s.ReadyNodes[scaleNode((i+k)%n)] = true
 		}
+		s.Local = policy == policyLocal || policy == policyMixed && i%2 == 1
 		snap.Services = append(snap.Services, s)
 	}
-	w := &scaleWorld{src: &fakeSource{snap: snap}, n: n}
+	return snap
+}
+
+// scaleWorld is one speaker among n live nodes over a snapshot.
+type scaleWorld struct {
+	src     *fakeSource
+	cluster *members.Fake
+	sp      *Speaker
+}
+
+// newScaleSpeaker is the speaker of node self, every node live, writing
+// to status.
+func newScaleSpeaker(src *fakeSource, self string, n int, useBGP bool, status StatusSink) *scaleWorld {
 	d := Deps{
-		Node: scaleNode(0), Source: w.src, Links: &fakeLinks{links: labLinks()},
+		Node: self, Source: src, Links: &fakeLinks{links: labLinks()},
 		NewResponder: (&fakeResponders{fail: map[string]error{}}).factory,
-		Status:       &fakeStatus{other: map[string][]string{}},
+		Status:       status,
 		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if useBGP {
 		d.BGP = bgp.NewManager(bgp.NewFake(), nil)
 	}
-	w.sp = New(d)
-	w.cluster = members.NewFake(d.Node, members.Meta{Interfaces: []string{"eth0"}}, func(members.Event) {})
-	for i := 1; i < n; i++ {
-		w.cluster.Set(members.Member{Name: scaleNode(i), Meta: members.Meta{Interfaces: []string{"eth0"}}})
+	w := &scaleWorld{src: src, sp: New(d)}
+	w.cluster = members.NewFake(self, members.Meta{Interfaces: []string{"eth0"}}, func(members.Event) {})
+	for i := range n {
+		if name := scaleNode(i); name != self {
+			w.cluster.Set(members.Member{Name: name, Meta: members.Meta{Interfaces: []string{"eth0"}}})
+		}
 	}
 	w.sp.SetCluster(w.cluster)
 	return w
+}
+
+// newScaleWorld is node-0000's speaker with scaleServices Services, every
+// other one Local.
+func newScaleWorld(b *testing.B, n int, useBGP bool) *scaleWorld {
+	b.Helper()
+	src := &fakeSource{snap: scaleSnapshot(n, scaleServices, useBGP, policyMixed)}
+	return newScaleSpeaker(src, scaleNode(0), n, useBGP, &fakeStatus{other: map[string][]string{}})
 }
 
 // BenchmarkSyncScale is one speaker's sync with 10,000 Services over N
