@@ -15,6 +15,7 @@ package election
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"maps"
 	"net/netip"
 	"sort"
 
@@ -97,12 +98,58 @@ const (
 // them back until it has stayed counted in for a while, instead of
 // moving them back and forth on every flap.
 func Candidates(ip IP, nodes []Node, opts Options) (candidates []string, excluded map[string]string) {
-	excluded = map[string]string{}
-	localNeed := localRequirement(ip.Services)
-	var recovering []string
+	return Eligible(ip.Advertisements, nodes, opts).Candidates(ip.Services)
+}
+
+// Eligibility is the part of Candidates that depends on the nodes and
+// the advertisements only: IPs with the same advertisements share it, so
+// a sync over many IPs checks each node once per set of advertisements,
+// not once per IP.
+type Eligibility struct {
+	// eligible passed every check but the local endpoint one, in the
+	// order of the nodes given.
+	eligible []Node
+	// names are eligible's names, sorted, when none is recovering.
+	names    []string
+	excluded map[string]string
+}
+
+// Eligible checks nodes against everything but the Services of an IP
+// announced by ads.
+func Eligible(ads []*config.L2Advertisement, nodes []Node, opts Options) Eligibility {
+	e := Eligibility{excluded: map[string]string{}}
+	ip := IP{Advertisements: ads}
+	recovering := false
 	for _, n := range nodes {
-		if why := ineligible(n, ip, opts, localNeed); why != "" {
-			excluded[n.Name] = why
+		if why := ineligible(n, ip, opts, nil); why != "" {
+			e.excluded[n.Name] = why
+			continue
+		}
+		e.eligible = append(e.eligible, n)
+		recovering = recovering || n.Recovering
+	}
+	if !recovering {
+		for _, n := range e.eligible {
+			e.names = append(e.names, n.Name)
+		}
+		sort.Strings(e.names)
+	}
+	return e
+}
+
+// Candidates is Candidates for an IP held by svcs. With no Local Service
+// and no recovering node, every IP gets the same slice and map: callers
+// must not modify them.
+func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded map[string]string) {
+	localNeed := localRequirement(svcs)
+	if localNeed == nil && (e.names != nil || len(e.eligible) == 0) {
+		return e.names, e.excluded
+	}
+	excluded = maps.Clone(e.excluded)
+	var recovering []string
+	for _, n := range e.eligible {
+		if !local(n.Name, localNeed) {
+			excluded[n.Name] = ReasonNoLocalEndpoint
 			continue
 		}
 		if n.Recovering {
@@ -171,12 +218,20 @@ func ineligible(n Node, ip IP, opts Options, localNeed []map[string]bool) string
 	case !up:
 		return ReasonInterfacesDown
 	}
-	for _, nodes := range localNeed {
-		if !nodes[n.Name] {
-			return ReasonNoLocalEndpoint
-		}
+	if !local(n.Name, localNeed) {
+		return ReasonNoLocalEndpoint
 	}
 	return ""
+}
+
+// local tells whether node meets every Local Service's need.
+func local(node string, localNeed []map[string]bool) bool {
+	for _, nodes := range localNeed {
+		if !nodes[node] {
+			return false
+		}
+	}
+	return true
 }
 
 func contains(list []string, s string) bool {

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sort"
 	"testing"
+
+	"github.com/herald-lb/herald/config"
 )
 
 // referenceScore and referenceRank are the election as first written
@@ -64,6 +67,79 @@ func TestWinnerMatchesReferenceOnRandomWorlds(t *testing.T) {
 		}
 		if got := Winner(ip, cand); got != w {
 			t.Fatalf("Winner(%s, %q) = %q, reference %q", ip, cand, got, w)
+		}
+	}
+}
+
+// referenceCandidates is Candidates as first written, checking every
+// node for every IP.
+func referenceCandidates(ip IP, nodes []Node, opts Options) ([]string, map[string]string) {
+	excluded := map[string]string{}
+	localNeed := localRequirement(ip.Services)
+	var candidates, recovering []string
+	for _, n := range nodes {
+		if why := ineligible(n, ip, opts, localNeed); why != "" {
+			excluded[n.Name] = why
+			continue
+		}
+		if n.Recovering {
+			recovering = append(recovering, n.Name)
+			continue
+		}
+		candidates = append(candidates, n.Name)
+	}
+	if len(candidates) == 0 {
+		candidates = recovering
+	} else {
+		for _, n := range recovering {
+			excluded[n] = ReasonRecovering
+		}
+	}
+	sort.Strings(candidates)
+	return candidates, excluded
+}
+
+func TestCandidatesMatchReferenceOnRandomWorlds(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 3))
+	racks := []*config.L2Advertisement{anyNode, {Name: "rack1", Pools: []string{"lan"}, NodeSelectors: config.Selectors{
+		config.SelectorFromLabels(map[string]string{"rack": "1"})}, Interfaces: []string{"eth1"}}}
+	for world := range 500 {
+		ns := nodes(1 + r.IntN(8))
+		for i := range ns {
+			ns[i].Live = r.IntN(6) != 0
+			ns[i].NetworkUnavailable = r.IntN(8) == 0
+			ns[i].Recovering = r.IntN(3) == 0
+			if r.IntN(3) == 0 {
+				ns[i].Interfaces = append(ns[i].Interfaces, "eth1")
+			}
+			if r.IntN(4) == 0 {
+				ns[i].DownInterfaces = []string{"eth0"}
+			}
+		}
+		ip := IP{Addr: netip.AddrFrom4([4]byte{198, 51, 100, byte(world)}), Advertisements: racks[:1+r.IntN(2)]}
+		if r.IntN(5) == 0 {
+			ip.Advertisements = nil
+		}
+		el := Eligible(ip.Advertisements, ns, Options{})
+		for range 3 {
+			ip.Services = nil
+			for range r.IntN(3) {
+				s := Service{Local: r.IntN(2) == 0, ReadyNodes: map[string]bool{}, ServingTerminatingNodes: map[string]bool{}}
+				for _, n := range ns {
+					if r.IntN(3) == 0 {
+						s.ReadyNodes[n.Name] = true
+					}
+					if r.IntN(3) == 0 {
+						s.ServingTerminatingNodes[n.Name] = true
+					}
+				}
+				ip.Services = append(ip.Services, s)
+			}
+			wantC, wantE := referenceCandidates(ip, ns, Options{})
+			gotC, gotE := el.Candidates(ip.Services)
+			if !slices.Equal(gotC, wantC) || !reflect.DeepEqual(gotE, wantE) {
+				t.Fatalf("world %d: candidates %q excluded %v; reference %q %v", world, gotC, gotE, wantC, wantE)
+			}
 		}
 	}
 }

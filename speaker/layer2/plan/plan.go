@@ -17,8 +17,10 @@ package plan
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/speaker/layer2/election"
@@ -169,6 +171,11 @@ func Compute(in Input) State {
 	if in.Isolated {
 		apiNodes = assumeAlive(nodes, in)
 	}
+	adIndex := map[*config.L2Advertisement]int{}
+	for i, ad := range ads {
+		adIndex[ad] = i
+	}
+	eligibility := map[string]election.Eligibility{}
 	perService := map[view.ServiceRef]*view.Announcement{}
 	announcement := func(ref view.ServiceRef) *view.Announcement {
 		an := perService[ref]
@@ -193,7 +200,17 @@ func Compute(in Input) State {
 		}
 		slices.Sort(ip.Advertisements)
 		ip.Advertisements = slices.Compact(ip.Advertisements)
-		ip.Winner, ip.Excluded = election.Elect(eip, nodes, opts)
+		// Nodes are checked once per set of advertisements, not once
+		// per address: the same winners as election.Elect.
+		key := adsKey(g.Ads, adIndex)
+		el, ok := eligibility[key]
+		if !ok {
+			el = election.Eligible(g.Ads, nodes, opts)
+			eligibility[key] = el
+		}
+		var cands []string
+		cands, ip.Excluded = el.Candidates(eip.Services)
+		ip.Winner = election.Winner(a, cands)
 		if in.Isolated && ip.Winner == in.Local.Name {
 			if c, _ := election.Candidates(eip, apiNodes, opts); len(c) != 1 || c[0] != in.Local.Name {
 				ip.Winner, ip.Reason = "", ReasonIsolated
@@ -257,6 +274,20 @@ func Compute(in Input) State {
 		return cmp.Or(a.Service.Compare(b.Service), a.Addr.Compare(b.Addr))
 	})
 	return st
+}
+
+// adsKey names a set of advertisements by their places in the
+// configuration (the pointer where one is not there).
+func adsKey(ads []*config.L2Advertisement, index map[*config.L2Advertisement]int) string {
+	var b strings.Builder
+	for _, ad := range ads {
+		if i, ok := index[ad]; ok {
+			fmt.Fprintf(&b, "%d,", i)
+		} else {
+			fmt.Fprintf(&b, "%p,", ad)
+		}
+	}
+	return b.String()
 }
 
 // electionNodes joins the Nodes with the members: a Node without a member

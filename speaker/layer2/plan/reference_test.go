@@ -1,0 +1,79 @@
+package plan
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/herald-lb/herald/config"
+	"github.com/herald-lb/herald/speaker/layer2/election"
+	"github.com/herald-lb/herald/speaker/view"
+)
+
+// Compute checks the nodes once per set of advertisements (issue #19);
+// on random worlds every address must still get the winner and the
+// reasons election.Elect gives it alone.
+func TestComputeMatchesElectOnRandomWorlds(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 4))
+	ifaces := []string{"eth0", "eth1"}
+	pick := func() []string {
+		var out []string
+		for _, i := range ifaces {
+			if r.IntN(2) == 0 {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	for world := range 300 {
+		in := testInput()
+		for i := range 2 + r.IntN(6) {
+			n := fmt.Sprintf("extra%d", i)
+			in.Nodes = append(in.Nodes, view.Node{Name: n, Labels: map[string]string{"rack": fmt.Sprint(1 + r.IntN(2))}})
+			in.Members = append(in.Members, Member{Name: n})
+		}
+		for i := range in.Members {
+			in.Members[i].Interfaces = pick()
+			in.Members[i].DownInterfaces = pick()
+			in.Members[i].Recovering = r.IntN(4) == 0
+		}
+		in.Members = in.Members[:len(in.Members)-r.IntN(3)]
+		for i := range in.Nodes {
+			in.Nodes[i].NetworkUnavailable = r.IntN(8) == 0
+		}
+		in.Config.L2Advertisements[0].Interfaces = pick()
+		if r.IntN(2) == 0 {
+			// A second advertisement of the same pool for one rack.
+			in.Config.L2Advertisements = append(in.Config.L2Advertisements, &config.L2Advertisement{
+				Name: "rack", Pools: []string{"lan"}, NodeSelectors: sel("rack", "2"), Interfaces: pick(),
+				ServiceSelectors: sel("tier", "web")})
+		}
+		for s := range 1 + r.IntN(12) {
+			sv := svc(fmt.Sprintf("s%d", s), "lan", fmt.Sprintf("192.0.2.%d", r.IntN(10)))
+			if r.IntN(2) == 0 {
+				sv.Labels = map[string]string{"tier": "web"}
+			}
+			if r.IntN(2) == 0 {
+				sv.Local = true
+				sv.ReadyNodes = map[string]bool{in.Nodes[r.IntN(len(in.Nodes))].Name: true}
+				sv.ServingTerminatingNodes = map[string]bool{in.Nodes[r.IntN(len(in.Nodes))].Name: true}
+			}
+			in.Services = append(in.Services, sv)
+		}
+		st := Compute(in)
+		nodes, _, _ := electionNodes(in)
+		groups, _ := view.GroupIPs(in.Config, in.Services, in.Config.L2Advertisements, ReasonNoAdvertisement, ReasonServiceNotSelected)
+		for a, g := range groups {
+			eip := election.IP{Addr: a, Advertisements: g.Ads}
+			for _, s := range g.Services {
+				eip.Services = append(eip.Services, election.Service{Local: s.Local, ReadyNodes: s.ReadyNodes, ServingTerminatingNodes: s.ServingTerminatingNodes})
+			}
+			winner, excluded := election.Elect(eip, nodes, election.Options{})
+			ip, ok := st.Lookup(a)
+			if !ok || ip.Winner != winner || !reflect.DeepEqual(ip.Excluded, excluded) {
+				t.Fatalf("world %d, %s: Compute elects %q excluding %v; Elect %q excluding %v", world, a, ip.Winner, ip.Excluded, winner, excluded)
+			}
+		}
+	}
+}
