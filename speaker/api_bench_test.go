@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,7 +47,9 @@ type apiCluster struct {
 	writers  []*AnnouncementWriter
 	mu       sync.Mutex
 	verbs    map[string]int
-	writes   int
+	writes   int64
+	// seen counts the informer's events.
+	seen atomic.Int64
 }
 
 func newAPICluster(ctx context.Context, n, svcs int, useBGP bool, policy string) *apiCluster {
@@ -59,18 +62,24 @@ func newAPICluster(ctx context.Context, n, svcs int, useBGP bool, policy string)
 			c.mu.Lock()
 			c.verbs[a.GetVerb()]++
 			c.writes++
-			pause := c.writes%50 == 0
+			writes := c.writes
 			c.mu.Unlock()
-			if pause {
-				// Let the informer drain the fake's watch, whose
-				// buffer holds 100 events.
-				time.Sleep(5 * time.Millisecond)
+			// Let the informer drain the fake's watch, whose buffer
+			// holds 100 events (a refused write makes none: the wait
+			// is bounded).
+			for i := 0; i < 200 && writes-c.seen.Load() > 50; i++ {
+				time.Sleep(time.Millisecond)
 			}
 		}
 		return false, nil, nil
 	})
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.dyn, 0, "herald-system", nil)
 	c.inf = f.ForResource(AnnouncementGVR).Informer()
+	_, _ = c.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.seen.Add(1) },
+		UpdateFunc: func(_, _ any) { c.seen.Add(1) },
+		DeleteFunc: func(any) { c.seen.Add(1) },
+	})
 	src := &fakeSource{snap: scaleSnapshot(n, svcs, useBGP, policy)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	noOwner := func(view.ServiceRef) types.UID { return "" }
