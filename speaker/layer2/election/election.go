@@ -145,7 +145,9 @@ func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded m
 	if localNeed == nil && (e.names != nil || len(e.eligible) == 0) {
 		return e.names, e.excluded
 	}
-	excluded = maps.Clone(e.excluded)
+	// Sized for every node at once: most go in under Local.
+	excluded = make(map[string]string, len(e.excluded)+len(e.eligible))
+	maps.Copy(excluded, e.excluded)
 	var recovering []string
 	for _, n := range e.eligible {
 		if !local(n.Name, localNeed) {
