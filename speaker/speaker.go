@@ -425,6 +425,7 @@ func (s *Speaker) Sync() {
 			s.d.Log.Info("no longer isolated")
 		}
 	}
+	in.Previous = &s.state
 	st := l2plan.Compute(in)
 	ch := l2plan.Diff(s.state, st)
 	s.ann.Set(st.Announced())

@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/herald-lb/herald/config"
@@ -98,7 +99,8 @@ const (
 // them back until it has stayed counted in for a while, instead of
 // moving them back and forth on every flap.
 func Candidates(ip IP, nodes []Node, opts Options) (candidates []string, excluded map[string]string) {
-	return Eligible(ip.Advertisements, nodes, opts).Candidates(ip.Services)
+	candidates, excluded, _ = Eligible(ip.Advertisements, nodes, opts).Candidates(ip.Services)
+	return candidates, excluded
 }
 
 // Eligibility is the part of Candidates that depends on the nodes and
@@ -138,12 +140,12 @@ func Eligible(ads []*config.L2Advertisement, nodes []Node, opts Options) Eligibi
 }
 
 // Candidates is Candidates for an IP held by svcs. With no Local Service
-// and no recovering node, every IP gets the same slice and map: callers
-// must not modify them.
-func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded map[string]string) {
+// and no recovering node, every IP gets the same slice and map (shared):
+// callers must not modify them.
+func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded map[string]string, shared bool) {
 	localNeed := localRequirement(svcs)
 	if localNeed == nil && (e.names != nil || len(e.eligible) == 0) {
-		return e.names, e.excluded
+		return e.names, e.excluded, true
 	}
 	// Sized for every node at once: most go in under Local.
 	excluded = make(map[string]string, len(e.excluded)+len(e.eligible))
@@ -168,7 +170,7 @@ func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded m
 		}
 	}
 	sort.Strings(candidates)
-	return candidates, excluded
+	return candidates, excluded, false
 }
 
 // localRequirement returns, per Local Service, the nodes that may announce
@@ -304,6 +306,32 @@ func Winner(ip netip.Addr, candidates []string) string {
 		}
 	}
 	return best
+}
+
+// WinnerWith is the winner for ip among candidates when winner won
+// among an earlier set of candidates and added are the candidates that
+// were not in it: a node that was ranks below winner and still does, so
+// only the added ones are hashed.
+func WinnerWith(ip netip.Addr, winner string, added []string) string {
+	if len(added) == 0 {
+		return winner
+	}
+	return Winner(ip, append(slices.Clone(added), winner))
+}
+
+// Added is the names of now that are not in before; both sorted.
+func Added(before, now []string) []string {
+	var out []string
+	i := 0
+	for _, n := range now {
+		for i < len(before) && before[i] < n {
+			i++
+		}
+		if i == len(before) || before[i] != n {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Elect returns the announcing node of ip among nodes ("" for none) and

@@ -69,6 +69,10 @@ type Input struct {
 	// so that one object, not one per node, says why. The speakers pick
 	// the first live member by name, as for sweeping.
 	Reporter bool
+	// Previous is the State of the last Compute, if any: an address whose
+	// candidates only changed by nodes other than its winner is not
+	// ranked again (the result is the same without it).
+	Previous *State
 	// Unprogrammed are addresses this node's proxy has no rules for yet:
 	// won here, they are not answered until it has (the election does
 	// not change, so no other node takes them meanwhile).
@@ -125,6 +129,24 @@ type State struct {
 	Announcements []view.Announcement
 	// Isolated is Input.Isolated.
 	Isolated bool
+
+	// winners and classes carry the election to the next Compute: per
+	// address that took the shared candidates of its advertisements,
+	// the key of those and the winner among them; per key, the shared
+	// candidates.
+	winners map[netip.Addr]memo
+	classes map[string][]string
+}
+
+type memo struct {
+	class, winner string
+}
+
+// classDiff is how a set of shared candidates changed since Previous.
+type classDiff struct {
+	known   bool
+	added   []string
+	removed map[string]bool
 }
 
 // Lookup returns the election result for addr.
@@ -176,6 +198,8 @@ func Compute(in Input) State {
 		adIndex[ad] = i
 	}
 	eligibility := map[string]election.Eligibility{}
+	diffs := map[string]classDiff{}
+	st.winners, st.classes = map[netip.Addr]memo{}, map[string][]string{}
 	perService := map[view.ServiceRef]*view.Announcement{}
 	announcement := func(ref view.ServiceRef) *view.Announcement {
 		an := perService[ref]
@@ -208,9 +232,13 @@ func Compute(in Input) State {
 			el = election.Eligible(g.Ads, nodes, opts)
 			eligibility[key] = el
 		}
-		var cands []string
-		cands, ip.Excluded = el.Candidates(eip.Services)
-		ip.Winner = election.Winner(a, cands)
+		cands, excluded, shared := el.Candidates(eip.Services)
+		ip.Excluded = excluded
+		if shared {
+			ip.Winner = st.winnerSince(in.Previous, a, key, cands, diffs)
+		} else {
+			ip.Winner = election.Winner(a, cands)
+		}
 		if in.Isolated && ip.Winner == in.Local.Name {
 			if c, _ := election.Candidates(eip, apiNodes, opts); len(c) != 1 || c[0] != in.Local.Name {
 				ip.Winner, ip.Reason = "", ReasonIsolated
@@ -274,6 +302,35 @@ func Compute(in Input) State {
 		return cmp.Or(a.Service.Compare(b.Service), a.Addr.Compare(b.Addr))
 	})
 	return st
+}
+
+// winnerSince elects a among the shared candidates of class, from the
+// previous winner when the candidates changed only by other nodes, and
+// remembers it for the next Compute.
+func (st *State) winnerSince(prev *State, a netip.Addr, class string, cands []string, diffs map[string]classDiff) string {
+	st.classes[class] = cands
+	winner := ""
+	m, ok := memo{}, false
+	if prev != nil {
+		m, ok = prev.winners[a]
+	}
+	d, seen := diffs[class]
+	if ok && m.class == class && m.winner != "" && !seen {
+		if before, known := prev.classes[class]; known {
+			d = classDiff{known: true, added: election.Added(before, cands), removed: map[string]bool{}}
+			for _, n := range election.Added(cands, before) {
+				d.removed[n] = true
+			}
+		}
+		diffs[class] = d
+	}
+	if ok && m.class == class && m.winner != "" && d.known && !d.removed[m.winner] {
+		winner = election.WinnerWith(a, m.winner, d.added)
+	} else {
+		winner = election.Winner(a, cands)
+	}
+	st.winners[a] = memo{class: class, winner: winner}
+	return winner
 }
 
 // adsKey names a set of advertisements by their places in the
