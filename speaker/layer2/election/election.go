@@ -99,8 +99,8 @@ const (
 // them back until it has stayed counted in for a while, instead of
 // moving them back and forth on every flap.
 func Candidates(ip IP, nodes []Node, opts Options) (candidates []string, excluded map[string]string) {
-	candidates, excluded, _ = Eligible(ip.Advertisements, nodes, opts).Candidates(ip.Services)
-	return candidates, excluded
+	candidates, x, _ := Eligible(ip.Advertisements, nodes, opts).Candidates(ip.Services)
+	return candidates, x.Map()
 }
 
 // Eligibility is the part of Candidates that depends on the nodes and
@@ -108,18 +108,17 @@ func Candidates(ip IP, nodes []Node, opts Options) (candidates []string, exclude
 // a sync over many IPs checks each node once per set of advertisements,
 // not once per IP.
 type Eligibility struct {
-	// eligible passed every check but the local endpoint one, in the
-	// order of the nodes given.
-	eligible []Node
+	// eligible passed every check but the local endpoint one, by name.
+	eligible map[string]Node
 	// names are eligible's names, sorted, when none is recovering.
 	names    []string
 	excluded map[string]string
 }
 
-// Eligible checks nodes against everything but the Services of an IP
-// announced by ads.
+// Eligible checks nodes (with unique names) against everything but the
+// Services of an IP announced by ads.
 func Eligible(ads []*config.L2Advertisement, nodes []Node, opts Options) Eligibility {
-	e := Eligibility{excluded: map[string]string{}}
+	e := Eligibility{excluded: map[string]string{}, eligible: map[string]Node{}}
 	ip := IP{Advertisements: ads}
 	recovering := false
 	for _, n := range nodes {
@@ -127,47 +126,104 @@ func Eligible(ads []*config.L2Advertisement, nodes []Node, opts Options) Eligibi
 			e.excluded[n.Name] = why
 			continue
 		}
-		e.eligible = append(e.eligible, n)
+		e.eligible[n.Name] = n
 		recovering = recovering || n.Recovering
 	}
 	if !recovering {
-		for _, n := range e.eligible {
-			e.names = append(e.names, n.Name)
-		}
-		sort.Strings(e.names)
+		e.names = slices.Sorted(maps.Keys(e.eligible))
 	}
 	return e
 }
 
-// Candidates is Candidates for an IP held by svcs. With no Local Service
-// and no recovering node, every IP gets the same slice and map (shared):
-// callers must not modify them.
-func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded map[string]string, shared bool) {
-	localNeed := localRequirement(svcs)
-	if localNeed == nil && (e.names != nil || len(e.eligible) == 0) {
-		return e.names, e.excluded, true
+// Exclusions says why nodes are not candidates for an IP. It is kept as
+// the parts Candidates found them in, since under Local most nodes are
+// out for want of an endpoint, and spelling that out per node per IP
+// would cost a map of every node per IP and sync.
+type Exclusions struct {
+	base     map[string]string
+	eligible map[string]Node
+	// localNeed is the IP's Local Services' nodes: eligible nodes
+	// outside one of them have no local endpoint.
+	localNeed  []map[string]bool
+	recovering []string
+}
+
+// Reason is why node is not a candidate, "" when it is one (or unknown).
+func (x Exclusions) Reason(node string) string {
+	if why, ok := x.base[node]; ok {
+		return why
 	}
-	// Sized for every node at once: most go in under Local.
-	excluded = make(map[string]string, len(e.excluded)+len(e.eligible))
-	maps.Copy(excluded, e.excluded)
+	if _, ok := x.eligible[node]; ok && !local(node, x.localNeed) {
+		return ReasonNoLocalEndpoint
+	}
+	if slices.Contains(x.recovering, node) {
+		return ReasonRecovering
+	}
+	return ""
+}
+
+// Map is every excluded node with its reason.
+func (x Exclusions) Map() map[string]string {
+	out := maps.Clone(x.base)
+	if out == nil {
+		out = map[string]string{}
+	}
+	if x.localNeed != nil {
+		for n := range x.eligible {
+			if !local(n, x.localNeed) {
+				out[n] = ReasonNoLocalEndpoint
+			}
+		}
+	}
+	for _, n := range x.recovering {
+		out[n] = ReasonRecovering
+	}
+	return out
+}
+
+// Candidates is Candidates for an IP held by svcs. With no Local Service
+// and no recovering node, every IP gets the same slice (shared): callers
+// must not modify it.
+func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded Exclusions, shared bool) {
+	localNeed := localRequirement(svcs)
+	excluded = Exclusions{base: e.excluded, eligible: e.eligible, localNeed: localNeed}
+	if localNeed == nil && (e.names != nil || len(e.eligible) == 0) {
+		return e.names, excluded, true
+	}
+	// Under Local only the nodes of the smallest need can qualify.
+	var from []string
+	if localNeed == nil {
+		from = slices.Collect(maps.Keys(e.eligible))
+	} else {
+		smallest := localNeed[0]
+		for _, need := range localNeed[1:] {
+			if len(need) < len(smallest) {
+				smallest = need
+			}
+		}
+		for n := range smallest {
+			if _, ok := e.eligible[n]; ok {
+				from = append(from, n)
+			}
+		}
+	}
 	var recovering []string
-	for _, n := range e.eligible {
-		if !local(n.Name, localNeed) {
-			excluded[n.Name] = ReasonNoLocalEndpoint
+	for _, name := range from {
+		if !local(name, localNeed) {
 			continue
 		}
-		if n.Recovering {
-			recovering = append(recovering, n.Name)
+		if e.eligible[name].Recovering {
+			recovering = append(recovering, name)
 			continue
 		}
-		candidates = append(candidates, n.Name)
+		candidates = append(candidates, name)
 	}
 	if len(candidates) == 0 {
 		candidates = recovering
+		sort.Strings(candidates)
 	} else {
-		for _, n := range recovering {
-			excluded[n] = ReasonRecovering
-		}
+		sort.Strings(recovering)
+		excluded.recovering = recovering
 	}
 	sort.Strings(candidates)
 	return candidates, excluded, false

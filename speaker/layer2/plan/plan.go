@@ -105,7 +105,7 @@ type IP struct {
 	// Winner is the announcing node; "" when none is eligible.
 	Winner string
 	// Excluded says why each non-candidate node is not one.
-	Excluded map[string]string
+	Excluded election.Exclusions
 	// Interfaces are where this node answers for the address, sorted;
 	// empty unless this node won and has one of them up.
 	Interfaces []string
@@ -272,7 +272,7 @@ func Compute(in Input) State {
 			// (herald_speaker_isolated and its log say it).
 			u := view.Unannounced{Addr: a, Reason: ip.Reason}
 			if ip.Reason == ReasonNoCandidate {
-				u.Detail = view.NodesDetail(ip.Excluded)
+				u.Detail = view.NodesDetail(ip.Excluded.Map())
 			}
 			for _, ref := range ip.Services {
 				an := announcement(ref)

@@ -80,7 +80,7 @@ func TestComputeMatchesElectOnRandomWorlds(t *testing.T) {
 			}
 			winner, excluded := election.Elect(eip, nodes, election.Options{})
 			ip, ok := st.Lookup(a)
-			if !ok || ip.Winner != winner || !reflect.DeepEqual(ip.Excluded, excluded) {
+			if !ok || ip.Winner != winner || !reflect.DeepEqual(ip.Excluded.Map(), excluded) {
 				t.Fatalf("world %d, %s: Compute elects %q excluding %v; Elect %q excluding %v", world, a, ip.Winner, ip.Excluded, winner, excluded)
 			}
 		}
