@@ -115,8 +115,8 @@ func newScaleWorld(b *testing.B, n int, useBGP bool) *scaleWorld {
 // BenchmarkSyncScale is one speaker's sync with 10,000 Services over N
 // nodes: the first (full) sync, a sync with nothing changed, and syncs
 // after one change (a Local Service's endpoint moving, a node leaving, a
-// node joining). Every sync recomputes the whole plan, so these are the
-// per-change costs too.
+// node joining). Every sync recomputes the whole plan, ranking again only
+// the addresses whose winner left (plan.Input.Previous).
 func BenchmarkSyncScale(b *testing.B) {
 	for _, proto := range []string{"layer2", "bgp"} {
 		for _, n := range scaleSizes() {
