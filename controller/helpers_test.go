@@ -78,7 +78,7 @@ func (r *recorder) take() []event {
 // refresh copies the fakes' objects into the caches, so every step is
 // deterministic.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	c    *Controller
 	kube *fake.Clientset
@@ -96,7 +96,7 @@ var listKinds = func() map[schema.GroupVersionResource]string {
 	return m
 }()
 
-func newEnv(t *testing.T, opts ...func(*Options)) *env {
+func newEnv(t testing.TB, opts ...func(*Options)) *env {
 	t.Helper()
 	o := DefaultOptions()
 	o.Namespace = ns

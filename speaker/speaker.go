@@ -425,6 +425,7 @@ func (s *Speaker) Sync() {
 			s.d.Log.Info("no longer isolated")
 		}
 	}
+	in.Previous = &s.state
 	st := l2plan.Compute(in)
 	ch := l2plan.Diff(s.state, st)
 	s.ann.Set(st.Announced())
@@ -729,9 +730,9 @@ func (s *Speaker) logChanges(st l2plan.State, ch l2plan.Changes) {
 		}
 		key := "ip/" + ip.Addr.String()
 		seen[key] = true
-		why := ip.Reason + " " + fmt.Sprint(ip.Excluded)
+		why := ip.Reason + " " + fmt.Sprint(ip.Excluded.Map())
 		s.logOnce(key, why, func() {
-			s.d.Log.Info("not announced", "ip", ip.Addr, "services", refs(ip.Services), "reason", ip.Reason, "nodes", ip.Excluded)
+			s.d.Log.Info("not announced", "ip", ip.Addr, "services", refs(ip.Services), "reason", ip.Reason, "nodes", ip.Excluded.Map())
 		})
 	}
 	for _, ig := range st.Ignored {

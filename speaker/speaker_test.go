@@ -510,7 +510,7 @@ func TestRecoveringSpeakerLeavesItsIPs(t *testing.T) {
 	if !o.sp.Announcements().Announcing(addr(ip), "eth0") {
 		t.Fatalf("%s does not keep %s while node1 recovers", next, ip)
 	}
-	if why := o.sp.State().IPs[0].Excluded["node1"]; why != election.ReasonRecovering {
+	if why := o.sp.State().IPs[0].Excluded.Reason("node1"); why != election.ReasonRecovering {
 		t.Errorf("node1 excluded for %q, want %q", why, election.ReasonRecovering)
 	}
 

@@ -15,7 +15,9 @@ package election
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/herald-lb/herald/config"
@@ -97,29 +99,134 @@ const (
 // them back until it has stayed counted in for a while, instead of
 // moving them back and forth on every flap.
 func Candidates(ip IP, nodes []Node, opts Options) (candidates []string, excluded map[string]string) {
-	excluded = map[string]string{}
-	localNeed := localRequirement(ip.Services)
-	var recovering []string
+	candidates, x, _ := Eligible(ip.Advertisements, nodes, opts).Candidates(ip.Services)
+	return candidates, x.Map()
+}
+
+// Eligibility is the part of Candidates that depends on the nodes and
+// the advertisements only: IPs with the same advertisements share it, so
+// a sync over many IPs checks each node once per set of advertisements,
+// not once per IP.
+type Eligibility struct {
+	// eligible passed every check but the local endpoint one, by name.
+	eligible map[string]Node
+	// names are eligible's names, sorted, when none is recovering.
+	names    []string
+	excluded map[string]string
+}
+
+// Eligible checks nodes (with unique names) against everything but the
+// Services of an IP announced by ads.
+func Eligible(ads []*config.L2Advertisement, nodes []Node, opts Options) Eligibility {
+	e := Eligibility{excluded: map[string]string{}, eligible: map[string]Node{}}
+	ip := IP{Advertisements: ads}
+	recovering := false
 	for _, n := range nodes {
-		if why := ineligible(n, ip, opts, localNeed); why != "" {
-			excluded[n.Name] = why
+		if why := ineligible(n, ip, opts, nil); why != "" {
+			e.excluded[n.Name] = why
 			continue
 		}
-		if n.Recovering {
-			recovering = append(recovering, n.Name)
+		e.eligible[n.Name] = n
+		recovering = recovering || n.Recovering
+	}
+	if !recovering {
+		e.names = slices.Sorted(maps.Keys(e.eligible))
+	}
+	return e
+}
+
+// Exclusions says why nodes are not candidates for an IP. It is kept as
+// the parts Candidates found them in, since under Local most nodes are
+// out for want of an endpoint, and spelling that out per node per IP
+// would cost a map of every node per IP and sync.
+type Exclusions struct {
+	base     map[string]string
+	eligible map[string]Node
+	// localNeed is the IP's Local Services' nodes: eligible nodes
+	// outside one of them have no local endpoint.
+	localNeed  []map[string]bool
+	recovering []string
+}
+
+// Reason is why node is not a candidate, "" when it is one (or unknown).
+func (x Exclusions) Reason(node string) string {
+	if why, ok := x.base[node]; ok {
+		return why
+	}
+	if _, ok := x.eligible[node]; ok && !local(node, x.localNeed) {
+		return ReasonNoLocalEndpoint
+	}
+	if slices.Contains(x.recovering, node) {
+		return ReasonRecovering
+	}
+	return ""
+}
+
+// Map is every excluded node with its reason.
+func (x Exclusions) Map() map[string]string {
+	out := maps.Clone(x.base)
+	if out == nil {
+		out = map[string]string{}
+	}
+	if x.localNeed != nil {
+		for n := range x.eligible {
+			if !local(n, x.localNeed) {
+				out[n] = ReasonNoLocalEndpoint
+			}
+		}
+	}
+	for _, n := range x.recovering {
+		out[n] = ReasonRecovering
+	}
+	return out
+}
+
+// Candidates is Candidates for an IP held by svcs. With no Local Service
+// and no recovering node, every IP gets the same slice (shared): callers
+// must not modify it.
+func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded Exclusions, shared bool) {
+	localNeed := localRequirement(svcs)
+	excluded = Exclusions{base: e.excluded, eligible: e.eligible, localNeed: localNeed}
+	if localNeed == nil && (e.names != nil || len(e.eligible) == 0) {
+		return e.names, excluded, true
+	}
+	// Under Local only the nodes of the smallest need can qualify.
+	var from []string
+	if localNeed == nil {
+		from = slices.Collect(maps.Keys(e.eligible))
+	} else {
+		smallest := localNeed[0]
+		for _, need := range localNeed[1:] {
+			if len(need) < len(smallest) {
+				smallest = need
+			}
+		}
+		for n := range smallest {
+			if _, ok := e.eligible[n]; ok {
+				from = append(from, n)
+			}
+		}
+	}
+	var recovering []string
+	for _, name := range from {
+		if !local(name, localNeed) {
 			continue
 		}
-		candidates = append(candidates, n.Name)
+		if e.eligible[name].Recovering {
+			recovering = append(recovering, name)
+			continue
+		}
+		candidates = append(candidates, name)
 	}
 	if len(candidates) == 0 {
 		candidates = recovering
+		sort.Strings(candidates)
 	} else {
-		for _, n := range recovering {
-			excluded[n] = ReasonRecovering
-		}
+		sort.Strings(recovering)
+		excluded.recovering = recovering
 	}
 	sort.Strings(candidates)
-	return candidates, excluded
+	return candidates, excluded, false
 }
 
 // localRequirement returns, per Local Service, the nodes that may announce
@@ -171,12 +278,20 @@ func ineligible(n Node, ip IP, opts Options, localNeed []map[string]bool) string
 	case !up:
 		return ReasonInterfacesDown
 	}
-	for _, nodes := range localNeed {
-		if !nodes[n.Name] {
-			return ReasonNoLocalEndpoint
-		}
+	if !local(n.Name, localNeed) {
+		return ReasonNoLocalEndpoint
 	}
 	return ""
+}
+
+// local tells whether node meets every Local Service's need.
+func local(node string, localNeed []map[string]bool) bool {
+	for _, nodes := range localNeed {
+		if !nodes[node] {
+			return false
+		}
+	}
+	return true
 }
 
 func contains(list []string, s string) bool {
@@ -188,36 +303,91 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// score is the node's rendezvous weight for the IP.
+// score is the node's rendezvous weight for the IP: the first 8 bytes of
+// SHA-256(node, 0, ip). Hashed into a stack buffer, since a sync hashes
+// every (candidate, IP) pair.
 func score(node string, ip netip.Addr) uint64 {
-	h := sha256.New()
-	h.Write([]byte(node))
-	h.Write([]byte{0})
-	b, _ := ip.MarshalBinary()
-	h.Write(b)
-	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
+	var buf [128]byte
+	b := append(buf[:0], node...)
+	b = append(b, 0)
+	if ip.Is4() {
+		a := ip.As4()
+		b = append(b, a[:]...)
+	} else if ip.Is6() {
+		a := ip.As16()
+		b = append(b, a[:]...)
+		if z := ip.Zone(); z != "" {
+			b = append(b, z...)
+		}
+	}
+	sum := sha256.Sum256(b)
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// ahead tells whether a node with score sa and name a ranks before one
+// with sb and b: the higher score first, ties by name.
+func ahead(sa uint64, a string, sb uint64, b string) bool {
+	if sa != sb {
+		return sa > sb
+	}
+	return a < b
 }
 
 // Rank orders candidates for ip, the winner first. Ties (which need a
 // hash collision) fall back to the name, so every speaker agrees.
 func Rank(ip netip.Addr, candidates []string) []string {
-	out := append([]string(nil), candidates...)
-	sort.Slice(out, func(i, j int) bool {
-		si, sj := score(out[i], ip), score(out[j], ip)
-		if si != sj {
-			return si > sj
-		}
-		return out[i] < out[j]
-	})
+	type ranked struct {
+		name  string
+		score uint64
+	}
+	rs := make([]ranked, len(candidates))
+	for i, c := range candidates {
+		rs[i] = ranked{c, score(c, ip)}
+	}
+	sort.Slice(rs, func(i, j int) bool { return ahead(rs[i].score, rs[i].name, rs[j].score, rs[j].name) })
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.name
+	}
 	return out
 }
 
-// Winner is the node that announces ip, or "" when there is no candidate.
+// Winner is the node that announces ip, or "" when there is no candidate:
+// Rank's first, found with one hash per candidate.
 func Winner(ip netip.Addr, candidates []string) string {
-	if r := Rank(ip, candidates); len(r) > 0 {
-		return r[0]
+	best, bestScore := "", uint64(0)
+	for i, c := range candidates {
+		if sc := score(c, ip); i == 0 || ahead(sc, c, bestScore, best) {
+			best, bestScore = c, sc
+		}
 	}
-	return ""
+	return best
+}
+
+// WinnerWith is the winner for ip among candidates when winner won
+// among an earlier set of candidates and added are the candidates that
+// were not in it: a node that was ranks below winner and still does, so
+// only the added ones are hashed.
+func WinnerWith(ip netip.Addr, winner string, added []string) string {
+	if len(added) == 0 {
+		return winner
+	}
+	return Winner(ip, append(slices.Clone(added), winner))
+}
+
+// Added is the names of now that are not in before; both sorted.
+func Added(before, now []string) []string {
+	var out []string
+	i := 0
+	for _, n := range now {
+		for i < len(before) && before[i] < n {
+			i++
+		}
+		if i == len(before) || before[i] != n {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Elect returns the announcing node of ip among nodes ("" for none) and

@@ -17,8 +17,10 @@ package plan
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/speaker/layer2/election"
@@ -67,6 +69,10 @@ type Input struct {
 	// so that one object, not one per node, says why. The speakers pick
 	// the first live member by name, as for sweeping.
 	Reporter bool
+	// Previous is the State of the last Compute, if any: an address whose
+	// candidates only changed by nodes other than its winner is not
+	// ranked again (the result is the same without it).
+	Previous *State
 	// Unprogrammed are addresses this node's proxy has no rules for yet:
 	// won here, they are not answered until it has (the election does
 	// not change, so no other node takes them meanwhile).
@@ -99,7 +105,7 @@ type IP struct {
 	// Winner is the announcing node; "" when none is eligible.
 	Winner string
 	// Excluded says why each non-candidate node is not one.
-	Excluded map[string]string
+	Excluded election.Exclusions
 	// Interfaces are where this node answers for the address, sorted;
 	// empty unless this node won and has one of them up.
 	Interfaces []string
@@ -123,6 +129,24 @@ type State struct {
 	Announcements []view.Announcement
 	// Isolated is Input.Isolated.
 	Isolated bool
+
+	// winners and classes carry the election to the next Compute: per
+	// address that took the shared candidates of its advertisements,
+	// the key of those and the winner among them; per key, the shared
+	// candidates.
+	winners map[netip.Addr]memo
+	classes map[string][]string
+}
+
+type memo struct {
+	class, winner string
+}
+
+// classDiff is how a set of shared candidates changed since Previous.
+type classDiff struct {
+	known   bool
+	added   []string
+	removed map[string]bool
 }
 
 // Lookup returns the election result for addr.
@@ -169,6 +193,13 @@ func Compute(in Input) State {
 	if in.Isolated {
 		apiNodes = assumeAlive(nodes, in)
 	}
+	adIndex := map[*config.L2Advertisement]int{}
+	for i, ad := range ads {
+		adIndex[ad] = i
+	}
+	eligibility := map[string]election.Eligibility{}
+	diffs := map[string]classDiff{}
+	st.winners, st.classes = map[netip.Addr]memo{}, map[string][]string{}
 	perService := map[view.ServiceRef]*view.Announcement{}
 	announcement := func(ref view.ServiceRef) *view.Announcement {
 		an := perService[ref]
@@ -193,7 +224,21 @@ func Compute(in Input) State {
 		}
 		slices.Sort(ip.Advertisements)
 		ip.Advertisements = slices.Compact(ip.Advertisements)
-		ip.Winner, ip.Excluded = election.Elect(eip, nodes, opts)
+		// Nodes are checked once per set of advertisements, not once
+		// per address: the same winners as election.Elect.
+		key := adsKey(g.Ads, adIndex)
+		el, ok := eligibility[key]
+		if !ok {
+			el = election.Eligible(g.Ads, nodes, opts)
+			eligibility[key] = el
+		}
+		cands, excluded, shared := el.Candidates(eip.Services)
+		ip.Excluded = excluded
+		if shared {
+			ip.Winner = st.winnerSince(in.Previous, a, key, cands, diffs)
+		} else {
+			ip.Winner = election.Winner(a, cands)
+		}
 		if in.Isolated && ip.Winner == in.Local.Name {
 			if c, _ := election.Candidates(eip, apiNodes, opts); len(c) != 1 || c[0] != in.Local.Name {
 				ip.Winner, ip.Reason = "", ReasonIsolated
@@ -227,7 +272,7 @@ func Compute(in Input) State {
 			// (herald_speaker_isolated and its log say it).
 			u := view.Unannounced{Addr: a, Reason: ip.Reason}
 			if ip.Reason == ReasonNoCandidate {
-				u.Detail = view.NodesDetail(ip.Excluded)
+				u.Detail = view.NodesDetail(ip.Excluded.Map())
 			}
 			for _, ref := range ip.Services {
 				an := announcement(ref)
@@ -257,6 +302,49 @@ func Compute(in Input) State {
 		return cmp.Or(a.Service.Compare(b.Service), a.Addr.Compare(b.Addr))
 	})
 	return st
+}
+
+// winnerSince elects a among the shared candidates of class, from the
+// previous winner when the candidates changed only by other nodes, and
+// remembers it for the next Compute.
+func (st *State) winnerSince(prev *State, a netip.Addr, class string, cands []string, diffs map[string]classDiff) string {
+	st.classes[class] = cands
+	winner := ""
+	m, ok := memo{}, false
+	if prev != nil {
+		m, ok = prev.winners[a]
+	}
+	d, seen := diffs[class]
+	if ok && m.class == class && m.winner != "" && !seen {
+		if before, known := prev.classes[class]; known {
+			d = classDiff{known: true, added: election.Added(before, cands), removed: map[string]bool{}}
+			for _, n := range election.Added(cands, before) {
+				d.removed[n] = true
+			}
+		}
+		diffs[class] = d
+	}
+	if ok && m.class == class && m.winner != "" && d.known && !d.removed[m.winner] {
+		winner = election.WinnerWith(a, m.winner, d.added)
+	} else {
+		winner = election.Winner(a, cands)
+	}
+	st.winners[a] = memo{class: class, winner: winner}
+	return winner
+}
+
+// adsKey names a set of advertisements by their places in the
+// configuration (the pointer where one is not there).
+func adsKey(ads []*config.L2Advertisement, index map[*config.L2Advertisement]int) string {
+	var b strings.Builder
+	for _, ad := range ads {
+		if i, ok := index[ad]; ok {
+			fmt.Fprintf(&b, "%d,", i)
+		} else {
+			fmt.Fprintf(&b, "%p,", ad)
+		}
+	}
+	return b.String()
 }
 
 // electionNodes joins the Nodes with the members: a Node without a member

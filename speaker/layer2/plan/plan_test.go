@@ -130,7 +130,7 @@ func TestCompute(t *testing.T) {
 			func(t *testing.T, st map[string]State) {
 				w := election.Winner(addr(v4), nodeNames)
 				ip, _ := st[w].Lookup(addr(v4))
-				if ip.Winner != w || !reflect.DeepEqual(ip.Interfaces, []string{"eth0", "eth1"}) || len(ip.Excluded) != 0 {
+				if ip.Winner != w || !reflect.DeepEqual(ip.Interfaces, []string{"eth0", "eth1"}) || len(ip.Excluded.Map()) != 0 {
 					t.Errorf("%+v, want won by %s on eth0, eth1", ip, w)
 				}
 				want := []view.Announcement{{Service: ref("web"), Node: w, Protocol: "layer2", Interfaces: []string{"eth0", "eth1"}, IPs: []netip.Addr{addr(v4)}}}
@@ -143,7 +143,7 @@ func TestCompute(t *testing.T) {
 			func(t *testing.T, st map[string]State) {
 				ip, _ := st["node2"].Lookup(addr(v4))
 				want := map[string]string{"node1": election.ReasonNoLocalEndpoint, "node3": election.ReasonNoLocalEndpoint}
-				if ip.Winner != "node2" || !ip.Announced() || !reflect.DeepEqual(ip.Excluded, want) {
+				if ip.Winner != "node2" || !ip.Announced() || !reflect.DeepEqual(ip.Excluded.Map(), want) {
 					t.Errorf("%+v", ip)
 				}
 			}},
@@ -183,7 +183,7 @@ func TestCompute(t *testing.T) {
 			in.Config.L2Advertisements[0].NodeSelectors = sel("rack", "1")
 		}, func(t *testing.T, st map[string]State) {
 			for _, ip := range st["node1"].IPs {
-				if ip.Winner == "node2" || ip.Excluded["node2"] != election.ReasonNoAdvertisement {
+				if ip.Winner == "node2" || ip.Excluded.Reason("node2") != election.ReasonNoAdvertisement {
 					t.Errorf("%s: %+v", ip.Addr, ip)
 				}
 			}
@@ -222,7 +222,7 @@ func TestCompute(t *testing.T) {
 			member(in, "node3").Interfaces = []string{"eth0", "eth2"}
 		}, func(t *testing.T, st map[string]State) {
 			for _, ip := range st["node1"].IPs {
-				if ip.Winner != "node3" || ip.Excluded["node1"] != election.ReasonInterfacesDown {
+				if ip.Winner != "node3" || ip.Excluded.Reason("node1") != election.ReasonInterfacesDown {
 					t.Errorf("%+v", ip)
 				}
 			}
@@ -232,7 +232,7 @@ func TestCompute(t *testing.T) {
 			in.Nodes[1].NetworkUnavailable = true
 		}, func(t *testing.T, st map[string]State) {
 			for _, ip := range st["node3"].IPs {
-				if ip.Winner != "node3" || ip.Excluded["node1"] != election.ReasonExcluded || ip.Excluded["node2"] != election.ReasonNetworkUnavailable {
+				if ip.Winner != "node3" || ip.Excluded.Reason("node1") != election.ReasonExcluded || ip.Excluded.Reason("node2") != election.ReasonNetworkUnavailable {
 					t.Errorf("%+v", ip)
 				}
 			}
@@ -275,7 +275,7 @@ func TestCompute(t *testing.T) {
 			in.Members = append(in.Members[:2], Member{Name: "stranger", Interfaces: []string{"eth0"}})
 		}, func(t *testing.T, st map[string]State) {
 			for _, ip := range st["node1"].IPs {
-				if ip.Winner == "node3" || ip.Winner == "stranger" || ip.Excluded["node3"] != election.ReasonNotLive {
+				if ip.Winner == "node3" || ip.Winner == "stranger" || ip.Excluded.Reason("node3") != election.ReasonNotLive {
 					t.Errorf("%+v", ip)
 				}
 			}
@@ -361,7 +361,7 @@ func TestLinkDownMovesIP(t *testing.T) {
 	member(&in, old).DownInterfaces = []string{"eth0"}
 	after := everywhere(t, in)
 	ip, _ = after["node1"].Lookup(addr(v4))
-	if ip.Winner == old || ip.Winner == "" || ip.Excluded[old] != election.ReasonInterfacesDown {
+	if ip.Winner == old || ip.Winner == "" || ip.Excluded.Reason(old) != election.ReasonInterfacesDown {
 		t.Fatalf("after eth0 down on %s: %+v", old, ip)
 	}
 	lost := Diff(before[old], after[old])
