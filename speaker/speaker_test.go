@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/layer2/election"
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 	"github.com/herald-lb/herald/speaker/members"
@@ -367,7 +368,7 @@ func TestLiveFailsWhenTheLoopIsStuck(t *testing.T) {
 func TestIsolatedSpeakerHoldsBack(t *testing.T) {
 	l := newLab(t, "node1", "node1", "node2", "node3")
 	isolated := true
-	l.sp.d.Isolated = func(lonely bool) bool { return lonely && isolated }
+	l.sp.d.Isolated = func(st heartbeat.Standing) bool { return st.Lonely() && isolated }
 	l.service("web", false, "198.51.100.200", "198.51.100.201", "198.51.100.202", "198.51.100.203")
 	l.cluster.Remove("node2")
 	l.cluster.Remove("node3")
@@ -396,7 +397,7 @@ func TestStartupJoinIsNoRecovery(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLab(t, "node1", nodes...)
 	l.sp.d.Recovery = recovery.NewTracker(30*time.Second, func() time.Time { return now })
-	l.sp.d.Isolated = func(lonely bool) bool { return lonely }
+	l.sp.d.Isolated = func(st heartbeat.Standing) bool { return st.Lonely() }
 	l.cluster.Remove("node2")
 	l.cluster.Remove("node3")
 	l.service("web", false, ip)
