@@ -2,21 +2,30 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 )
 
-// arpRound arpings every ip from the client at once (count requests,
-// waitSec at most each) and returns the MACs that answered each.
-func (s l2) arpRound(ips []string, count, waitSec int) map[string][]string {
+// arpRound sends one ARP request for every ip from the client at once
+// and returns the MACs that answered each within a second. Two MACs are
+// two nodes answering the same request: a double answer, not a handover
+// between two requests. (-d keeps arping listening for further replies
+// after the first.)
+func (s l2) arpRound(ips []string) map[string][]string {
 	out := make(map[string][]string, len(ips))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, ip := range ips {
 		wg.Go(func() {
-			macs, _ := s.arping(ip, count, waitSec)
+			raw, _ := s.Exec("client", "arping", "-i", "eth0", "-c", "1", "-w", "1", "-d", "-r", ip)
+			set := map[string]bool{}
+			for _, m := range arpingMAC.FindAllString(raw, -1) {
+				set[strings.ToLower(m)] = true
+			}
+			macs := slices.Sorted(maps.Keys(set))
 			mu.Lock()
 			out[ip] = macs
 			mu.Unlock()

@@ -120,6 +120,12 @@ type ProxyRules interface {
 	SetOnProgrammed(func())
 }
 
+// ReannounceAfterDeath is when, after a member died, this node announces
+// its addresses a second time: after the other side of a partition has
+// found itself a minority (memberlist declares the members of one side
+// dead within a second or two of each other).
+const ReannounceAfterDeath = 3 * time.Second
+
 // MaxProxyWait bounds how long an address waits for this node's proxy:
 // a proxy that never lists it (a filter it applies that the speaker does
 // not know of) must not keep it dark for good.
@@ -145,8 +151,9 @@ type Speaker struct {
 	trigger chan struct{}
 	// lastSync is when the last sync finished (UnixNano), for Live.
 	lastSync atomic.Int64
-	// rejoined: a member joined since the last sync; the announced IPs
-	// are announced again, which heals a partition's stale ARP caches.
+	// rejoined: a member joined or died since the last sync; the
+	// announced IPs are announced again, which heals a partition's stale
+	// ARP caches.
 	rejoined atomic.Bool
 	ready    atomic.Bool
 
@@ -248,6 +255,18 @@ func (s *Speaker) MemberEvent(ev members.Event) {
 		s.knownMu.Lock()
 		delete(s.known, ev.Member.Name)
 		s.knownMu.Unlock()
+	case ev.Type == members.EventLeave:
+		// A death may be a partition. Its other side declares this side's
+		// members dead one by one, and between two deaths it is briefly
+		// a majority that claims some of this node's addresses, with
+		// gratuitous ARP, before it finds itself a minority and stops:
+		// clients that followed it must be told again, now and once it
+		// has surely stopped.
+		s.rejoined.Store(true)
+		time.AfterFunc(ReannounceAfterDeath, func() {
+			s.rejoined.Store(true)
+			s.Trigger()
+		})
 	}
 	s.Trigger()
 }

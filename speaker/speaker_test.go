@@ -140,6 +140,39 @@ func TestMemberJoinAnnouncesHeldIPsAgain(t *testing.T) {
 	}
 }
 
+// A member's death (it may be a partition, whose other side claimed some
+// of this node's addresses for a moment) makes this node announce what
+// it holds again, at once and after ReannounceAfterDeath; a graceful
+// leave does not.
+func TestMemberDeathAnnouncesHeldIPsAgain(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...)
+	l := newLab(t, "node1", nodes...)
+	l.service("web", false, ip)
+	l.sp.Sync()
+	r := l.responders.live("eth0")
+	r.takeGratuitous()
+	l.cluster.Leave("node3")
+	l.sp.Sync()
+	if g := r.takeGratuitous(); len(g) != 0 {
+		t.Fatalf("after a graceful leave: gratuitous %v, want none", g)
+	}
+	l.cluster.Remove("node2")
+	l.sp.Sync()
+	if g := r.takeGratuitous(); !reflect.DeepEqual(g, []netip.Addr{addr(ip)}) {
+		t.Fatalf("after a death: gratuitous = %v, want [%s]", g, ip)
+	}
+	time.Sleep(ReannounceAfterDeath + 200*time.Millisecond)
+	l.sp.Sync()
+	if g := r.takeGratuitous(); !reflect.DeepEqual(g, []netip.Addr{addr(ip)}) {
+		t.Fatalf("%s after a death: gratuitous = %v, want [%s] again", ReannounceAfterDeath, g, ip)
+	}
+	l.sp.Sync()
+	if g := r.takeGratuitous(); len(g) != 0 {
+		t.Fatalf("a later sync sent %v again", g)
+	}
+}
+
 func TestLinkDownMovesAndComesBack(t *testing.T) {
 	l := newLab(t, "node1", "node1", "node2")
 	ip := ipFor(t, "node1", "node1", "node2")
