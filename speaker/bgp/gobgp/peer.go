@@ -69,8 +69,8 @@ func apiPeer(p *config.Peer) (*api.Peer, error) {
 			Description:     p.Name,
 		},
 		Timers: &api.Timers{Config: &api.TimersConfig{
-			HoldTime:          seconds(p.HoldTime),
-			KeepaliveInterval: seconds(p.KeepaliveTime),
+			HoldTime:               seconds(p.HoldTime),
+			KeepaliveInterval:      seconds(p.KeepaliveTime),
 			ConnectRetry:           connectRetry(p.ConnectTime),
 			IdleHoldTimeAfterReset: idleHoldAfterReset,
 		}},
