@@ -148,7 +148,7 @@ type Peer struct {
 	Port          uint16
 	HoldTime      time.Duration
 	KeepaliveTime time.Duration
-	ConnectTime   time.Duration // 0: the BGP implementation's default
+	ConnectTime   time.Duration // 0: the speaker's default (5s)
 	RouterID      netip.Addr    // invalid (zero) when unset
 	NodeSelectors Selectors
 	// Password is the TCP MD5 key, resolved from passwordSecret if needed.

@@ -31,20 +31,7 @@ func TestSpeakerIsolated(t *testing.T) {
 	}
 	s.cleanupL2Services(name, count)
 	h.Apply(l2Objects(name, "198.51.100.215-198.51.100.219", "2001:db8:0:1::215-2001:db8:0:1::219", "node1"))
-	var yaml strings.Builder
-	for i := range count {
-		fmt.Fprintf(&yaml, `---
-apiVersion: v1
-kind: Service
-metadata: {name: %s-%d, namespace: default, annotations: {herald.io/address-pool: %s}}
-spec:
-  type: LoadBalancer
-  ipFamilyPolicy: PreferDualStack
-  selector: {app: %s}
-  ports: [{port: 80, targetPort: 8080}]
-`, name, i, name, name)
-	}
-	h.Apply(yaml.String())
+	h.Apply(lbServicesYAML(name, count, "PreferDualStack"))
 	h.ReadyPods("app="+name, 1, 2*time.Minute)
 	type vip struct{ svc, v4, v6 string }
 	var vips []vip

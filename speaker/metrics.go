@@ -21,6 +21,7 @@ type Metrics struct {
 	electionChanges prometheus.Counter
 	syncs           prometheus.Counter
 	isolated        prometheus.Gauge
+	known           prometheus.Gauge
 	recovering      prometheus.Gauge
 	keys            prometheus.Gauge
 }
@@ -60,7 +61,11 @@ func NewMetrics() *Metrics {
 		}),
 		isolated: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_speaker_isolated",
-			Help: "1 while this speaker reaches no other speaker although the API shows others alive; it then announces only addresses no other node may announce.",
+			Help: "1 while this speaker's memberlist view is a minority of the speakers it knows of (alone, or the smaller side of a partition) and the API shows speakers outside it alive; it then announces only addresses no other node may announce.",
+		}),
+		known: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_speaker_known_speakers",
+			Help: "Speakers this one knows of: the live members and those that died without leaving (a view of no more than half of them asks the heartbeat Lease before it announces).",
 		}),
 		recovering: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_speaker_recovering",
@@ -71,7 +76,7 @@ func NewMetrics() *Metrics {
 			Help: "Keys in the memberlist keyring (the primary one included): 2 while a key rotation is under way.",
 		}),
 	}
-	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.recovering, m.keys,
+	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.known, m.recovering, m.keys,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("speaker"))
 	return m
 }

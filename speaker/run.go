@@ -214,9 +214,9 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
-	view := func() (first, lonely bool) {
+	view := func() (first bool, st heartbeat.Standing) {
 		ms := cluster.Members()
-		return len(ms) == 0 || ms[0].Name == o.NodeName, len(ms) <= 1
+		return len(ms) == 0 || ms[0].Name == o.NodeName, sp.Standing()
 	}
 	m.keys.Set(float64(1 + len(extraKeys)))
 	wg.Add(4)

@@ -20,6 +20,7 @@ import (
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/speaker/bgp"
+	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/layer2"
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 	"github.com/herald-lb/herald/speaker/members"
@@ -88,10 +89,11 @@ type Deps struct {
 	// Resync is the period of a sync without any trigger (default 30s),
 	// a safety net for a missed notification.
 	Resync time.Duration
-	// Isolated tells whether this speaker, when it has no peer in
-	// memberlist (lonely), must hold back because the other speakers are
+	// Isolated tells whether this speaker, when its memberlist view is a
+	// minority of the speakers it knows of (alone, or one side of a
+	// partition), must hold back because speakers outside its view are
 	// alive without it (heartbeat.Tracker.Isolated); nil: never.
-	Isolated func(lonely bool) bool
+	Isolated func(heartbeat.Standing) bool
 	// Recovery remembers when the cluster last counted this speaker out
 	// (declared dead, or isolated); nil: never recovering.
 	Recovery *recovery.Tracker
@@ -118,6 +120,12 @@ type ProxyRules interface {
 	SetOnProgrammed(func())
 }
 
+// ReannounceAfterDeath is when, after a member died, this node announces
+// its addresses a second time: after the other side of a partition has
+// found itself a minority (memberlist declares the members of one side
+// dead within a second or two of each other).
+const ReannounceAfterDeath = 3 * time.Second
+
 // MaxProxyWait bounds how long an address waits for this node's proxy:
 // a proxy that never lists it (a filter it applies that the speaker does
 // not know of) must not keep it dark for good.
@@ -143,8 +151,9 @@ type Speaker struct {
 	trigger chan struct{}
 	// lastSync is when the last sync finished (UnixNano), for Live.
 	lastSync atomic.Int64
-	// rejoined: a member joined since the last sync; the announced IPs
-	// are announced again, which heals a partition's stale ARP caches.
+	// rejoined: a member joined or died since the last sync; the
+	// announced IPs are announced again, which heals a partition's stale
+	// ARP caches.
 	rejoined atomic.Bool
 	ready    atomic.Bool
 
@@ -167,6 +176,12 @@ type Speaker struct {
 	// and a refuted death concerns the previous process on this node.
 	// Written by the loop, read by the memberlist callback too.
 	joined atomic.Bool
+
+	knownMu sync.Mutex
+	// known are the speakers this one has seen live and that did not
+	// leave gracefully since: the others a partition may hide. Written
+	// by the loop and the memberlist callback.
+	known map[string]bool
 
 	// Owned by the loop.
 	state   l2plan.State
@@ -206,6 +221,7 @@ func New(d Deps) *Speaker {
 		swept:      map[string]bool{},
 		logged:     map[string]string{},
 		proxyWait:  map[netip.Addr]time.Time{},
+		known:      map[string]bool{},
 	}
 	d.Metrics.register(s)
 	return s
@@ -228,8 +244,29 @@ func (s *Speaker) Trigger() {
 // node announce its IPs again.
 func (s *Speaker) MemberEvent(ev members.Event) {
 	s.d.Log.Info("memberlist", "event", ev.Type.String(), "member", ev.Member.Name, "addr", ev.Member.Addr.String())
-	if ev.Type == members.EventJoin {
+	switch {
+	case ev.Type == members.EventJoin:
 		s.rejoined.Store(true)
+		s.knownMu.Lock()
+		s.known[ev.Member.Name] = true
+		s.knownMu.Unlock()
+	case ev.Type == members.EventLeave && ev.Member.Meta.Leaving:
+		// A graceful stop: gone, not hidden behind a partition.
+		s.knownMu.Lock()
+		delete(s.known, ev.Member.Name)
+		s.knownMu.Unlock()
+	case ev.Type == members.EventLeave:
+		// A death may be a partition. Its other side declares this side's
+		// members dead one by one, and between two deaths it is briefly
+		// a majority that claims some of this node's addresses, with
+		// gratuitous ARP, before it finds itself a minority and stops:
+		// clients that followed it must be told again, now and once it
+		// has surely stopped.
+		s.rejoined.Store(true)
+		time.AfterFunc(ReannounceAfterDeath, func() {
+			s.rejoined.Store(true)
+			s.Trigger()
+		})
 	}
 	s.Trigger()
 }
@@ -367,11 +404,10 @@ func (s *Speaker) Sync() {
 	s.syncResponders()
 
 	live := s.cluster.Members()
-	lonely := true
-	for _, m := range live {
-		lonely = lonely && m.Name == s.d.Node
-	}
-	isolated := s.d.Isolated != nil && s.d.Isolated(lonely)
+	s.forgetRemoved(snap.Nodes)
+	standing := s.standing(live)
+	lonely := standing.Lonely()
+	isolated := s.d.Isolated != nil && s.d.Isolated(standing)
 	if (isolated || s.state.Isolated) && s.joined.Load() {
 		// Until the sync that ends an isolation: the hold starts then.
 		// A speaker still joining after its start is alone too, but
@@ -420,7 +456,8 @@ func (s *Speaker) Sync() {
 	in.Reporter = !isolated && firstLive(liveNames) == s.d.Node
 	if in.Isolated != s.state.Isolated {
 		if in.Isolated {
-			s.d.Log.Warn("isolated: no other speaker is reachable over memberlist, but the API shows others alive; announcing only addresses no other node may announce (check that the memberlist port, TCP and UDP, is open between the nodes and that every speaker has the key)")
+			s.d.Log.Warn("isolated: this speaker's memberlist view is a minority of the speakers it knows of, and the API shows speakers outside it alive; announcing only addresses no other node may announce (check that the memberlist port, TCP and UDP, is open between the nodes and that every speaker has the key)",
+				"view", len(standing.Live), "known", len(standing.Known), "unreachable", unreachable(standing))
 		} else if s.ready.Load() {
 			s.d.Log.Info("no longer isolated")
 		}
@@ -447,12 +484,61 @@ func (s *Speaker) Sync() {
 	s.sweep(liveNames)
 	s.logChanges(st, ch)
 	s.d.Metrics.observe(st, ch, len(live), in.Isolated, ownRecovering)
+	s.d.Metrics.known.Set(float64(len(standing.Known)))
 	s.state = st
 	s.lastSync.Store(time.Now().UnixNano())
 	if !s.ready.Load() {
 		s.ready.Store(true)
 		s.d.Log.Info("first sync done", "announcing", len(st.Announced()), "ips", len(st.IPs), "members", len(live), "took", time.Since(start).Round(time.Microsecond))
 	}
+}
+
+// Standing is this speaker's memberlist view and the speakers it knows
+// of, for the heartbeat; safe from any goroutine.
+func (s *Speaker) Standing() heartbeat.Standing { return s.standing(s.cluster.Members()) }
+
+// standing records the live members as known and returns the standing.
+func (s *Speaker) standing(live []members.Member) heartbeat.Standing {
+	st := heartbeat.Standing{Self: s.d.Node}
+	s.knownMu.Lock()
+	defer s.knownMu.Unlock()
+	s.known[s.d.Node] = true
+	for _, m := range live {
+		st.Live = append(st.Live, m.Name)
+		s.known[m.Name] = true
+	}
+	st.Known = slices.Sorted(maps.Keys(s.known))
+	return st
+}
+
+// forgetRemoved drops the known speakers whose Node was deleted: a node
+// removed from the cluster hides behind no partition.
+func (s *Speaker) forgetRemoved(nodes []view.Node) {
+	if len(nodes) == 0 {
+		return // no Nodes read yet: keep what is known
+	}
+	exists := map[string]bool{}
+	for _, n := range nodes {
+		exists[n.Name] = true
+	}
+	s.knownMu.Lock()
+	defer s.knownMu.Unlock()
+	for n := range s.known {
+		if !exists[n] && n != s.d.Node {
+			delete(s.known, n)
+		}
+	}
+}
+
+// unreachable are the known speakers outside the view.
+func unreachable(st heartbeat.Standing) []string {
+	var out []string
+	for _, n := range st.Known {
+		if st.Outside(n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // DeclaredDead is the memberlist callback for a refuted death (from is

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/layer2/election"
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 	"github.com/herald-lb/herald/speaker/members"
@@ -136,6 +137,39 @@ func TestMemberJoinAnnouncesHeldIPsAgain(t *testing.T) {
 	l.sp.Sync()
 	if g := r.takeGratuitous(); len(g) != 0 {
 		t.Fatalf("second sync sent %v again", g)
+	}
+}
+
+// A member's death (it may be a partition, whose other side claimed some
+// of this node's addresses for a moment) makes this node announce what
+// it holds again, at once and after ReannounceAfterDeath; a graceful
+// leave does not.
+func TestMemberDeathAnnouncesHeldIPsAgain(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...)
+	l := newLab(t, "node1", nodes...)
+	l.service("web", false, ip)
+	l.sp.Sync()
+	r := l.responders.live("eth0")
+	r.takeGratuitous()
+	l.cluster.Leave("node3")
+	l.sp.Sync()
+	if g := r.takeGratuitous(); len(g) != 0 {
+		t.Fatalf("after a graceful leave: gratuitous %v, want none", g)
+	}
+	l.cluster.Remove("node2")
+	l.sp.Sync()
+	if g := r.takeGratuitous(); !reflect.DeepEqual(g, []netip.Addr{addr(ip)}) {
+		t.Fatalf("after a death: gratuitous = %v, want [%s]", g, ip)
+	}
+	time.Sleep(ReannounceAfterDeath + 200*time.Millisecond)
+	l.sp.Sync()
+	if g := r.takeGratuitous(); !reflect.DeepEqual(g, []netip.Addr{addr(ip)}) {
+		t.Fatalf("%s after a death: gratuitous = %v, want [%s] again", ReannounceAfterDeath, g, ip)
+	}
+	l.sp.Sync()
+	if g := r.takeGratuitous(); len(g) != 0 {
+		t.Fatalf("a later sync sent %v again", g)
 	}
 }
 
@@ -367,7 +401,7 @@ func TestLiveFailsWhenTheLoopIsStuck(t *testing.T) {
 func TestIsolatedSpeakerHoldsBack(t *testing.T) {
 	l := newLab(t, "node1", "node1", "node2", "node3")
 	isolated := true
-	l.sp.d.Isolated = func(lonely bool) bool { return lonely && isolated }
+	l.sp.d.Isolated = func(st heartbeat.Standing) bool { return st.Lonely() && isolated }
 	l.service("web", false, "198.51.100.200", "198.51.100.201", "198.51.100.202", "198.51.100.203")
 	l.cluster.Remove("node2")
 	l.cluster.Remove("node3")
@@ -396,7 +430,7 @@ func TestStartupJoinIsNoRecovery(t *testing.T) {
 	now := time.Unix(1000, 0)
 	l := newLab(t, "node1", nodes...)
 	l.sp.d.Recovery = recovery.NewTracker(30*time.Second, func() time.Time { return now })
-	l.sp.d.Isolated = func(lonely bool) bool { return lonely }
+	l.sp.d.Isolated = func(st heartbeat.Standing) bool { return st.Lonely() }
 	l.cluster.Remove("node2")
 	l.cluster.Remove("node3")
 	l.service("web", false, ip)

@@ -1,15 +1,18 @@
-// Package heartbeat tells a speaker that is alone in memberlist whether it
-// is isolated (the other speakers are alive and elect without it) or the
-// last one standing, from a Lease in the API that the speakers renew.
+// Package heartbeat tells a speaker whose memberlist view is a minority
+// of the speakers it knows of (alone, or one side of a partition) whether
+// it is isolated (the other speakers are alive and elect without it) or
+// what is left of the cluster, from a Lease in the API that the speakers
+// renew.
 //
 // The lowest-named live member of each memberlist view renews the Lease
 // every period, so the API carries a heartbeat of the cluster for one
-// write per period however many nodes there are. A speaker alone in its
-// view is isolated while another speaker renewed the Lease within the
-// window, and for one window after it found itself alone (the others may
-// not have renewed yet): it then announces only the addresses no other
-// node may announce. A speaker whose peers really died takes their
-// addresses over once the window has passed without a foreign renewal.
+// write per period however many nodes there are. A speaker in a minority
+// (Standing.Minority) is isolated while a speaker outside its view
+// renewed the Lease within the window, and for one window after it found
+// itself in a minority (the others may not have renewed yet): it then
+// announces only the addresses no other node may announce. A minority
+// whose peers really died takes their addresses over once the window has
+// passed without a renewal from outside.
 package heartbeat
 
 import (
@@ -27,9 +30,12 @@ type Tracker struct {
 	window time.Duration
 	now    func() time.Time
 
-	mu          sync.Mutex
-	lastForeign time.Time // when another speaker's renewal was last seen
-	lonelySince time.Time // zero while this speaker has peers
+	mu sync.Mutex
+	// renewed is when each other speaker's renewal was last seen: in a
+	// partition both sides' lowest members renew, and only a renewal
+	// from outside the view is evidence of the others.
+	renewed       map[string]time.Time
+	minoritySince time.Time // zero while the view holds a majority
 }
 
 // NewTracker returns a tracker for this speaker; window is how recent
@@ -38,7 +44,7 @@ func NewTracker(self string, window time.Duration, now func() time.Time) *Tracke
 	if now == nil {
 		now = time.Now
 	}
-	return &Tracker{self: self, window: window, now: now}
+	return &Tracker{self: self, window: window, now: now, renewed: map[string]time.Time{}}
 }
 
 // Observe records a renewal of the Lease by holder at renewed. A renewal
@@ -49,31 +55,41 @@ func (t *Tracker) Observe(holder string, renewed time.Time) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if renewed.After(t.lastForeign) {
-		t.lastForeign = renewed
+	if renewed.After(t.renewed[holder]) {
+		t.renewed[holder] = renewed
 	}
 }
 
-// Isolated tells whether a speaker with no peer in memberlist (lonely)
-// must hold back: another speaker renewed within the window, or it has
-// been alone for less than a window. Not lonely is never isolated.
-func (t *Tracker) Isolated(lonely bool) bool {
+// Isolated tells whether a speaker with standing s must hold back: its
+// view is a minority, and a speaker outside it renewed within the window
+// or the view has been a minority for less than a window. A majority is
+// never isolated.
+func (t *Tracker) Isolated(s Standing) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	if !lonely {
-		t.lonelySince = time.Time{}
+	if !s.Minority() {
+		t.minoritySince = time.Time{}
 		return false
 	}
-	if t.lonelySince.IsZero() {
-		t.lonelySince = now
+	if t.minoritySince.IsZero() {
+		t.minoritySince = now
 	}
-	return now.Sub(t.lonelySince) < t.window || now.Sub(t.lastForeign) < t.window
+	if now.Sub(t.minoritySince) < t.window {
+		return true
+	}
+	for holder, at := range t.renewed {
+		if now.Sub(at) < t.window && s.Outside(holder) {
+			return true
+		}
+	}
+	return false
 }
 
 // ShouldRenew tells whether this speaker renews the Lease: it is the
 // lowest-named member of its view (first) and not isolated. An isolated
-// speaker never renews, so it cannot hide the real cluster's heartbeat.
-func (t *Tracker) ShouldRenew(first, lonely bool) bool {
-	return first && !t.Isolated(lonely)
+// speaker never renews, so another minority cannot take its renewal for
+// the rest of the cluster.
+func (t *Tracker) ShouldRenew(first bool, s Standing) bool {
+	return first && !t.Isolated(s)
 }

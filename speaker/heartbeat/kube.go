@@ -15,8 +15,8 @@ import (
 )
 
 // View is this speaker's memberlist view: whether it is the lowest-named
-// live member, and whether it has no peer at all.
-type View func() (first, lonely bool)
+// live member, and its standing.
+type View func() (first bool, s Standing)
 
 // Run keeps the heartbeat: it watches the Lease (feeding the tracker with
 // the renewals it sees), renews it every period while the tracker says so,
@@ -50,12 +50,12 @@ func Run(ctx context.Context, kube kubernetes.Interface, ns string, tr *Tracker,
 	defer t.Stop()
 	was, tick := false, 0
 	for {
-		first, lonely := view()
-		if iso := tr.Isolated(lonely); iso != was {
+		first, st := view()
+		if iso := tr.Isolated(st); iso != was {
 			was = iso
 			changed()
 		}
-		if tick%2 == 0 && tr.ShouldRenew(first, lonely) {
+		if tick%2 == 0 && tr.ShouldRenew(first, st) {
 			if err := w.renew(ctx, time.Now()); err != nil && ctx.Err() == nil {
 				log.Debug("renewing the heartbeat Lease", "lease", ns+"/"+LeaseName, "err", err)
 			}

@@ -250,6 +250,9 @@ func TestClusterLoopback(t *testing.T) {
 		if slices.Contains(names(a.m), "node-c") {
 			t.Fatalf("trial %d: c still in a's members after its leave event", trial)
 		}
+		if ev, ok := a.rec.first(since, leaveOf("node-c")); ok && ev.Member.Meta.Leaving {
+			t.Errorf("trial %d: a death carried Leaving", trial)
+		}
 		since = time.Now()
 		c = mustStart(t, "node-c", cPort, lg, time.Hour)
 		if n, err := c.m.Join([]string{addr(a), addr(b)}); n != 2 || err != nil {
@@ -269,6 +272,13 @@ func TestClusterLoopback(t *testing.T) {
 	closeTook := time.Since(since)
 	left := waitEvent(t, "c left", since, leaveOf("node-c"), a, b)
 	t.Logf("graceful leave seen after %v (Close took %v)", left, closeTook.Round(time.Millisecond))
+	for _, n := range []*node{a, b} {
+		// The leave event carries the metadata that announced it, which
+		// tells it from a death.
+		if ev, ok := n.rec.first(since, leaveOf("node-c")); !ok || !ev.Member.Meta.Leaving {
+			t.Errorf("the graceful leave's event at %s does not carry Leaving: %+v", n.m.cfg.NodeName, ev)
+		}
+	}
 	if err := c.m.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}

@@ -101,8 +101,14 @@ func (f *Fake) Set(m Member) {
 	f.emit(Event{Type: t, Member: m})
 }
 
-// Remove drops a member with a leave event.
-func (f *Fake) Remove(name string) {
+// Remove drops a member with a leave event, as a death does.
+func (f *Fake) Remove(name string) { f.drop(name, false) }
+
+// Leave drops a member as a graceful stop does: its leave event carries
+// Leaving in the metadata.
+func (f *Fake) Leave(name string) { f.drop(name, true) }
+
+func (f *Fake) drop(name string, leaving bool) {
 	f.mu.Lock()
 	m, ok := f.members[name]
 	delete(f.members, name)
@@ -110,6 +116,7 @@ func (f *Fake) Remove(name string) {
 	if !ok {
 		return
 	}
+	m.Meta.Leaving = m.Meta.Leaving || leaving
 	f.emit(Event{Type: EventLeave, Member: m})
 }
 

@@ -338,6 +338,9 @@ func (m *Memberlist) Close() error {
 		close(m.stop)
 		m.loops.Wait()
 		var errs []error
+		if err := m.announceLeaving(); err != nil {
+			errs = append(errs, err)
+		}
 		if err := m.ml.Leave(m.cfg.LeaveTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("leaving memberlist: %w", err))
 		}
@@ -348,6 +351,27 @@ func (m *Memberlist) Close() error {
 		m.closeErr = errors.Join(errs...)
 	})
 	return m.closeErr
+}
+
+// announceLeaving publishes Leaving in this member's metadata and waits
+// (at most half the leave timeout) for it to go out: memberlist's leave
+// itself looks like a death to the others, and its broadcast replaces
+// an unsent metadata update of the same member.
+func (m *Memberlist) announceLeaving() error {
+	meta, err := DecodeMeta(*m.meta.Load())
+	if err != nil {
+		return err
+	}
+	meta.Leaving = true
+	b, err := EncodeMeta(meta)
+	if err != nil {
+		return err
+	}
+	m.meta.Store(&b)
+	if err := m.ml.UpdateNode(m.cfg.LeaveTimeout / 2); err != nil {
+		return fmt.Errorf("announcing the leave: %w", err)
+	}
+	return nil
 }
 
 // kill stops without leaving, as a crash would; for tests.

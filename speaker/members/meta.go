@@ -29,6 +29,10 @@ type Meta struct {
 	// Recovering: the cluster declared this speaker dead, or it was
 	// isolated, lately; the others then prefer any other candidate.
 	Recovering bool
+	// Leaving: the speaker is stopping gracefully and leaves next; the
+	// others then forget it instead of counting it among the speakers
+	// that may be alive behind a partition.
+	Leaving bool
 }
 
 // wireMeta is compact because 512 bytes is little: with 15-character
@@ -40,6 +44,8 @@ type wireMeta struct {
 	// Older speakers ignore the field: to them a recovering speaker is
 	// an ordinary candidate.
 	Recovering bool `json:"r,omitempty"`
+	// Older speakers ignore it too: to them a leave is a leave.
+	Leaving bool `json:"l,omitempty"`
 }
 
 // ErrMetaTooLarge is returned (wrapped) when the metadata does not fit.
@@ -70,7 +76,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 			}
 		}
 	}
-	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering})
+	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering, Leaving: m.Leaving})
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
 	}
@@ -107,5 +113,5 @@ func DecodeMeta(b []byte) (Meta, error) {
 		}
 		return normalize(out)
 	}
-	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering}, nil
+	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering, Leaving: w.Leaving}, nil
 }

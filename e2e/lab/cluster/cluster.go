@@ -649,3 +649,14 @@ func (l *Lab) startRouter(ctx context.Context) error {
 	l.FRR = f.Records()
 	return l.save()
 }
+
+// RestartRouter restarts FRR in the router namespace (router.FRR.Restart)
+// and records its new processes, so Down stops them.
+func (l *Lab) RestartRouter(ctx context.Context) error {
+	if l.Router == nil {
+		return fmt.Errorf("lab %s runs no router", l.Prefix)
+	}
+	err := l.Router.Restart(ctx)
+	l.FRR = l.Router.Records()
+	return errors.Join(err, l.save())
+}

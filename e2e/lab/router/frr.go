@@ -91,14 +91,8 @@ func StartFRR(ctx context.Context, cfg FRRConfig) (_ *FRR, err error) {
 	if cfg.Dir, err = filepath.Abs(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("frr %s: %w", cfg.Name, err)
 	}
-	sockets := []string{"zserv.api", "bfdd.sock"}
-	bins := []string{"vtysh"}
-	for _, d := range frrDaemons {
-		sockets = append(sockets, d+".vty")
-		bins = append(bins, filepath.Join(FRRDaemonDir, d))
-	}
-	if err := prepareDir(cfg.Netns, cfg.Dir, sockets, bins...); err != nil {
-		return nil, fmt.Errorf("frr %s: %w", cfg.Name, err)
+	if err := prepareFRRDir(cfg); err != nil {
+		return nil, err
 	}
 	files := map[string]string{"frr.conf": cfg.Config, "vtysh.conf": ""}
 	for _, d := range frrDaemons {
@@ -112,24 +106,64 @@ func StartFRR(ctx context.Context, cfg FRRConfig) (_ *FRR, err error) {
 	}
 
 	f := &FRR{cfg: cfg}
+	if err := f.start(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// prepareFRRDir checks the binaries, creates cfg.Dir and removes the
+// sockets a stopped instance left there.
+func prepareFRRDir(cfg FRRConfig) error {
+	sockets := []string{"zserv.api", "bfdd.sock"}
+	bins := []string{"vtysh"}
+	for _, d := range frrDaemons {
+		sockets = append(sockets, d+".vty")
+		bins = append(bins, filepath.Join(FRRDaemonDir, d))
+	}
+	if err := prepareDir(cfg.Netns, cfg.Dir, sockets, bins...); err != nil {
+		return fmt.Errorf("frr %s: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// start starts the daemons and loads frr.conf; on failure it stops what
+// it started.
+func (f *FRR) start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			_ = f.Stop()
 		}
 	}()
+	f.procs = nil
 	for _, d := range frrDaemons {
-		p, err := startInNetns(ctx, cfg.Netns, f.daemon(d), cfg.KillWithParent)
+		p, err := startInNetns(ctx, f.cfg.Netns, f.daemon(d), f.cfg.KillWithParent)
 		if p != nil {
 			f.procs = append(f.procs, p)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("frr: %w", err)
+			return fmt.Errorf("frr: %w", err)
 		}
 	}
 	if _, err := f.vtysh(ctx, "-b"); err != nil {
-		return nil, fmt.Errorf("frr %s: load %s: %w", cfg.Name, filepath.Join(cfg.Dir, "frr.conf"), err)
+		return fmt.Errorf("frr %s: load %s: %w", f.cfg.Name, filepath.Join(f.cfg.Dir, "frr.conf"), err)
 	}
-	return f, nil
+	return nil
+}
+
+// Restart stops every daemon, as a router reboot or an FRR service
+// restart does (bgpd's sessions end with a NOTIFICATION; routes learned
+// are gone), and starts them again with the configuration FRR started
+// with; changes made since through vtysh are lost, as on a real router
+// without `write memory`. Records change: save them again.
+func (f *FRR) Restart(ctx context.Context) error {
+	if err := f.Stop(); err != nil {
+		return fmt.Errorf("frr %s: restart: %w", f.cfg.Name, err)
+	}
+	if err := prepareFRRDir(f.cfg); err != nil {
+		return err
+	}
+	return f.start(ctx)
 }
 
 func (f *FRR) daemon(name string) daemon {

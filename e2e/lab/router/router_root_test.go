@@ -364,6 +364,26 @@ func TestFRRAndBIRDPeer(t *testing.T) {
 		t.Errorf("reconfiguring BIRD's static routes reset the session: %s, established %d times, %d before", state, after, before)
 	}
 
+	// A restart: new daemons, the old ones gone, the sessions and routes
+	// back with the configuration FRR started with.
+	start = time.Now()
+	if err := frr.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Since(start)
+	for _, r := range frrRecords {
+		if r.Alive() {
+			t.Errorf("%s (pid %d) alive after Restart", r.Name, r.PID)
+		}
+	}
+	frrRecords = frr.Records()
+	restartCtx, restartCancel := context.WithTimeout(ctx, 60*time.Second)
+	defer restartCancel()
+	eventually(restartCtx, t, "FRR learns "+birdRoute4.String()+" again after its restart", func() (bool, string) {
+		return kernelRoute(frrNS, birdRoute4, "bgp")
+	})
+	t.Logf("FRR restarted in %v; BIRD's route back in its kernel table %v after the restart began", restarted.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+
 	// The path a lab takes after a crash: stop by record, not by handle.
 	if err := StopRecorded(frrRecords, 0); err != nil {
 		t.Errorf("StopRecorded: %v", err)

@@ -23,6 +23,13 @@ const (
 	// for half a minute after the path is back. 5s is GoBGP's wait after
 	// any other session loss.
 	idleHoldAfterReset = 5
+	// defaultConnectRetry is the wait between connection attempts, in
+	// seconds, when the BGPPeer sets no connectTime. GoBGP's own default
+	// is 120s, and herald only connects out (routers cannot call back):
+	// a router that restarts and is not listening yet at GoBGP's first
+	// attempt, two seconds after the session dropped, would wait two
+	// minutes for the next.
+	defaultConnectRetry = 5
 )
 
 // apiPeer converts a BGPPeer to GoBGP's neighbor configuration. This is
@@ -62,10 +69,9 @@ func apiPeer(p *config.Peer) (*api.Peer, error) {
 			Description:     p.Name,
 		},
 		Timers: &api.Timers{Config: &api.TimersConfig{
-			HoldTime:          seconds(p.HoldTime),
-			KeepaliveInterval: seconds(p.KeepaliveTime),
-			// 0 leaves GoBGP's default (120s).
-			ConnectRetry:           seconds(p.ConnectTime),
+			HoldTime:               seconds(p.HoldTime),
+			KeepaliveInterval:      seconds(p.KeepaliveTime),
+			ConnectRetry:           connectRetry(p.ConnectTime),
 			IdleHoldTimeAfterReset: idleHoldAfterReset,
 		}},
 		Transport: &api.Transport{RemotePort: uint32(p.Port)},
@@ -96,3 +102,12 @@ func apiPeer(p *config.Peer) (*api.Peer, error) {
 }
 
 func seconds(d time.Duration) uint64 { return uint64(d / time.Second) }
+
+// connectRetry is the BGPPeer's connectTime in seconds, or
+// defaultConnectRetry when it sets none.
+func connectRetry(d time.Duration) uint64 {
+	if d <= 0 {
+		return defaultConnectRetry
+	}
+	return seconds(d)
+}

@@ -104,6 +104,11 @@ func TestAPIPeerASNAndTimers(t *testing.T) {
 		if h := ap.Timers.Config.IdleHoldTimeAfterReset; h != idleHoldAfterReset {
 			t.Errorf("idle hold after reset %d", h)
 		}
+		// No connectTime: a router that restarts is called again within
+		// seconds, not after GoBGP's 120.
+		if r := ap.Timers.Config.ConnectRetry; r != defaultConnectRetry {
+			t.Errorf("connect retry without connectTime %d, want %d", r, defaultConnectRetry)
+		}
 	}
 }
 

@@ -59,8 +59,9 @@ type Input struct {
 	Members []Member
 	Local   Local
 	Options view.Options
-	// Isolated: this speaker reaches no other speaker while the API shows
-	// that others are alive, so the others elect without it. It then
+	// Isolated: this speaker's memberlist view is a minority of the
+	// speakers it knows of while the API shows speakers outside it alive,
+	// so those elect without it. It then
 	// announces only the addresses no other node could announce
 	// (ReasonIsolated for the rest), so a client never gets two answers.
 	Isolated bool
@@ -90,7 +91,7 @@ const (
 const (
 	ReasonNoCandidate  = "no node is eligible to announce the IP"
 	ReasonLocalDown    = "this node won the IP but none of its interfaces for it is up"
-	ReasonIsolated     = "this speaker reaches no other speaker while the API shows others alive; it announces only addresses no other node may announce"
+	ReasonIsolated     = "this speaker reaches no more than a minority of the speakers while the API shows the others alive; it announces only addresses no other node may announce"
 	ReasonUnprogrammed = view.ReasonUnprogrammed
 )
 

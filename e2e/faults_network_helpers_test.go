@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// arpRound sends one ARP request for every ip from the client at once
+// and returns the MACs that answered each within a second. Two MACs are
+// two nodes answering the same request: a double answer, not a handover
+// between two requests. (-d keeps arping listening for further replies
+// after the first.)
+func (s l2) arpRound(ips []string) map[string][]string {
+	out := make(map[string][]string, len(ips))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, ip := range ips {
+		wg.Go(func() {
+			raw, _ := s.Exec("client", "arping", "-i", "eth0", "-c", "1", "-w", "1", "-d", "-r", ip)
+			set := map[string]bool{}
+			for _, m := range arpingMAC.FindAllString(raw, -1) {
+				set[strings.ToLower(m)] = true
+			}
+			macs := slices.Sorted(maps.Keys(set))
+			mu.Lock()
+			out[ip] = macs
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// answerLog records, per address, who answered in each arping round, and
+// sums up double answers and moves.
+type answerLog struct {
+	owner map[string]string // MAC -> node
+	// rounds: start time of each round and its answers.
+	at      []time.Time
+	answers []map[string][]string
+}
+
+func (a *answerLog) add(at time.Time, r map[string][]string) {
+	a.at = append(a.at, at)
+	a.answers = append(a.answers, r)
+}
+
+// doubleStats is, over the rounds since from (inclusive) and before to,
+// the addresses answered by two MACs or more in some round, and per
+// address the time from its first to its last such round plus one round.
+func (a *answerLog) doubleStats(from, to time.Time, round time.Duration) (ips []string, longest time.Duration, rounds int) {
+	first, last := map[string]time.Time{}, map[string]time.Time{}
+	for i, r := range a.answers {
+		if a.at[i].Before(from) || !a.at[i].Before(to) {
+			continue
+		}
+		for ip, macs := range r {
+			if len(macs) < 2 {
+				continue
+			}
+			rounds++
+			if _, ok := first[ip]; !ok {
+				first[ip] = a.at[i]
+				ips = append(ips, ip)
+			}
+			last[ip] = a.at[i]
+		}
+	}
+	for ip := range first {
+		longest = max(longest, last[ip].Sub(first[ip])+round)
+	}
+	slices.Sort(ips)
+	return ips, longest, rounds
+}
+
+// unanswered counts, over the rounds in [from, to), the address-rounds
+// that got no answer at all.
+func (a *answerLog) unanswered(from, to time.Time) int {
+	n := 0
+	for i, r := range a.answers {
+		if a.at[i].Before(from) || !a.at[i].Before(to) {
+			continue
+		}
+		for _, macs := range r {
+			if len(macs) == 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// moves counts, over the rounds in [from, to), how often an address's
+// single answering node differed from its previous single answer.
+func (a *answerLog) moves(from, to time.Time) (n int, detail []string) {
+	prev := map[string]string{}
+	for i, r := range a.answers {
+		if !a.at[i].Before(to) {
+			break
+		}
+		for ip, macs := range r {
+			if len(macs) != 1 {
+				continue
+			}
+			node := a.owner[macs[0]]
+			if p, ok := prev[ip]; ok && p != node && !a.at[i].Before(from) {
+				n++
+				detail = append(detail, fmt.Sprintf("%s %s->%s at +%s", ip, p, node, a.at[i].Sub(from).Round(100*time.Millisecond)))
+			}
+			prev[ip] = node
+		}
+	}
+	slices.Sort(detail)
+	return n, detail
+}
+
+// holders maps each address to the node of its single answer in the
+// last round ("?" for none or several).
+func (a *answerLog) holders() map[string]string {
+	out := map[string]string{}
+	if len(a.answers) == 0 {
+		return out
+	}
+	for ip, macs := range a.answers[len(a.answers)-1] {
+		if len(macs) == 1 {
+			out[ip] = a.owner[macs[0]]
+		} else {
+			var ns []string
+			for _, m := range macs {
+				ns = append(ns, a.owner[m])
+			}
+			out[ip] = "?" + strings.Join(ns, "+")
+		}
+	}
+	return out
+}
+
+// memberlistPartition drops memberlist's port (7946, TCP and UDP, both
+// directions, IPv4 and IPv6) between every node of side and every node
+// of other, with iptables in side's namespaces only.
+type memberlistPartition struct {
+	s           l2
+	side, other []string
+}
+
+func (p memberlistPartition) rules() (v4, v6 [][]string) {
+	for _, o := range p.other {
+		n := p.s.Node(o)
+		for _, proto := range []string{"tcp", "udp"} {
+			v4 = append(v4, []string{"INPUT", "-p", proto, "-s", n.IPv4.String(), "--dport", "7946"},
+				[]string{"OUTPUT", "-p", proto, "-d", n.IPv4.String(), "--dport", "7946"})
+			if n.IPv6.IsValid() {
+				v6 = append(v6, []string{"INPUT", "-p", proto, "-s", n.IPv6.String(), "--dport", "7946"},
+					[]string{"OUTPUT", "-p", proto, "-d", n.IPv6.String(), "--dport", "7946"})
+			}
+		}
+	}
+	return v4, v6
+}
+
+// apply inserts (-I) or deletes (-D) the rules.
+func (p memberlistPartition) apply(op string) error {
+	v4, v6 := p.rules()
+	var errs []string
+	for _, node := range p.side {
+		for bin, rs := range map[string][][]string{"iptables": v4, "ip6tables": v6} {
+			for _, r := range rs {
+				args := append(append([]string{bin, op}, r...), "-j", "DROP")
+				if out, err := p.s.Exec(node, args...); err != nil {
+					errs = append(errs, fmt.Sprintf("%s on %s: %v %s", strings.Join(args, " "), node, err, out))
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// lbServicesYAML is count LoadBalancer Services name-0 ... of the pods
+// app=name, with addresses from the pool name.
+func lbServicesYAML(name string, count int, familyPolicy string) string {
+	var yaml strings.Builder
+	for i := range count {
+		fmt.Fprintf(&yaml, `---
+apiVersion: v1
+kind: Service
+metadata: {name: %s-%d, namespace: default, annotations: {herald.io/address-pool: %s}}
+spec:
+  type: LoadBalancer
+  ipFamilyPolicy: %s
+  selector: {app: %s}
+  ports: [{port: 80, targetPort: 8080}]
+`, name, i, name, familyPolicy, name)
+	}
+	return yaml.String()
+}
