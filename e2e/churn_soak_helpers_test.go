@@ -13,11 +13,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/herald-lb/herald/e2e/harness"
+	"github.com/herald-lb/herald/e2e/lab/topology"
 )
 
 // The churn soak's objects: one namespace for the Services and their
@@ -30,10 +30,14 @@ const (
 	soakL2Pool  = "soak-l2"
 	soakBGPPool = "soak-bgp"
 	soakPeer    = "soak"
+	soakPeerV6  = "soak-v6"
 	soakL2v4    = "198.51.100.120-198.51.100.199"
-	soakL2v6    = "2001:db8:0:1::1:0/120"
-	soakBGPv4   = "203.0.113.128/25"
-	soakBGPv6   = "2001:db8:0:100::/120"
+	soakL2v6    = "2001:db8:0:1::1:1-2001:db8:0:1::1:ff"
+	soakBGPv4   = "203.0.113.129-203.0.113.254"
+	soakBGPv6   = "2001:db8:0:100::1-2001:db8:0:100::ff"
+	// The ranges as prefixes, for FRR's table.
+	soakBGPv4Net = "203.0.113.128/25"
+	soakBGPv6Net = "2001:db8:0:100::/120"
 	// soakReplicas of each backing group: one pod is deleted at a time,
 	// so a ready one is always left.
 	soakReplicas = 2
@@ -49,9 +53,9 @@ type soakKind struct {
 
 var soakKinds = []soakKind{
 	{"l2v4", soakL2Pool, false, 80},
-	{"l2v6", soakL2Pool, true, 256},
-	{"bgpv4", soakBGPPool, false, 128},
-	{"bgpv6", soakBGPPool, true, 256},
+	{"l2v6", soakL2Pool, true, 255},
+	{"bgpv4", soakBGPPool, false, 126},
+	{"bgpv6", soakBGPPool, true, 255},
 }
 
 func (k soakKind) bgp() bool { return k.pool == soakBGPPool }
@@ -89,7 +93,10 @@ func soakObjectsYAML(svcs []soakSvc, groups int) string {
 	fmt.Fprintf(&b, "---\napiVersion: herald.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: %s, namespace: %s}\nspec:\n  ipAddressPools: [%s]\n", soakL2Pool, heraldNS, soakL2Pool)
 	b.WriteString(bgpPoolYAML(soakBGPPool, soakBGPv4, soakBGPv6))
 	b.WriteString(bgpAdvertisementYAML(soakBGPPool, soakBGPPool))
+	// IPv6 routes go over sessions of their own, to the router's IPv6
+	// address.
 	b.WriteString(bgpPeerYAML(soakPeer, generalPeerSelector))
+	b.WriteString(bgpPeerYAML(soakPeerV6, "peerAddress: "+topology.RouterLANv6.String(), generalPeerSelector))
 	b.WriteString(nsYAML(soakNS, nil))
 	for g := range groups {
 		b.WriteString(soakGroupYAML(g))
@@ -286,9 +293,10 @@ func (w *soakWatch) caughtUp(svcs []soakSvc, groups int, quiet time.Duration) (b
 			}
 		}
 	}
+	bySvc := w.slicesBySvc()
 	for _, s := range svcs {
 		var have []string
-		for _, o := range w.slicesOf(s.name) {
+		for _, o := range bySvc[s.name] {
 			for _, e := range o.Endpoints {
 				if e.Conditions.Ready != nil && !*e.Conditions.Ready {
 					return false, fmt.Sprintf("%s: endpoint %v not ready", s.name, e.Addresses)
@@ -311,15 +319,13 @@ func (w *soakWatch) caughtUp(svcs []soakSvc, groups int, quiet time.Duration) (b
 	return true, ""
 }
 
-// slicesOf are the EndpointSlices of a Service.
-func (w *soakWatch) slicesOf(svc string) []*discoveryv1.EndpointSlice {
-	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc})
-	var out []*discoveryv1.EndpointSlice
+// slicesBySvc are the EndpointSlices by Service.
+func (w *soakWatch) slicesBySvc() map[string][]*discoveryv1.EndpointSlice {
+	out := map[string][]*discoveryv1.EndpointSlice{}
 	for _, o := range w.slices.GetStore().List() {
 		e := o.(*discoveryv1.EndpointSlice)
-		if sel.Matches(labels.Set(e.Labels)) {
-			out = append(out, e)
-		}
+		svc := e.Labels[discoveryv1.LabelServiceName]
+		out[svc] = append(out[svc], e)
 	}
 	return out
 }
@@ -333,7 +339,9 @@ type soakAnnouncement struct {
 // soakAnnouncements reads the ServiceAnnouncements of the soak's
 // Services that carry IPs.
 func soakAnnouncements(h *harness.T) ([]soakAnnouncement, error) {
-	out, err := h.K.Output(h.Ctx, "-n", heraldNS, "get", "serviceannouncements", "-o", "json")
+	quiet := *h.K
+	quiet.Log = nil // a thousand objects a poll
+	out, err := quiet.Output(h.Ctx, "-n", heraldNS, "get", "serviceannouncements", "-o", "json")
 	if err != nil {
 		return nil, err
 	}

@@ -85,7 +85,11 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	t.Cleanup(func() { soakCleanup(t, b) })
 
 	setup := time.Now()
-	h.Apply(soakObjectsYAML(svcs, cfg.groups))
+	quiet := *h.K
+	quiet.Log = nil // a line per Service
+	if out, err := quiet.RunStdin(ctx, strings.NewReader(soakObjectsYAML(svcs, cfg.groups)), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
 	w := newSoakWatch(h)
 	t.Cleanup(w.close)
 	h.Poll(5*time.Minute, "every Service to have an IP", func() (bool, string) {
@@ -319,11 +323,12 @@ func soakCleanup(t *testing.T, b bgpLab) {
 	defer cancel()
 	_, _ = b.K.Run(ctx, "delete", "namespace", soakNS, "--ignore-not-found", "--timeout=3m")
 	_, _ = b.K.Run(ctx, "-n", heraldNS, "delete", "l2advertisement/"+soakL2Pool, "bgpadvertisement/"+soakBGPPool,
-		"bgppeer/"+soakPeer, "ipaddresspool/"+soakL2Pool, "ipaddresspool/"+soakBGPPool, "--ignore-not-found")
+		"bgppeer/"+soakPeer, "bgppeer/"+soakPeerV6, "ipaddresspool/"+soakL2Pool, "ipaddresspool/"+soakBGPPool, "--ignore-not-found")
 	if err := pollErr(ctx, 2*time.Minute, func() (bool, string) {
 		peers, raw := b.frrPeers()
+		peers6, raw6 := b.frrPeersAF("ipv6Unicast")
 		var left []string
-		for _, p := range []string{soakBGPv4, soakBGPv6} {
+		for _, p := range []string{soakBGPv4Net, soakBGPv6Net} {
 			r, err := soakFRRRoutes(b, netip.MustParsePrefix(p))
 			if err != nil {
 				return false, err.Error()
@@ -332,7 +337,7 @@ func soakCleanup(t *testing.T, b bgpLab) {
 				left = append(left, ip)
 			}
 		}
-		return peers != nil && len(peers) == 0 && len(left) == 0, fmt.Sprintf("routes %v; FRR: %s", left, raw)
+		return peers != nil && peers6 != nil && len(peers)+len(peers6)+len(left) == 0, fmt.Sprintf("routes %v; FRR: %s %s", left, raw, raw6)
 	}); err != nil {
 		t.Errorf("after the soak, FRR still has its sessions or routes: %v", err)
 	}
@@ -373,7 +378,7 @@ func soakFRRProblems(b bgpLab, svcs []soakSvc, ipOf map[string]string, nodes []s
 		}
 	}
 	var bad []string
-	for _, p := range []string{soakBGPv4, soakBGPv6} {
+	for _, p := range []string{soakBGPv4Net, soakBGPv6Net} {
 		routes, err := soakFRRRoutes(b, netip.MustParsePrefix(p))
 		if err != nil {
 			return []string{err.Error()}
