@@ -41,6 +41,8 @@ const (
 	// soakReplicas of each backing group: one pod is deleted at a time,
 	// so a ready one is always left.
 	soakReplicas = 2
+	// soakPreStop is how long a deleted pod goes on serving.
+	soakPreStop = 10 * time.Second
 )
 
 // soakKind is how a Service of the soak is announced, and its family.
@@ -147,9 +149,9 @@ spec:
       containers:
       - name: echo
         image: registry.k8s.io/echoserver:1.4
-        lifecycle: {preStop: {sleep: {seconds: 10}}}
+        lifecycle: {preStop: {sleep: {seconds: %[4]d}}}
         readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
-`, soakGroup(g), soakNS, soakReplicas)
+`, soakGroup(g), soakNS, soakReplicas, int(soakPreStop.Seconds()))
 }
 
 // soakWatch follows the namespace's EndpointSlices, Services and Pods
@@ -516,23 +518,30 @@ func soakUsages(h *harness.T) (map[string]soakUsage, []string) {
 // summed.
 type soakProbes struct {
 	targets [][2]string // netns, ip
+	mu      sync.Mutex
 	live    []*harness.Probe
 	done    []*harness.Probe
 }
 
 func (p *soakProbes) start() {
-	p.live = nil
+	var live []*harness.Probe
 	for _, t := range p.targets {
-		p.live = append(p.live, harness.StartProbe(t[0], t[1]))
+		live = append(live, harness.StartProbe(t[0], t[1]))
 	}
+	p.mu.Lock()
+	p.live = live
+	p.mu.Unlock()
 }
 
 func (p *soakProbes) stop() {
-	for _, pr := range p.live {
+	p.mu.Lock()
+	live := p.live
+	p.live = nil
+	p.mu.Unlock()
+	for _, pr := range live {
 		pr.Stop()
 	}
-	p.done = append(p.done, p.live...)
-	p.live = nil
+	p.done = append(p.done, live...)
 }
 
 // result sums every segment: requests, failures, the longest gap, and

@@ -145,10 +145,19 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	var wg sync.WaitGroup
 	var churn soakChurnResult
 	var deleted atomic.Int64
-	wg.Add(2)
+	lag := &soakLag{}
+	svcOf := map[string]string{}
+	for n, ip := range ipOf {
+		svcOf[ip] = n
+	}
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		churn = soakChurn(h, w, svcs, cfg.groups, done, &deleted)
+		churn = soakChurn(h, w, svcs, cfg.groups, done, &deleted, lag)
+	}()
+	go func() {
+		defer wg.Done()
+		soakWatchdog(h, w, probes, svcOf, done, 6)
 	}()
 	l2ips := soakL2IPs(svcs, ipOf)
 	var during soakL2Result
@@ -184,6 +193,7 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	}
 	probes.stop()
 	elapsed := time.Since(begin)
+	maxLag, late := lag.result()
 	changes, ipLog := w.end()
 
 	// After the churn: the endpoints settle, then the end state.
@@ -234,6 +244,7 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	}
 	row("churn: EndpointSlice changes", fmt.Sprintf("%d (%.1f/s)", changes, rate), ">= 5/s", rate >= 5)
 	row("churn: pod deletions", fmt.Sprintf("%d (%.2f/s, longest pause %s)", churn.deletions, float64(churn.deletions)/elapsed.Seconds(), churn.longestPause.Round(time.Second)), "-", true)
+	row("deleted pod out of all its Services' endpoints", fmt.Sprintf("within %s", maxLag.Round(time.Millisecond)), fmt.Sprintf("< preStop %s", soakPreStop), maxLag < soakPreStop)
 	row(fmt.Sprintf("probes: %d VIPs, GET every 20 ms", len(probes.targets)), fmt.Sprintf("%d sent, %d failed, longest gap %s", sent, failed, maxGap.Round(time.Millisecond)), "0 failed", failed == 0)
 	row("Service IP changes", strconv.Itoa(len(ipLog)), "0", len(ipLog) == 0)
 	row("L2 winner changes (no node failed)", strconv.Itoa(len(moved)), "0", len(moved) == 0)
@@ -284,6 +295,7 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 		}
 	}
 	details("failed requests", failures)
+	details("deleted pods still ready in a Service after the preStop sleep", late)
 	details("Service IP changes", ipLog)
 	details("L2 winner changes", moved)
 	details("announcement problems", annProblems)
@@ -454,7 +466,7 @@ type soakChurnResult struct {
 // Every deletion so changes each of its group's Services' endpoints
 // about four times (terminating, gone, new, ready). deleted counts the
 // deletions as they happen.
-func soakChurn(h *harness.T, w *soakWatch, svcs []soakSvc, groups int, done <-chan struct{}, deleted *atomic.Int64) soakChurnResult {
+func soakChurn(h *harness.T, w *soakWatch, svcs []soakSvc, groups int, done <-chan struct{}, deleted *atomic.Int64, lag *soakLag) soakChurnResult {
 	res := soakChurnResult{}
 	last := time.Now()
 	g := 0
@@ -474,11 +486,23 @@ func soakChurn(h *harness.T, w *soakWatch, svcs []soakSvc, groups int, done <-ch
 		if len(pods) == 0 {
 			continue
 		}
+		at := time.Now()
 		err := h.CS.CoreV1().Pods(soakNS).Delete(h.Ctx, pods[0].Name, metav1.DeleteOptions{})
 		if err != nil {
 			h.T.Logf("churn: delete %s: %v", pods[0].Name, err)
 			continue
 		}
+		var ips []string
+		for _, ip := range pods[0].Status.PodIPs {
+			ips = append(ips, ip.IP)
+		}
+		var groupSvcs []soakSvc
+		for _, sv := range svcs {
+			if sv.group == g {
+				groupSvcs = append(groupSvcs, sv)
+			}
+		}
+		lag.follow(w, groupSvcs, pods[0].Name, ips, at, 2*time.Minute)
 		res.deletions++
 		deleted.Add(1)
 		res.longestPause = max(res.longestPause, time.Since(last))
