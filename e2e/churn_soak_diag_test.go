@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/herald-lb/herald/e2e/harness"
@@ -122,6 +123,22 @@ func soakPathDump(h *harness.T, w *soakWatch, ip, svc string) string {
 			c := e.Conditions
 			fmt.Fprintf(&b, "  slice %s rv %s: %v ready=%v serving=%v terminating=%v\n", sl.Name, sl.ResourceVersion, e.Addresses, deref(c.Ready), deref(c.Serving), deref(c.Terminating))
 		}
+	}
+	// The pods' view of their gateway: a pod replies through the node's
+	// pod bridge, whose MAC it has cached.
+	for _, o := range w.pods.GetStore().List() {
+		pod := o.(*v1.Pod)
+		if len(pod.Status.ContainerStatuses) == 0 {
+			continue
+		}
+		rest, _ := strings.CutPrefix(pod.Status.ContainerStatuses[0].ContainerID, "lab://")
+		netns, _, _ := strings.Cut(rest, "/")
+		neigh, _ := runOut("ip", "-n", netns, "neigh")
+		fmt.Fprintf(&b, "  pod %s on %s %v deleting=%v: neighbors: %s\n", pod.Name, pod.Spec.NodeName, pod.Status.PodIPs, pod.DeletionTimestamp != nil, strings.ReplaceAll(strings.TrimSpace(neigh), "\n", "; "))
+	}
+	for _, n := range h.Layout.Nodes {
+		br, _ := h.Exec(n.Name, "ip", "-br", "link", "show", "cbr0")
+		fmt.Fprintf(&b, "  %s: %s\n", n.Name, strings.TrimSpace(br))
 	}
 	save := "iptables-save"
 	if isIPv6(ip) {

@@ -137,6 +137,7 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	t.Logf("setup: %d Services with IPs after %s, announced %s, in FRR %s, %d probed VIPs answering %s",
 		len(svcs), tIPs.Round(time.Second), tAnn.Round(time.Second), tFRR.Round(time.Second), len(probes.targets), tReach.Round(time.Second))
 	macOf := s.macOwners()
+	bridges := soakBridgeMACs(s)
 	baseline := w.begin()
 
 	// The soak: churn, probes, ARP/NDP checks; the usage after warm-up.
@@ -220,6 +221,12 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 		}
 	}
 	final := soakCheckL2(s, l2ips, endWinners["layer2"], macOf, nil, 8)
+	var bridgeMoved []string
+	for n, mac := range soakBridgeMACs(s) {
+		if mac != bridges[n] {
+			bridgeMoved = append(bridgeMoved, fmt.Sprintf("%s: cbr0 %s -> %s", n, bridges[n], mac))
+		}
+	}
 	frr := soakFRRProblems(b, svcs, ipOf, nodes)
 	rules := soakRulesVsFull(h)
 	sent, failed, maxGap, failures := probes.result()
@@ -248,6 +255,7 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	row(fmt.Sprintf("probes: %d VIPs, GET every 20 ms", len(probes.targets)), fmt.Sprintf("%d sent, %d failed, longest gap %s", sent, failed, maxGap.Round(time.Millisecond)), "0 failed", failed == 0)
 	row("Service IP changes", strconv.Itoa(len(ipLog)), "0", len(ipLog) == 0)
 	row("L2 winner changes (no node failed)", strconv.Itoa(len(moved)), "0", len(moved) == 0)
+	row("pod bridge MAC changes", strconv.Itoa(len(bridgeMoved)), "0", len(bridgeMoved) == 0)
 	row("announcements at the end", fmt.Sprintf("%d problems", len(annProblems)), "0", len(annProblems) == 0)
 	row("ARP/NDP during churn: answers from non-winners", fmt.Sprintf("%d in %d asks (%d unanswered)", during.stray, during.asked, during.silent), "0", during.stray == 0)
 	row("ARP/NDP at the end: answers from non-winners", fmt.Sprintf("%d in %d asks (%d unanswered)", final.stray, final.asked, final.silent), "0, every IP answered", final.stray == 0 && final.silent == 0)
@@ -298,6 +306,7 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	details("deleted pods still ready in a Service after the preStop sleep", late)
 	details("Service IP changes", ipLog)
 	details("L2 winner changes", moved)
+	details("pod bridge MAC changes", bridgeMoved)
 	details("announcement problems", annProblems)
 	details("ARP/NDP answers from non-winners or none", append(during.log, final.log...))
 	details("FRR problems", frr)
@@ -316,6 +325,9 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	}
 	if during.stray > 0 || final.stray > 0 || final.silent > 0 {
 		t.Errorf("ARP/NDP: %d answers from non-winners during the churn, %d at the end, %d IPs unanswered at the end", during.stray, final.stray, final.silent)
+	}
+	if len(bridgeMoved) > 0 {
+		t.Errorf("a node's pod bridge changed its MAC: %v", bridgeMoved)
 	}
 	if len(frr) > 0 {
 		t.Errorf("FRR's table: %d problems", len(frr))
@@ -643,6 +655,16 @@ func soakRulesVsFull(h *harness.T) []soakRules {
 			r.err = err.Error()
 		}
 		r.full = c
+	}
+	return out
+}
+
+// soakBridgeMACs are the nodes' pod bridge MACs: a change strands the
+// IPv6 pods' neighbor entries for their gateway.
+func soakBridgeMACs(s l2) map[string]string {
+	out := map[string]string{}
+	for _, n := range s.nodeNames() {
+		out[n] = s.mac(n, "cbr0")
 	}
 	return out
 }
