@@ -112,8 +112,15 @@ func Commands(l Layout) []Cmd {
 		b.root("ip", "-6", "route", "add", n.PodCIDRv6.String(), "via", n.IPv6.String(), "dev", l.Bridge, "src", HostLANv6.String())
 		b.sysctl(n.Netns, "net.ipv4.ip_forward", "1")
 		b.sysctl(n.Netns, "net.ipv6.conf.all.forwarding", "1")
-		// The pod bridge; the lab kubelet plugs pod veths into it.
-		b.in(n.Netns, "ip", "link", "add", "cbr0", "type", "bridge")
+		// The pod bridge; the lab kubelet plugs pod veths into it. Its
+		// MAC is set, as the CNI bridge plugin does: a bridge without one
+		// takes the lowest of its ports' MACs, which changes when that
+		// pod goes. IPv4 pods learn the new one from the node's next ARP
+		// request, but an IPv6 pod's entry for the gateway's global
+		// address stays on the old MAC (the node solicits from its
+		// link-local address) until it expires: its replies were lost
+		// for up to 30 s (TestChurnSoak).
+		b.in(n.Netns, "ip", "link", "add", "cbr0", "address", PodBridgeMAC(n), "type", "bridge")
 		b.in(n.Netns, "ip", "addr", "add", pfx(n.PodGateway, n.PodCIDR), "dev", "cbr0")
 		b.in(n.Netns, "ip", "addr", "add", pfx(n.PodGatewayV6, n.PodCIDRv6), "dev", "cbr0", "nodad")
 		b.in(n.Netns, "ip", "link", "set", "cbr0", "up")
@@ -132,4 +139,11 @@ func Commands(l Layout) []Cmd {
 		b.in(n.Netns, "ip", "-6", "route", "add", RemoteV6.String(), "via", RouterLANv6.String())
 	}
 	return b.cmds
+}
+
+// PodBridgeMAC is the fixed, locally administered MAC of a node's pod
+// bridge: 02:00 and the bytes of its IPv4 gateway address.
+func PodBridgeMAC(n Node) string {
+	a := n.PodGateway.As4()
+	return fmt.Sprintf("02:00:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3])
 }

@@ -1,0 +1,560 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/herald-lb/herald/e2e/harness"
+	"github.com/herald-lb/herald/e2e/lab/topology"
+)
+
+// The churn soak's objects: one namespace for the Services and their
+// pods, and in herald's namespace a pool, an advertisement and a peer of
+// its own. The ranges are left alone by the other tests: the LAN's
+// .120-.199 and 2001:db8:0:1::1:0/120 for layer 2 (the client resolves
+// them on the LAN), the lab's BGP pool ranges for BGP.
+const (
+	soakNS      = "soak"
+	soakL2Pool  = "soak-l2"
+	soakBGPPool = "soak-bgp"
+	soakPeer    = "soak"
+	soakPeerV6  = "soak-v6"
+	soakL2v4    = "198.51.100.120-198.51.100.199"
+	soakL2v6    = "2001:db8:0:1::1:1-2001:db8:0:1::1:ff"
+	soakBGPv4   = "203.0.113.129-203.0.113.254"
+	soakBGPv6   = "2001:db8:0:100::1-2001:db8:0:100::ff"
+	// The ranges as prefixes, for FRR's table.
+	soakBGPv4Net = "203.0.113.128/25"
+	soakBGPv6Net = "2001:db8:0:100::/120"
+	// soakReplicas of each backing group: one pod is deleted at a time,
+	// so a ready one is always left.
+	soakReplicas = 2
+	// soakPreStop is how long a deleted pod goes on serving.
+	soakPreStop = 10 * time.Second
+)
+
+// soakKind is how a Service of the soak is announced, and its family.
+type soakKind struct {
+	name  string // l2v4, l2v6, bgpv4, bgpv6
+	pool  string
+	v6    bool
+	limit int // addresses the range offers
+}
+
+var soakKinds = []soakKind{
+	{"l2v4", soakL2Pool, false, 80},
+	{"l2v6", soakL2Pool, true, 255},
+	{"bgpv4", soakBGPPool, false, 126},
+	{"bgpv6", soakBGPPool, true, 255},
+}
+
+func (k soakKind) bgp() bool { return k.pool == soakBGPPool }
+
+// soakSvc is one Service of the soak.
+type soakSvc struct {
+	name  string
+	kind  soakKind
+	group int
+}
+
+// soakServices splits n Services over the kinds (16 % L2 IPv4, 34 % L2
+// IPv6, 24 % BGP IPv4, the rest BGP IPv6, each within its range) and
+// the groups, round robin.
+func soakServices(n, groups int) ([]soakSvc, error) {
+	counts := []int{n * 16 / 100, n * 34 / 100, n * 24 / 100, 0}
+	counts[3] = n - counts[0] - counts[1] - counts[2]
+	var out []soakSvc
+	for i, k := range soakKinds {
+		if counts[i] > k.limit {
+			return nil, fmt.Errorf("%d Services: %d of kind %s, its range has %d addresses", n, counts[i], k.name, k.limit)
+		}
+		for j := range counts[i] {
+			out = append(out, soakSvc{name: fmt.Sprintf("%s-%03d", k.name, j), kind: k, group: len(out) % groups})
+		}
+	}
+	return out, nil
+}
+
+// soakObjectsYAML is the pools, the L2 and BGP advertisements, the
+// BGPPeer, the namespace, the groups' Deployments and the Services.
+func soakObjectsYAML(svcs []soakSvc, groups int) string {
+	var b strings.Builder
+	b.WriteString(poolYAML(soakL2Pool, []string{soakL2v4, soakL2v6}, "autoAssign: false"))
+	fmt.Fprintf(&b, "---\napiVersion: herald.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: %s, namespace: %s}\nspec:\n  ipAddressPools: [%s]\n", soakL2Pool, heraldNS, soakL2Pool)
+	b.WriteString(bgpPoolYAML(soakBGPPool, soakBGPv4, soakBGPv6))
+	b.WriteString(bgpAdvertisementYAML(soakBGPPool, soakBGPPool))
+	// IPv6 routes go over sessions of their own, to the router's IPv6
+	// address.
+	b.WriteString(bgpPeerYAML(soakPeer, generalPeerSelector))
+	b.WriteString(bgpPeerYAML(soakPeerV6, "peerAddress: "+topology.RouterLANv6.String(), generalPeerSelector))
+	b.WriteString(nsYAML(soakNS, nil))
+	for g := range groups {
+		b.WriteString(soakGroupYAML(g))
+	}
+	for _, s := range svcs {
+		fam := "IPv4"
+		if s.kind.v6 {
+			fam = "IPv6"
+		}
+		fmt.Fprintf(&b, `---
+apiVersion: v1
+kind: Service
+metadata:
+  name: %s
+  namespace: %s
+  annotations: {herald.io/address-pool: %s}
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Cluster
+  ipFamilyPolicy: SingleStack
+  ipFamilies: [%s]
+  selector: {app: %s}
+  ports: [{port: 80, targetPort: 8080, protocol: TCP}]
+`, s.name, soakNS, s.kind.pool, fam, soakGroup(s.group))
+	}
+	return b.String()
+}
+
+func soakGroup(g int) string { return fmt.Sprintf("soak-g%d", g) }
+
+// soakGroupYAML is a group's echo servers. The preStop sleep keeps a
+// deleted pod serving while its removal reaches every Service's
+// EndpointSlice and the proxies (as a real rollout needs too: the echo
+// server exits at SIGTERM); the readiness probe keeps a new pod out of
+// the endpoints until it listens.
+func soakGroupYAML(g int) string {
+	return fmt.Sprintf(`---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s, namespace: %[2]s}
+spec:
+  replicas: %[3]d
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec:
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: echo
+        image: registry.k8s.io/echoserver:1.4
+        lifecycle: {preStop: {sleep: {seconds: %[4]d}}}
+        readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
+`, soakGroup(g), soakNS, soakReplicas, int(soakPreStop.Seconds()))
+}
+
+// soakWatch follows the namespace's EndpointSlices, Services and Pods
+// with informers: it counts EndpointSlice changes, records each
+// Service's IPs once the soak starts and every change after, and tells
+// the churn when the endpoints have caught up with the pods.
+type soakWatch struct {
+	slices  cache.SharedIndexInformer
+	pods    cache.SharedIndexInformer
+	svcs    cache.SharedIndexInformer
+	stop    chan struct{}
+	mu      sync.Mutex
+	count   bool
+	changes int               // EndpointSlice adds, updates and deletes while counting
+	lastEv  time.Time         // the last EndpointSlice event
+	ingress map[string]string // Service -> its IPs when the soak started
+	ipLog   []string          // every change of a Service's IPs after that
+}
+
+func newSoakWatch(h *harness.T) *soakWatch {
+	f := informers.NewSharedInformerFactoryWithOptions(h.CS, 0, informers.WithNamespace(soakNS))
+	w := &soakWatch{
+		slices: f.Discovery().V1().EndpointSlices().Informer(),
+		pods:   f.Core().V1().Pods().Informer(),
+		svcs:   f.Core().V1().Services().Informer(),
+		stop:   make(chan struct{}),
+	}
+	ev := func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.lastEv = time.Now()
+		if w.count {
+			w.changes++
+		}
+	}
+	_, _ = w.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { ev() },
+		UpdateFunc: func(o, n any) {
+			if o.(*discoveryv1.EndpointSlice).ResourceVersion != n.(*discoveryv1.EndpointSlice).ResourceVersion {
+				ev()
+			}
+		},
+		DeleteFunc: func(any) { ev() },
+	})
+	_, _ = w.svcs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, n any) { w.serviceChanged(n.(*v1.Service), "") },
+		DeleteFunc: func(o any) {
+			if s, ok := o.(*v1.Service); ok {
+				w.serviceChanged(s, "deleted")
+			}
+		},
+	})
+	f.Start(w.stop)
+	f.WaitForCacheSync(w.stop)
+	return w
+}
+
+func ingressOf(s *v1.Service) string {
+	var ips []string
+	for _, i := range s.Status.LoadBalancer.Ingress {
+		ips = append(ips, i.IP)
+	}
+	return strings.Join(ips, ",")
+}
+
+// serviceChanged logs a change of a Service's IPs from the ones it had
+// when the soak started.
+func (w *soakWatch) serviceChanged(s *v1.Service, note string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	was, ok := w.ingress[s.Name]
+	now := ingressOf(s)
+	if note != "" {
+		now = note
+	}
+	if ok && was != now {
+		w.ipLog = append(w.ipLog, fmt.Sprintf("%s %s: %q -> %q", time.Now().UTC().Format("15:04:05.000"), s.Name, was, now))
+		w.ingress[s.Name] = now
+	}
+}
+
+// begin records every Service's IPs and starts counting.
+func (w *soakWatch) begin() map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ingress = map[string]string{}
+	for _, o := range w.svcs.GetStore().List() {
+		s := o.(*v1.Service)
+		w.ingress[s.Name] = ingressOf(s)
+	}
+	w.count = true
+	return maps.Clone(w.ingress)
+}
+
+// end stops counting and returns the changes counted and the IP log.
+func (w *soakWatch) end() (changes int, ipLog []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.count = false
+	return w.changes, slices.Clone(w.ipLog)
+}
+
+func (w *soakWatch) close() { close(w.stop) }
+
+// groupPods are a group's pods that are not being deleted, oldest first.
+func (w *soakWatch) groupPods(g int) []*v1.Pod {
+	var out []*v1.Pod
+	for _, o := range w.pods.GetStore().List() {
+		p := o.(*v1.Pod)
+		if p.Labels["app"] == soakGroup(g) && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp) })
+	return out
+}
+
+// caughtUp tells whether every Service's EndpointSlices list exactly
+// its group's pods (in its family), all ready, with every group at full
+// strength and ready, and no EndpointSlice event for quiet: the state in
+// which deleting one pod leaves a ready endpoint everywhere.
+func (w *soakWatch) caughtUp(svcs []soakSvc, groups int, quiet time.Duration) (bool, string) {
+	w.mu.Lock()
+	last := w.lastEv
+	w.mu.Unlock()
+	if time.Since(last) < quiet {
+		return false, "EndpointSlices still changing"
+	}
+	want := map[int][]string{}
+	for g := range groups {
+		pods := w.groupPods(g)
+		if len(pods) != soakReplicas {
+			return false, fmt.Sprintf("group %d has %d pods", g, len(pods))
+		}
+		for _, p := range pods {
+			if !harness.PodReady(p) || len(p.Status.PodIPs) == 0 {
+				return false, fmt.Sprintf("pod %s not ready", p.Name)
+			}
+			for _, ip := range p.Status.PodIPs {
+				want[g] = append(want[g], ip.IP)
+			}
+		}
+	}
+	bySvc := w.slicesBySvc()
+	for _, s := range svcs {
+		var have []string
+		for _, o := range bySvc[s.name] {
+			for _, e := range o.Endpoints {
+				if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+					return false, fmt.Sprintf("%s: endpoint %v not ready", s.name, e.Addresses)
+				}
+				have = append(have, e.Addresses...)
+			}
+		}
+		var exp []string
+		for _, ip := range want[s.group] {
+			if strings.Contains(ip, ":") == s.kind.v6 {
+				exp = append(exp, ip)
+			}
+		}
+		slices.Sort(have)
+		slices.Sort(exp)
+		if !slices.Equal(have, exp) {
+			return false, fmt.Sprintf("%s: endpoints %v, pods %v", s.name, have, exp)
+		}
+	}
+	return true, ""
+}
+
+// slicesBySvc are the EndpointSlices by Service.
+func (w *soakWatch) slicesBySvc() map[string][]*discoveryv1.EndpointSlice {
+	out := map[string][]*discoveryv1.EndpointSlice{}
+	for _, o := range w.slices.GetStore().List() {
+		e := o.(*discoveryv1.EndpointSlice)
+		svc := e.Labels[discoveryv1.LabelServiceName]
+		out[svc] = append(out[svc], e)
+	}
+	return out
+}
+
+// soakAnnouncement is one ServiceAnnouncement of the soak's namespace.
+type soakAnnouncement struct {
+	svc, node, protocol string
+	ips                 []string
+}
+
+// soakAnnouncements reads the ServiceAnnouncements of the soak's
+// Services that carry IPs.
+func soakAnnouncements(h *harness.T) ([]soakAnnouncement, error) {
+	quiet := *h.K
+	quiet.Log = nil // a thousand objects a poll
+	out, err := quiet.Output(h.Ctx, "-n", heraldNS, "get", "serviceannouncements", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	var l struct {
+		Items []struct {
+			Status struct {
+				Service  struct{ Namespace, Name string } `json:"service"`
+				Node     string                           `json:"node"`
+				Protocol string                           `json:"protocol"`
+				IPs      []string                         `json:"ips"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		return nil, err
+	}
+	var anns []soakAnnouncement
+	for _, it := range l.Items {
+		st := it.Status
+		if st.Service.Namespace != soakNS || len(st.IPs) == 0 {
+			continue
+		}
+		anns = append(anns, soakAnnouncement{svc: st.Service.Name, node: st.Node, protocol: strings.ToLower(st.Protocol), ips: st.IPs})
+	}
+	return anns, nil
+}
+
+// soakWinners maps each IP to the nodes announcing it, sorted, per
+// protocol ("layer2", "bgp").
+func soakWinners(anns []soakAnnouncement) map[string]map[string][]string {
+	out := map[string]map[string][]string{}
+	for _, a := range anns {
+		if out[a.protocol] == nil {
+			out[a.protocol] = map[string][]string{}
+		}
+		for _, ip := range a.ips {
+			out[a.protocol][ip] = append(out[a.protocol][ip], a.node)
+		}
+	}
+	for _, m := range out {
+		for ip := range m {
+			slices.Sort(m[ip])
+		}
+	}
+	return out
+}
+
+// soakL2Answers asks for ip on the LAN from the client (arping for
+// IPv4, ndisc6 waiting for every answer for IPv6) and returns the MACs
+// that answered.
+func soakL2Answers(s l2, ip string) ([]string, string) {
+	if !isIPv6(ip) {
+		return s.arping(ip, 2, 2)
+	}
+	// -q prints one MAC a line, nothing else.
+	out, _ := s.Exec("client", "ndisc6", "-q", "-m", "-r", "2", "-w", "700", ip, "eth0")
+	macs := arpingMAC.FindAllString(strings.ToLower(out), -1)
+	slices.Sort(macs)
+	return slices.Compact(macs), out
+}
+
+// soakFRRRoutes are FRR's BGP routes within prefix, each with the next
+// hops of its valid paths, sorted.
+func soakFRRRoutes(b bgpLab, prefix netip.Prefix) (map[string][]string, error) {
+	fam := "ipv4"
+	if prefix.Addr().Is6() {
+		fam = "ipv6"
+	}
+	out, err := b.frr().Vtysh(b.Ctx, "show bgp "+fam+" unicast json")
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Routes map[string][]struct {
+			Valid    bool `json:"valid"`
+			Nexthops []struct {
+				IP    string `json:"ip"`
+				Scope string `json:"scope"`
+			} `json:"nexthops"`
+		} `json:"routes"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return nil, fmt.Errorf("%v in %.300q", err, out)
+	}
+	routes := map[string][]string{}
+	for p, paths := range r.Routes {
+		pp, err := netip.ParsePrefix(p)
+		if err != nil || !prefix.Overlaps(pp) {
+			continue
+		}
+		var hops []string
+		for _, path := range paths {
+			if !path.Valid || len(path.Nexthops) == 0 {
+				continue
+			}
+			// IPv6 paths carry the global next hop first.
+			hops = append(hops, path.Nexthops[0].IP)
+		}
+		slices.Sort(hops)
+		routes[pp.Addr().String()] = hops
+	}
+	return routes, nil
+}
+
+// soakRuleCount counts the rules (-A lines) of every table in a node's
+// iptables-save or ip6tables-save.
+func soakRuleCount(h *harness.T, node, save string) (int, error) {
+	out, err := h.Exec(node, save)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "-A ") {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// soakUsage is a process's resident memory (MiB) and goroutines.
+type soakUsage struct {
+	rss, goroutines float64
+}
+
+// soakProcUsage reads process_resident_memory_bytes and go_goroutines
+// from a /metrics page reached from a node's namespace.
+func soakProcUsage(ns, url string) (soakUsage, error) {
+	page, err := harness.HTTPGetFrom(ns, url)
+	if err != nil {
+		return soakUsage{}, err
+	}
+	m := pxbParseMetrics(page)
+	rss, ok1 := m["process_resident_memory_bytes"]
+	gr, ok2 := m["go_goroutines"]
+	if !ok1 || !ok2 {
+		return soakUsage{}, fmt.Errorf("%s: no process_resident_memory_bytes or go_goroutines", url)
+	}
+	return soakUsage{rss: rss / (1 << 20), goroutines: gr}, nil
+}
+
+// soakUsages samples the controllers (by pod) and the speakers (by
+// node; the proxy runs in the speaker's process in the lab).
+func soakUsages(h *harness.T) (map[string]soakUsage, []string) {
+	out := map[string]soakUsage{}
+	var errs []string
+	for _, p := range (ctl{h}).controllerPods() {
+		node, ok := h.Layout.Node(p.Spec.NodeName)
+		if !ok {
+			continue
+		}
+		u, err := soakProcUsage(node.Netns, fmt.Sprintf("http://%s:7472/metrics", p.Status.PodIP))
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		out["controller "+p.Name] = u
+	}
+	for _, n := range h.Layout.Nodes {
+		u, err := soakProcUsage(n.Netns, "http://127.0.0.1:7473/metrics")
+		if err != nil {
+			errs = append(errs, n.Name+": "+err.Error())
+			continue
+		}
+		out["speaker+proxy "+n.Name] = u
+	}
+	return out, errs
+}
+
+// soakProbes probes VIPs in segments, because a harness Probe stops
+// after 15 minutes: each segment is stopped and kept, and its counts
+// summed.
+type soakProbes struct {
+	targets [][2]string // netns, ip
+	mu      sync.Mutex
+	live    []*harness.Probe
+	done    []*harness.Probe
+}
+
+func (p *soakProbes) start() {
+	var live []*harness.Probe
+	for _, t := range p.targets {
+		live = append(live, harness.StartProbe(t[0], t[1]))
+	}
+	p.mu.Lock()
+	p.live = live
+	p.mu.Unlock()
+}
+
+func (p *soakProbes) stop() {
+	p.mu.Lock()
+	live := p.live
+	p.live = nil
+	p.mu.Unlock()
+	for _, pr := range live {
+		pr.Stop()
+	}
+	p.done = append(p.done, live...)
+}
+
+// result sums every segment: requests, failures, the longest gap, and
+// the failures' first lines by VIP.
+func (p *soakProbes) result() (sent, failed int, maxGap time.Duration, failures []string) {
+	for _, pr := range p.done {
+		s, f := pr.Result()
+		sent += s
+		failed += f
+		maxGap = max(maxGap, pr.MaxGap())
+		if f > 0 {
+			failures = append(failures, pr.IP+": "+pr.Failures())
+		}
+	}
+	return sent, failed, maxGap, failures
+}

@@ -1,0 +1,670 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/herald-lb/herald/e2e/harness"
+)
+
+// soakConfig sizes one churn soak.
+type soakConfig struct {
+	services, groups, probes int
+	// dur is the whole churn, warm-up included; the usage "at start" is
+	// sampled when the warm-up ends.
+	dur, warmup time.Duration
+	bench       bool
+}
+
+// TestChurnSoak is the short churn soak of make test: 100 LoadBalancer
+// Services (L2 and BGP, IPv4 and IPv6) over 4 groups of echo pods whose
+// pods are deleted one at a time for 2 minutes, probed on 20 VIPs. It
+// asserts what must hold whatever the timing: no failed request, no
+// Service IP changed, no ARP or NDP answer from a node that does not
+// win the address, FRR's table holding exactly the Services' routes
+// from every node, and each node's iptables rule count equal to the
+// one a full sync writes. It prints the churn rate, RSS and goroutines;
+// TestBenchChurnSoak is the 30-minute version.
+func TestChurnSoak(t *testing.T) {
+	runChurnSoak(t, soakConfig{services: 100, groups: 4, probes: 20, dur: 2 * time.Minute, warmup: 30 * time.Second})
+}
+
+// TestBenchChurnSoak is the soak of issue #17: 500 Services, 30 minutes
+// of churn (HERALD_SOAK_DURATION, HERALD_SOAK_SERVICES override), a
+// 3-minute warm-up before the usage at start is sampled. It prints the
+// table with the targets beside the figures and asserts nothing.
+func TestBenchChurnSoak(t *testing.T) {
+	harness.Bench(t)
+	cfg := soakConfig{services: 500, groups: 10, probes: 20, dur: 30 * time.Minute, warmup: 3 * time.Minute, bench: true}
+	if v := os.Getenv("HERALD_SOAK_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 2*time.Minute || d > 3*time.Hour {
+			t.Fatalf("HERALD_SOAK_DURATION=%q: want a duration from 2m to 3h", v)
+		}
+		cfg.dur = d
+		cfg.warmup = min(cfg.warmup, d/4)
+	}
+	if v := os.Getenv("HERALD_SOAK_SERVICES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 20 || n > 600 {
+			t.Fatalf("HERALD_SOAK_SERVICES=%q: want 20 to 600", v)
+		}
+		cfg.services, cfg.groups = n, max(4, n/50)
+	}
+	runChurnSoak(t, cfg)
+}
+
+func runChurnSoak(t *testing.T, cfg soakConfig) {
+	h0 := harness.Start(t)
+	// The harness's context ends after 15 minutes; the soak needs more.
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.dur+30*time.Minute)
+	t.Cleanup(cancel)
+	hv := *h0
+	hv.Ctx = ctx
+	h := &hv
+	s, b := l2{h}, newBGPLab(h)
+	s.readySpeakers(2 * time.Minute)
+	nodes := s.nodeNames()
+	svcs, err := soakServices(cfg.services, cfg.groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { soakCleanup(t, b) })
+
+	setup := time.Now()
+	quiet := *h.K
+	quiet.Log = nil // a line per Service
+	if out, err := quiet.RunStdin(ctx, strings.NewReader(soakObjectsYAML(svcs, cfg.groups)), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	w := newSoakWatch(h)
+	t.Cleanup(w.close)
+	h.Poll(5*time.Minute, "every Service to have an IP", func() (bool, string) {
+		n := 0
+		for _, o := range w.svcs.GetStore().List() {
+			if ingressOf(o.(*v1.Service)) != "" {
+				n++
+			}
+		}
+		return n == len(svcs), fmt.Sprintf("%d of %d", n, len(svcs))
+	})
+	tIPs := time.Since(setup)
+	ipOf := map[string]string{}
+	for _, o := range w.svcs.GetStore().List() {
+		sv := o.(*v1.Service)
+		ipOf[sv.Name] = ingressOf(sv)
+	}
+	var winners map[string]map[string][]string
+	h.Poll(5*time.Minute, "every L2 IP announced by one node, every BGP IP by all", func() (bool, string) {
+		anns, err := soakAnnouncements(h)
+		if err != nil {
+			return false, err.Error()
+		}
+		winners = soakWinners(anns)
+		bad := soakAnnouncementProblems(svcs, ipOf, winners, nodes)
+		return len(bad) == 0, fmt.Sprintf("%d problems, first: %v", len(bad), bad[:min(3, len(bad))])
+	})
+	tAnn := time.Since(setup)
+	h.Poll(3*time.Minute, "FRR to hold every BGP Service's route from every node", func() (bool, string) {
+		bad := soakFRRProblems(b, svcs, ipOf, nodes)
+		return len(bad) == 0, fmt.Sprintf("%d problems, first: %v", len(bad), bad[:min(3, len(bad))])
+	})
+	tFRR := time.Since(setup)
+	h.Poll(3*time.Minute, "every group's pods in every Service's endpoints", func() (bool, string) {
+		return w.caughtUp(svcs, cfg.groups, time.Second)
+	})
+	probes := &soakProbes{targets: soakProbeTargets(h, svcs, ipOf, cfg.probes)}
+	for _, tg := range probes.targets {
+		h.Poll(2*time.Minute, tg[1]+" answering from "+tg[0], func() (bool, string) {
+			ok, err := harness.EchoGet(tg[0], tg[1], time.Second)
+			return ok, fmt.Sprint(err)
+		})
+	}
+	tReach := time.Since(setup)
+	t.Logf("setup: %d Services with IPs after %s, announced %s, in FRR %s, %d probed VIPs answering %s",
+		len(svcs), tIPs.Round(time.Second), tAnn.Round(time.Second), tFRR.Round(time.Second), len(probes.targets), tReach.Round(time.Second))
+	macOf := s.macOwners()
+	bridges := soakBridgeMACs(s)
+	baseline := w.begin()
+
+	// The soak: churn, probes, ARP/NDP checks; the usage after warm-up.
+	begin := time.Now()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var churn soakChurnResult
+	var deleted atomic.Int64
+	lag := &soakLag{}
+	svcOf := map[string]string{}
+	for n, ip := range ipOf {
+		svcOf[ip] = n
+	}
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		churn = soakChurn(h, w, svcs, cfg.groups, done, &deleted, lag)
+	}()
+	go func() {
+		defer wg.Done()
+		soakWatchdog(h, w, probes, svcOf, done, 6)
+	}()
+	l2ips := soakL2IPs(svcs, ipOf)
+	var during soakL2Result
+	go func() {
+		defer wg.Done()
+		during = soakCheckL2(s, l2ips, winners["layer2"], macOf, done, 1)
+	}()
+	probes.start()
+	var startUsage map[string]soakUsage
+	segment := time.Now()
+	for time.Since(begin) < cfg.dur && ctx.Err() == nil {
+		time.Sleep(time.Second)
+		if startUsage == nil && time.Since(begin) >= cfg.warmup {
+			var errs []string
+			startUsage, errs = soakUsages(h)
+			if len(errs) > 0 {
+				t.Logf("usage at start: %v", errs)
+			}
+			t.Logf("warm-up over after %s: usage sampled", time.Since(begin).Round(time.Second))
+		}
+		if time.Since(segment) >= 10*time.Minute {
+			probes.stop()
+			probes.start()
+			segment = time.Now()
+			t.Logf("%s into the soak: %d pod deletions", time.Since(begin).Round(time.Second), deleted.Load())
+		}
+	}
+	close(done)
+	wg.Wait()
+	endUsage, errs := soakUsages(h)
+	if len(errs) > 0 {
+		t.Logf("usage at end: %v", errs)
+	}
+	probes.stop()
+	elapsed := time.Since(begin)
+	maxLag, late := lag.result()
+	changes, ipLog := w.end()
+
+	// After the churn: the endpoints settle, then the end state.
+	settle := h.Poll(5*time.Minute, "the endpoints to settle", func() (bool, string) {
+		return w.caughtUp(svcs, cfg.groups, 5*time.Second)
+	})
+	time.Sleep(3 * time.Second) // a proxy sync after the last change
+	for _, o := range w.svcs.GetStore().List() {
+		sv := o.(*v1.Service)
+		if baseline[sv.Name] != ingressOf(sv) {
+			ipLog = append(ipLog, fmt.Sprintf("at the end %s: %q, was %q", sv.Name, ingressOf(sv), baseline[sv.Name]))
+		}
+	}
+	anns, err := soakAnnouncements(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endWinners := soakWinners(anns)
+	annProblems := soakAnnouncementProblems(svcs, ipOf, endWinners, nodes)
+	var moved []string
+	for ip, was := range winners["layer2"] {
+		if now := endWinners["layer2"][ip]; !slices.Equal(was, now) {
+			moved = append(moved, fmt.Sprintf("%s: %v -> %v", ip, was, now))
+		}
+	}
+	final := soakCheckL2(s, l2ips, endWinners["layer2"], macOf, nil, 8)
+	var bridgeMoved []string
+	for n, mac := range soakBridgeMACs(s) {
+		if mac != bridges[n] {
+			bridgeMoved = append(bridgeMoved, fmt.Sprintf("%s: cbr0 %s -> %s", n, bridges[n], mac))
+		}
+	}
+	frr := soakFRRProblems(b, svcs, ipOf, nodes)
+	rules := soakRulesVsFull(h)
+	sent, failed, maxGap, failures := probes.result()
+
+	// The report.
+	kinds := map[string]int{}
+	for _, sv := range svcs {
+		kinds[sv.kind.name]++
+	}
+	rate := float64(changes) / elapsed.Seconds()
+	var r strings.Builder
+	fmt.Fprintf(&r, "BENCH churn soak: %d LoadBalancer Services (L2 IPv4 %d, L2 IPv6 %d, BGP IPv4 %d, BGP IPv6 %d; externalTrafficPolicy Cluster) over %d groups of %d echo pods, %d nodes; %s of churn, usage at start sampled after %s\n",
+		len(svcs), kinds["l2v4"], kinds["l2v6"], kinds["bgpv4"], kinds["bgpv6"], cfg.groups, soakReplicas, len(nodes), elapsed.Round(time.Second), cfg.warmup)
+	fmt.Fprintf(&r, "  setup: IPs %s, announced %s, in FRR %s, probed VIPs answering %s; endpoints settled %s after the churn\n",
+		tIPs.Round(time.Second), tAnn.Round(time.Second), tFRR.Round(time.Second), tReach.Round(time.Second), settle.Round(time.Second))
+	row := func(what, got, target string, ok bool) {
+		mark := "ok"
+		if !ok {
+			mark = "MISSED"
+		}
+		fmt.Fprintf(&r, "  %-44s %-40s target %-22s %s\n", what, got, target, mark)
+	}
+	row("churn: EndpointSlice changes", fmt.Sprintf("%d (%.1f/s)", changes, rate), ">= 5/s", rate >= 5)
+	row("churn: pod deletions", fmt.Sprintf("%d (%.2f/s, longest pause %s)", churn.deletions, float64(churn.deletions)/elapsed.Seconds(), churn.longestPause.Round(time.Second)), "-", true)
+	row("deleted pod out of all its Services' endpoints", fmt.Sprintf("within %s", maxLag.Round(time.Millisecond)), fmt.Sprintf("< preStop %s", soakPreStop), maxLag < soakPreStop)
+	row(fmt.Sprintf("probes: %d VIPs, GET every 20 ms", len(probes.targets)), fmt.Sprintf("%d sent, %d failed, longest gap %s", sent, failed, maxGap.Round(time.Millisecond)), "0 failed", failed == 0)
+	row("Service IP changes", strconv.Itoa(len(ipLog)), "0", len(ipLog) == 0)
+	row("L2 winner changes (no node failed)", strconv.Itoa(len(moved)), "0", len(moved) == 0)
+	row("pod bridge MAC changes", strconv.Itoa(len(bridgeMoved)), "0", len(bridgeMoved) == 0)
+	row("announcements at the end", fmt.Sprintf("%d problems", len(annProblems)), "0", len(annProblems) == 0)
+	row("ARP/NDP during churn: answers from non-winners", fmt.Sprintf("%d in %d asks (%d unanswered)", during.stray, during.asked, during.silent), "0", during.stray == 0)
+	row("ARP/NDP at the end: answers from non-winners", fmt.Sprintf("%d in %d asks (%d unanswered)", final.stray, final.asked, final.silent), "0, every IP answered", final.stray == 0 && final.silent == 0)
+	row("FRR routes (exactly the BGP Services', all nodes)", fmt.Sprintf("%d BGP VIPs, %d problems", kinds["bgpv4"]+kinds["bgpv6"], len(frr)), "0 problems", len(frr) == 0)
+	rulesOK := true
+	for _, rc := range rules {
+		ok := rc.err == "" && rc.end == rc.full
+		rulesOK = rulesOK && ok
+		got := fmt.Sprintf("%d at the end, %d after a full sync", rc.end, rc.full)
+		if rc.err != "" {
+			got = rc.err
+		}
+		row(fmt.Sprintf("iptables rules %s %s", rc.node, rc.family), got, "equal", ok)
+	}
+	fmt.Fprintf(&r, "  %-28s %10s %10s %7s %12s %12s %7s\n", "process (proxy in speaker)", "RSS start", "RSS end", "growth", "goroutines", "goroutines", "growth")
+	fmt.Fprintf(&r, "  %-28s %10s %10s %7s %12s %12s %7s\n", "", "MiB", "MiB", "", "start", "end", "")
+	names := make([]string, 0, len(endUsage))
+	for n := range endUsage {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	growthOK := true
+	for _, n := range names {
+		a, ok := startUsage[n]
+		e := endUsage[n]
+		if !ok {
+			fmt.Fprintf(&r, "  %-28s %10s %10.1f %7s %12s %12.0f %7s\n", n, "-", e.rss, "-", "-", e.goroutines, "-")
+			continue
+		}
+		gm, gg := 100*(e.rss-a.rss)/a.rss, 100*(e.goroutines-a.goroutines)/a.goroutines
+		growthOK = growthOK && gm <= 10 && gg <= 10
+		fmt.Fprintf(&r, "  %-28s %10.1f %10.1f %+6.1f%% %12.0f %12.0f %+6.1f%%\n", n, a.rss, e.rss, gm, a.goroutines, e.goroutines, gg)
+	}
+	fmt.Fprintf(&r, "  growth target: at most +10%% after warm-up: %v\n", map[bool]string{true: "ok", false: "MISSED"}[growthOK])
+	fmt.Fprintf(&r, "  the lab runs the proxy in the speaker's process: one RSS and goroutine count for both\n")
+	if cfg.bench {
+		fmt.Fprintf(&r, "BENCH reproduce: cd e2e && HERALD_BENCH=1 HERALD_SOAK_DURATION=%s HERALD_SOAK_SERVICES=%d go test -count=1 -timeout %dm -run 'TestBenchChurnSoak$' -v .\n",
+			cfg.dur, cfg.services, int((cfg.dur + 40*time.Minute).Minutes()))
+	}
+	t.Log("\n" + r.String())
+
+	details := func(what string, lines []string) {
+		if len(lines) > 0 {
+			t.Logf("%s (%d):\n  %s", what, len(lines), strings.Join(lines[:min(20, len(lines))], "\n  "))
+		}
+	}
+	details("failed requests", failures)
+	details("deleted pods still ready in a Service after the preStop sleep", late)
+	details("Service IP changes", ipLog)
+	details("L2 winner changes", moved)
+	details("pod bridge MAC changes", bridgeMoved)
+	details("announcement problems", annProblems)
+	details("ARP/NDP answers from non-winners or none", append(during.log, final.log...))
+	details("FRR problems", frr)
+	if cfg.bench {
+		return
+	}
+	// make test: the invariants; timing and usage are only printed.
+	if failed > 0 {
+		t.Errorf("%d of %d requests failed", failed, sent)
+	}
+	if len(ipLog) > 0 {
+		t.Errorf("%d Service IP changes", len(ipLog))
+	}
+	if len(moved) > 0 || len(annProblems) > 0 {
+		t.Errorf("announcements: %d L2 winners moved, %d problems at the end", len(moved), len(annProblems))
+	}
+	if during.stray > 0 || final.stray > 0 || final.silent > 0 {
+		t.Errorf("ARP/NDP: %d answers from non-winners during the churn, %d at the end, %d IPs unanswered at the end", during.stray, final.stray, final.silent)
+	}
+	if len(bridgeMoved) > 0 {
+		t.Errorf("a node's pod bridge changed its MAC: %v", bridgeMoved)
+	}
+	if len(frr) > 0 {
+		t.Errorf("FRR's table: %d problems", len(frr))
+	}
+	if !rulesOK {
+		t.Errorf("the iptables rule count at the end differs from a full sync's (table above)")
+	}
+	if churn.deletions == 0 {
+		t.Errorf("the churn deleted no pod")
+	}
+}
+
+// soakCleanup deletes the namespace, then herald's objects, and waits
+// until FRR has neither the soak's routes nor its sessions.
+func soakCleanup(t *testing.T, b bgpLab) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, _ = b.K.Run(ctx, "delete", "namespace", soakNS, "--ignore-not-found", "--timeout=3m")
+	_, _ = b.K.Run(ctx, "-n", heraldNS, "delete", "l2advertisement/"+soakL2Pool, "bgpadvertisement/"+soakBGPPool,
+		"bgppeer/"+soakPeer, "bgppeer/"+soakPeerV6, "ipaddresspool/"+soakL2Pool, "ipaddresspool/"+soakBGPPool, "--ignore-not-found")
+	if err := pollErr(ctx, 2*time.Minute, func() (bool, string) {
+		peers, raw := b.frrPeers()
+		peers6, raw6 := b.frrPeersAF("ipv6Unicast")
+		var left []string
+		for _, p := range []string{soakBGPv4Net, soakBGPv6Net} {
+			r, err := soakFRRRoutes(b, netip.MustParsePrefix(p))
+			if err != nil {
+				return false, err.Error()
+			}
+			for ip := range r {
+				left = append(left, ip)
+			}
+		}
+		return peers != nil && peers6 != nil && len(peers)+len(peers6)+len(left) == 0, fmt.Sprintf("routes %v; FRR: %s %s", left, raw, raw6)
+	}); err != nil {
+		t.Errorf("after the soak, FRR still has its sessions or routes: %v", err)
+	}
+}
+
+// soakAnnouncementProblems lists the Services whose IP is not announced
+// as it should be: one node for layer 2, every node for BGP.
+func soakAnnouncementProblems(svcs []soakSvc, ipOf map[string]string, winners map[string]map[string][]string, nodes []string) []string {
+	var bad []string
+	for _, sv := range svcs {
+		ip := ipOf[sv.name]
+		if sv.kind.bgp() {
+			if got := winners["bgp"][ip]; !slices.Equal(got, nodes) {
+				bad = append(bad, fmt.Sprintf("%s %s: bgp by %v", sv.name, ip, got))
+			}
+			if got := winners["layer2"][ip]; len(got) > 0 {
+				bad = append(bad, fmt.Sprintf("%s %s: layer2 by %v", sv.name, ip, got))
+			}
+			continue
+		}
+		if got := winners["layer2"][ip]; len(got) != 1 {
+			bad = append(bad, fmt.Sprintf("%s %s: layer2 by %v", sv.name, ip, got))
+		}
+		if got := winners["bgp"][ip]; len(got) > 0 {
+			bad = append(bad, fmt.Sprintf("%s %s: bgp by %v", sv.name, ip, got))
+		}
+	}
+	return bad
+}
+
+// soakFRRProblems compares FRR's routes within the BGP pool's ranges
+// with the BGP Services' IPs, each with every node as next hop.
+func soakFRRProblems(b bgpLab, svcs []soakSvc, ipOf map[string]string, nodes []string) []string {
+	want := map[string]bool{}
+	for _, sv := range svcs {
+		if sv.kind.bgp() {
+			want[ipOf[sv.name]] = true
+		}
+	}
+	var bad []string
+	for _, p := range []string{soakBGPv4Net, soakBGPv6Net} {
+		routes, err := soakFRRRoutes(b, netip.MustParsePrefix(p))
+		if err != nil {
+			return []string{err.Error()}
+		}
+		for ip, hops := range routes {
+			if !want[ip] {
+				bad = append(bad, fmt.Sprintf("%s: a route no Service has (next hops %v)", ip, hops))
+			} else if exp := b.nodeIPsOfFamily(ip, nodes...); !slices.Equal(hops, exp) {
+				bad = append(bad, fmt.Sprintf("%s: next hops %v, want %v", ip, hops, exp))
+			}
+		}
+		pfx := netip.MustParsePrefix(p)
+		for ip := range want {
+			if a, err := netip.ParseAddr(ip); err == nil && pfx.Contains(a) {
+				if _, ok := routes[ip]; !ok {
+					bad = append(bad, ip+": no route")
+				}
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// soakProbeTargets picks n VIPs spread over the kinds (30 % L2 IPv4,
+// 20 % L2 IPv6, 30 % BGP IPv4, the rest BGP IPv6) and the Services:
+// L2 VIPs probed from the LAN client, BGP ones from behind the router.
+func soakProbeTargets(h *harness.T, svcs []soakSvc, ipOf map[string]string, n int) [][2]string {
+	share := map[string]int{"l2v4": n * 3 / 10, "l2v6": n * 2 / 10, "bgpv4": n * 3 / 10}
+	share["bgpv6"] = n - share["l2v4"] - share["l2v6"] - share["bgpv4"]
+	var out [][2]string
+	for _, k := range soakKinds {
+		var of []soakSvc
+		for _, sv := range svcs {
+			if sv.kind.name == k.name {
+				of = append(of, sv)
+			}
+		}
+		m := min(share[k.name], len(of))
+		ns := h.Layout.Client
+		if k.bgp() {
+			ns = h.Layout.Remote
+		}
+		for i := range m {
+			out = append(out, [2]string{ns, ipOf[of[i*len(of)/m].name]})
+		}
+	}
+	return out
+}
+
+// soakL2IPs are the layer-2 Services' IPs.
+func soakL2IPs(svcs []soakSvc, ipOf map[string]string) []string {
+	var out []string
+	for _, sv := range svcs {
+		if !sv.kind.bgp() {
+			out = append(out, ipOf[sv.name])
+		}
+	}
+	return out
+}
+
+// soakChurnResult is what the churn did.
+type soakChurnResult struct {
+	deletions    int
+	longestPause time.Duration // the longest time without a deletion
+}
+
+// soakChurn deletes the oldest pod of one group after another until
+// done, each time only once every Service's endpoints list exactly its
+// group's ready pods and have been quiet for 2 s: a deleted pod leaves
+// its sibling ready in every EndpointSlice and in the proxies' rules,
+// and its replacement comes and turns ready before the next deletion.
+// Every deletion so changes each of its group's Services' endpoints
+// about four times (terminating, gone, new, ready). deleted counts the
+// deletions as they happen.
+func soakChurn(h *harness.T, w *soakWatch, svcs []soakSvc, groups int, done <-chan struct{}, deleted *atomic.Int64, lag *soakLag) soakChurnResult {
+	res := soakChurnResult{}
+	last := time.Now()
+	g := 0
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			res.longestPause = max(res.longestPause, time.Since(last))
+			return res
+		case <-tick.C:
+		}
+		if ok, _ := w.caughtUp(svcs, groups, 2*time.Second); !ok {
+			continue
+		}
+		pods := w.groupPods(g)
+		if len(pods) == 0 {
+			continue
+		}
+		at := time.Now()
+		err := h.CS.CoreV1().Pods(soakNS).Delete(h.Ctx, pods[0].Name, metav1.DeleteOptions{})
+		if err != nil {
+			h.T.Logf("churn: delete %s: %v", pods[0].Name, err)
+			continue
+		}
+		var ips []string
+		for _, ip := range pods[0].Status.PodIPs {
+			ips = append(ips, ip.IP)
+		}
+		var groupSvcs []soakSvc
+		for _, sv := range svcs {
+			if sv.group == g {
+				groupSvcs = append(groupSvcs, sv)
+			}
+		}
+		lag.follow(w, groupSvcs, pods[0].Name, ips, at, 2*time.Minute)
+		res.deletions++
+		deleted.Add(1)
+		res.longestPause = max(res.longestPause, time.Since(last))
+		last = time.Now()
+		// Wait for the informer to see the deletion, so the next check
+		// does not find the group whole.
+		for range 50 {
+			if len(w.groupPods(g)) < soakReplicas {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		g = (g + 1) % groups
+	}
+}
+
+// soakL2Result counts ARP/NDP asks and answers.
+type soakL2Result struct {
+	asked, stray, silent int
+	log                  []string
+}
+
+// soakCheckL2 asks for each layer-2 IP from the client, round after
+// round until done (once when done is nil), with workers in parallel,
+// and counts the answers from a MAC other than the winner's eth0 and
+// the IPs nobody answered for.
+func soakCheckL2(s l2, ips []string, winners map[string][]string, macOf map[string]string, done <-chan struct{}, workers int) soakL2Result {
+	var res soakL2Result
+	var mu sync.Mutex
+	check := func(ip string) {
+		macs, raw := soakL2Answers(s, ip)
+		mu.Lock()
+		defer mu.Unlock()
+		res.asked++
+		win := winners[ip]
+		if len(macs) == 0 {
+			res.silent++
+			res.log = append(res.log, fmt.Sprintf("%s: no answer (winner %v): %s", ip, win, strings.TrimSpace(raw)))
+		}
+		for _, m := range macs {
+			if node := macOf[m]; len(win) != 1 || node != win[0] {
+				res.stray++
+				res.log = append(res.log, fmt.Sprintf("%s %s: answer from %s (%s), winner %v", time.Now().UTC().Format("15:04:05"), ip, m, node, win))
+			}
+		}
+	}
+	stopped := func() bool {
+		if done == nil {
+			return false
+		}
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
+	for {
+		work := make(chan string)
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ip := range work {
+					check(ip)
+				}
+			}()
+		}
+		for _, ip := range ips {
+			if stopped() {
+				break
+			}
+			work <- ip
+		}
+		close(work)
+		wg.Wait()
+		if done == nil || stopped() {
+			return res
+		}
+	}
+}
+
+// soakRules is one node's and family's rule counts.
+type soakRules struct {
+	node, family string
+	end, full    int
+	err          string
+}
+
+// soakRulesVsFull counts every node's iptables and ip6tables rules, then
+// removes the proxy's canary chains so that its next periodic sync (30 s
+// at most) is a full one, waits for it, and counts again.
+func soakRulesVsFull(h *harness.T) []soakRules {
+	fams := [][2]string{{"IPv4", "iptables"}, {"IPv6", "ip6tables"}}
+	var out []soakRules
+	fullCount := func(n string) float64 {
+		page, err := harness.HTTPGetFrom(h.Node(n).Netns, "http://127.0.0.1:10249/metrics")
+		if err != nil {
+			return -1
+		}
+		return pxbParseMetrics(page)["herald_proxy_sync_full_proxy_rules_duration_seconds_count"]
+	}
+	before := map[string]float64{}
+	for _, n := range h.Layout.Nodes {
+		for _, f := range fams {
+			c, err := soakRuleCount(h, n.Name, f[1]+"-save")
+			r := soakRules{node: n.Name, family: f[0], end: c}
+			if err != nil {
+				r.err = err.Error()
+			}
+			out = append(out, r)
+		}
+		before[n.Name] = fullCount(n.Name)
+		for _, f := range fams {
+			for _, tbl := range []string{"mangle", "nat", "filter"} {
+				if o, err := h.Exec(n.Name, f[1], "-w", "-t", tbl, "-X", "HERALD-PROXY-CANARY"); err != nil {
+					h.T.Logf("%s: %s -t %s -X HERALD-PROXY-CANARY: %v %s", n.Name, f[1], tbl, err, o)
+				}
+			}
+		}
+	}
+	for i := range out {
+		r := &out[i]
+		if r.err != "" {
+			continue
+		}
+		if err := pollErr(h.Ctx, 90*time.Second, func() (bool, string) {
+			c := fullCount(r.node)
+			return c > before[r.node], fmt.Sprintf("full syncs %v, before %v", c, before[r.node])
+		}); err != nil {
+			r.err = "no full sync: " + err.Error()
+			continue
+		}
+		time.Sleep(2 * time.Second) // both families' restores
+		c, err := soakRuleCount(h, r.node, map[string]string{"IPv4": "iptables-save", "IPv6": "ip6tables-save"}[r.family])
+		if err != nil {
+			r.err = err.Error()
+		}
+		r.full = c
+	}
+	return out
+}
+
+// soakBridgeMACs are the nodes' pod bridge MACs: a change strands the
+// IPv6 pods' neighbor entries for their gateway.
+func soakBridgeMACs(s l2) map[string]string {
+	out := map[string]string{}
+	for _, n := range s.nodeNames() {
+		out[n] = s.mac(n, "cbr0")
+	}
+	return out
+}
