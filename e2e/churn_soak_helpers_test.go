@@ -405,45 +405,18 @@ func soakL2Answers(s l2, ip string) ([]string, string) {
 	return slices.Compact(macs), out
 }
 
-// soakFRRRoutes are FRR's BGP routes within prefix, each with the next
-// hops of its valid paths, sorted.
+// soakFRRRoutes are FRR's BGP routes within prefix, keyed by address,
+// each with the sorted next hops of its valid paths.
 func soakFRRRoutes(b bgpLab, prefix netip.Prefix) (map[string][]string, error) {
-	fam := "ipv4"
-	if prefix.Addr().Is6() {
-		fam = "ipv6"
-	}
-	out, err := b.frr().Vtysh(b.Ctx, "show bgp "+fam+" unicast json")
+	table, err := b.frrTable(prefix.Addr().Is6())
 	if err != nil {
 		return nil, err
 	}
-	var r struct {
-		Routes map[string][]struct {
-			Valid    bool `json:"valid"`
-			Nexthops []struct {
-				IP    string `json:"ip"`
-				Scope string `json:"scope"`
-			} `json:"nexthops"`
-		} `json:"routes"`
-	}
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		return nil, fmt.Errorf("%v in %.300q", err, out)
-	}
 	routes := map[string][]string{}
-	for p, paths := range r.Routes {
-		pp, err := netip.ParsePrefix(p)
-		if err != nil || !prefix.Overlaps(pp) {
-			continue
+	for p, hops := range table {
+		if pp, err := netip.ParsePrefix(p); err == nil && prefix.Overlaps(pp) {
+			routes[pp.Addr().String()] = hops
 		}
-		var hops []string
-		for _, path := range paths {
-			if !path.Valid || len(path.Nexthops) == 0 {
-				continue
-			}
-			// IPv6 paths carry the global next hop first.
-			hops = append(hops, path.Nexthops[0].IP)
-		}
-		slices.Sort(hops)
-		routes[pp.Addr().String()] = hops
 	}
 	return routes, nil
 }

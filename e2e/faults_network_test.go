@@ -16,10 +16,15 @@ import (
 	"github.com/herald-lb/herald/e2e/harness"
 )
 
-// frrTable is FRR's IPv4 unicast BGP table in one call: each prefix with
-// the sorted next hops of its valid paths.
-func (b bgpLab) frrTable() (map[string][]string, error) {
-	out, err := b.frr().Vtysh(b.Ctx, "show bgp ipv4 unicast json")
+// frrTable is FRR's unicast BGP table of one family in one call: each
+// prefix with the sorted next hops of its valid paths (none when no
+// path is valid). IPv6 paths carry the global next hop first.
+func (b bgpLab) frrTable(v6 bool) (map[string][]string, error) {
+	fam := "ipv4"
+	if v6 {
+		fam = "ipv6"
+	}
+	out, err := b.frr().Vtysh(b.Ctx, "show bgp "+fam+" unicast json")
 	if err != nil {
 		return nil, err
 	}
@@ -32,16 +37,18 @@ func (b bgpLab) frrTable() (map[string][]string, error) {
 		} `json:"routes"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		return nil, fmt.Errorf("%v in %q", err, out)
+		return nil, fmt.Errorf("%v in %.300q", err, out)
 	}
 	t := map[string][]string{}
 	for prefix, paths := range r.Routes {
+		var hops []string
 		for _, p := range paths {
 			if p.Valid && len(p.Nexthops) > 0 {
-				t[prefix] = append(t[prefix], p.Nexthops[0].IP)
+				hops = append(hops, p.Nexthops[0].IP)
 			}
 		}
-		slices.Sort(t[prefix])
+		slices.Sort(hops)
+		t[prefix] = hops
 	}
 	return t, nil
 }
@@ -64,7 +71,7 @@ func tableHas(table, want map[string][]string) (bool, string) {
 func (b bgpLab) waitTable(want map[string][]string, since time.Time, timeout time.Duration) (time.Duration, error) {
 	var last string
 	for time.Since(since) < timeout {
-		t, err := b.frrTable()
+		t, err := b.frrTable(false)
 		if err == nil {
 			ok, diff := tableHas(t, want)
 			if ok {
@@ -266,7 +273,7 @@ func TestFaultsNetworkNodeNotReady(t *testing.T) {
 			changes = append(changes, change{time.Since(start), fmt.Sprintf("L2 %s: %s -> %s", l2ip, lastWinner, w)})
 			lastWinner = w
 		}
-		if tb, err := b.frrTable(); err == nil {
+		if tb, err := b.frrTable(false); err == nil {
 			for p := range lastTable {
 				if !slices.Equal(tb[p], lastTable[p]) {
 					changes = append(changes, change{time.Since(start), fmt.Sprintf("BGP %s: %v -> %v", p, lastTable[p], tb[p])})
