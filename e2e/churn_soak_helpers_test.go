@@ -437,13 +437,16 @@ func soakRuleCount(h *harness.T, node, save string) (int, error) {
 	return n, nil
 }
 
-// soakUsage is a process's resident memory (MiB) and goroutines.
+// soakUsage is a process's resident memory and Go heap in use (MiB)
+// and goroutines. The heap tells a leak from memory the Go runtime has
+// not yet handed back to the system, which RSS alone cannot.
 type soakUsage struct {
-	rss, goroutines float64
+	rss, heap, goroutines float64
 }
 
-// soakProcUsage reads process_resident_memory_bytes and go_goroutines
-// from a /metrics page reached from a node's namespace.
+// soakProcUsage reads process_resident_memory_bytes,
+// go_memstats_heap_inuse_bytes and go_goroutines from a /metrics page
+// reached from a node's namespace.
 func soakProcUsage(ns, url string) (soakUsage, error) {
 	page, err := harness.HTTPGetFrom(ns, url)
 	if err != nil {
@@ -452,10 +455,11 @@ func soakProcUsage(ns, url string) (soakUsage, error) {
 	m := pxbParseMetrics(page)
 	rss, ok1 := m["process_resident_memory_bytes"]
 	gr, ok2 := m["go_goroutines"]
-	if !ok1 || !ok2 {
-		return soakUsage{}, fmt.Errorf("%s: no process_resident_memory_bytes or go_goroutines", url)
+	heap, ok3 := m["go_memstats_heap_inuse_bytes"]
+	if !ok1 || !ok2 || !ok3 {
+		return soakUsage{}, fmt.Errorf("%s: no process_resident_memory_bytes, go_memstats_heap_inuse_bytes or go_goroutines", url)
 	}
-	return soakUsage{rss: rss / (1 << 20), goroutines: gr}, nil
+	return soakUsage{rss: rss / (1 << 20), heap: heap / (1 << 20), goroutines: gr}, nil
 }
 
 // soakUsages samples the controllers (by pod) and the speakers (by

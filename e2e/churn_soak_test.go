@@ -270,8 +270,8 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 		}
 		row(fmt.Sprintf("iptables rules %s %s", rc.node, rc.family), got, "equal", ok)
 	}
-	fmt.Fprintf(&r, "  %-28s %10s %10s %7s %12s %12s %7s\n", "process (proxy in speaker)", "RSS start", "RSS end", "growth", "goroutines", "goroutines", "growth")
-	fmt.Fprintf(&r, "  %-28s %10s %10s %7s %12s %12s %7s\n", "", "MiB", "MiB", "", "start", "end", "")
+	fmt.Fprintf(&r, "  %-28s %10s %10s %7s %10s %10s %7s %12s %12s %7s\n", "process (proxy in speaker)", "RSS start", "RSS end", "growth", "heap start", "heap end", "growth", "goroutines", "goroutines", "growth")
+	fmt.Fprintf(&r, "  %-28s %10s %10s %7s %10s %10s %7s %12s %12s %7s\n", "", "MiB", "MiB", "", "MiB", "MiB", "", "start", "end", "")
 	names := make([]string, 0, len(endUsage))
 	for n := range endUsage {
 		names = append(names, n)
@@ -282,12 +282,12 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 		a, ok := startUsage[n]
 		e := endUsage[n]
 		if !ok {
-			fmt.Fprintf(&r, "  %-28s %10s %10.1f %7s %12s %12.0f %7s\n", n, "-", e.rss, "-", "-", e.goroutines, "-")
+			fmt.Fprintf(&r, "  %-28s %10s %10.1f %7s %10s %10.1f %7s %12s %12.0f %7s\n", n, "-", e.rss, "-", "-", e.heap, "-", "-", e.goroutines, "-")
 			continue
 		}
-		gm, gg := 100*(e.rss-a.rss)/a.rss, 100*(e.goroutines-a.goroutines)/a.goroutines
+		gm, gh, gg := 100*(e.rss-a.rss)/a.rss, 100*(e.heap-a.heap)/a.heap, 100*(e.goroutines-a.goroutines)/a.goroutines
 		growthOK = growthOK && gm <= 10 && gg <= 10
-		fmt.Fprintf(&r, "  %-28s %10.1f %10.1f %+6.1f%% %12.0f %12.0f %+6.1f%%\n", n, a.rss, e.rss, gm, a.goroutines, e.goroutines, gg)
+		fmt.Fprintf(&r, "  %-28s %10.1f %10.1f %+6.1f%% %10.1f %10.1f %+6.1f%% %12.0f %12.0f %+6.1f%%\n", n, a.rss, e.rss, gm, a.heap, e.heap, gh, a.goroutines, e.goroutines, gg)
 	}
 	fmt.Fprintf(&r, "  growth target: at most +10%% after warm-up: %v\n", map[bool]string{true: "ok", false: "MISSED"}[growthOK])
 	fmt.Fprintf(&r, "  the lab runs the proxy in the speaker's process: one RSS and goroutine count for both\n")
