@@ -254,6 +254,14 @@ func TestFaultsNetworkNodeNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s wins the L2 address %s and is a next hop of %s (Cluster) and %s (Local, a pod on every node)", victim, l2ip, bgpIP, localIP)
+	// The fault is measured from a working path: each address answers
+	// its client before the probes start.
+	for _, c := range []struct{ ns, ip string }{{h.Layout.Client, l2ip}, {b.Layout.Remote, bgpIP}, {b.Layout.Remote, localIP}} {
+		h.Poll(time.Minute, "the first answer from "+c.ip, func() (bool, string) {
+			ok, err := harness.EchoGet(c.ns, c.ip, time.Second)
+			return ok, fmt.Sprint(err)
+		})
+	}
 
 	l2probe := harness.StartProbe(h.Layout.Client, l2ip)
 	bgpProbe := harness.StartProbe(b.Layout.Remote, bgpIP)

@@ -64,6 +64,11 @@ const (
 	Scheduler         = "kube-scheduler"
 )
 
+// NodeMonitorGracePeriod is kube-controller-manager's
+// --node-monitor-grace-period in the lab: how long it waits for a node's
+// heartbeat before it marks the node NotReady.
+const NodeMonitorGracePeriod = 90 * time.Second
+
 // ErrRunning is returned by Up when the state directory belongs to a
 // control plane whose processes still run.
 var ErrRunning = errors.New("a control plane from this state directory is still running; run down first")
@@ -477,6 +482,12 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		"--cluster-signing-key-file="+pkiFile("ca.key"),
 		"--cluster-cidr="+cfg.ClusterCIDR,
 		"--allocate-node-cidrs=true",
+		// Longer than the 60 s API outage of the fault tests (the default
+		// is 50 s): past it, kube-controller-manager marks every node
+		// NotReady and its pods not ready as the API returns, which takes
+		// the endpoints from any service proxy, herald's or kube-proxy's,
+		// and the test is there to measure herald.
+		"--node-monitor-grace-period="+NodeMonitorGracePeriod.String(),
 		"--service-cluster-ip-range="+cfg.ServiceCIDR,
 		"--configure-cloud-routes=false",
 		"--leader-elect=false",
