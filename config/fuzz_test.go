@@ -27,7 +27,11 @@ func FuzzParseAddressEntry(f *testing.F) {
 		if !r.First.IsValid() || !r.Last.IsValid() || r.First.BitLen() != r.Last.BitLen() || r.First.Compare(r.Last) > 0 {
 			t.Fatalf("%q: bad range %v-%v", s, r.First, r.Last)
 		}
-		if r.First.Zone() != "" || r.First.Is4In6() || r.Last.Is4In6() {
+		// The CRD checks the addresses as written: a range's two ends, a
+		// CIDR's network address. A CIDR's last address may be an
+		// IPv4-mapped one (::/80 ends at ::ffff:255.255.255.255), as
+		// ::/0 holds every such address; that is not a written form.
+		if r.First.Zone() != "" || r.First.Is4In6() || (strings.Contains(s, "-") && r.Last.Is4In6()) {
 			t.Fatalf("%q: accepted a form the CRD refuses: %v", s, r)
 		}
 		again, err := ParseAddressEntry(r.String())
