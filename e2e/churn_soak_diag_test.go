@@ -140,6 +140,17 @@ func soakPathDump(h *harness.T, w *soakWatch, ip, svc string) string {
 		br, _ := h.Exec(n.Name, "ip", "-br", "link", "show", "cbr0")
 		fmt.Fprintf(&b, "  %s: %s\n", n.Name, strings.TrimSpace(br))
 	}
+	// A reset leaves its flow in conntrack's CLOSE state for 10 s: the
+	// entry names the endpoint the flow was sent to and the node that
+	// translated it, so a reset can be told apart from a refused or
+	// unreachable endpoint.
+	for _, n := range h.Layout.Nodes {
+		ct, err := h.Exec(n.Name, "conntrack", "-L", "-p", "tcp", "--orig-dst", ip, "--state", "CLOSE")
+		if err != nil && strings.TrimSpace(ct) == "" {
+			ct = err.Error()
+		}
+		fmt.Fprintf(&b, "  %s: conntrack CLOSE flows to %s: %s\n", n.Name, ip, strings.ReplaceAll(strings.TrimSpace(ct), "\n", "; "))
+	}
 	save := "iptables-save"
 	if isIPv6(ip) {
 		save = "ip6tables-save"

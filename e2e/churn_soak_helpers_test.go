@@ -462,6 +462,55 @@ func soakProcUsage(ns, url string) (soakUsage, error) {
 	return soakUsage{rss: rss / (1 << 20), heap: heap / (1 << 20), goroutines: gr}, nil
 }
 
+// soakUsageSeries keeps usage samples by their time into the soak.
+type soakUsageSeries struct {
+	at  []time.Duration
+	got []map[string]soakUsage
+}
+
+func (u *soakUsageSeries) sample(h *harness.T, at time.Duration) []string {
+	got, errs := soakUsages(h)
+	u.at = append(u.at, at)
+	u.got = append(u.got, got)
+	return errs
+}
+
+// median is, per process, the median of each figure over the samples
+// taken in [from, to], and how many samples that was at most.
+func (u *soakUsageSeries) median(from, to time.Duration) (map[string]soakUsage, int) {
+	by := map[string][]soakUsage{}
+	n := 0
+	for i, at := range u.at {
+		if at < from || at > to {
+			continue
+		}
+		n++
+		for p, v := range u.got[i] {
+			by[p] = append(by[p], v)
+		}
+	}
+	out := map[string]soakUsage{}
+	for p, vs := range by {
+		med := func(f func(soakUsage) float64) float64 {
+			xs := make([]float64, len(vs))
+			for i, v := range vs {
+				xs[i] = f(v)
+			}
+			slices.Sort(xs)
+			if len(xs)%2 == 1 {
+				return xs[len(xs)/2]
+			}
+			return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+		}
+		out[p] = soakUsage{
+			rss:        med(func(v soakUsage) float64 { return v.rss }),
+			heap:       med(func(v soakUsage) float64 { return v.heap }),
+			goroutines: med(func(v soakUsage) float64 { return v.goroutines }),
+		}
+	}
+	return out, n
+}
+
 // soakUsages samples the controllers (by pod) and the speakers (by
 // node; the proxy runs in the speaker's process in the lab).
 func soakUsages(h *harness.T) (map[string]soakUsage, []string) {
