@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/netip"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // DefaultPort is the memberlist port (UDP and TCP), as peers expect.
@@ -55,6 +57,10 @@ type Config struct {
 	// remembered the previous process on this node as dead or left (from
 	// is this node's own name for a graceful leave). It must not block.
 	OnDeclaredDead func(from string)
+
+	// wrapTransport, for benchmarks, wraps the UDP and TCP transport
+	// memberlist sends through (to count the bytes a member sends).
+	wrapTransport func(memberlist.Transport) memberlist.Transport
 }
 
 // Timers tune failure detection (SWIM with Lifeguard, as memberlist

@@ -162,6 +162,14 @@ func New(cfg Config) (*Memberlist, error) {
 	mc.Events = eventDelegate{m}
 	mc.Logger = log.New(logWriter{l: lg, declaredDead: cfg.OnDeclaredDead}, "", 0)
 
+	if cfg.wrapTransport != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
+		if err != nil {
+			m.ev.close()
+			return nil, fmt.Errorf("starting memberlist's transport on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
+		}
+		mc.Transport = cfg.wrapTransport(nt)
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		m.ev.close()
