@@ -907,3 +907,37 @@ func TestInvalidChangeKeepsIP(t *testing.T) {
 		t.Fatalf("got %v %v", got, err)
 	}
 }
+
+// An IPv6 range spanning ::ffff:0:0/96 (as ::/80 and ::/0 do) never hands
+// out an IPv4-mapped address: Kubernetes would read it as IPv4.
+func TestIPv4MappedBlockNeverHandedOut(t *testing.T) {
+	a := newWith(t, pool("p", "::fffe:ffff:fffe-::1:0:0:1"))
+	want := []string{"::fffe:ffff:fffe", "::fffe:ffff:ffff", "::1:0:0:0", "::1:0:0:1"}
+	for i, w := range want {
+		s := svc("ns", fmt.Sprint(i))
+		s.Families, s.Pool = []Family{IPv6}, "p"
+		mustAssign(t, a, s, "p", w)
+	}
+	s := svc("ns", "more")
+	s.Families, s.Pool = []Family{IPv6}, "p"
+	if got, err := a.Assign(s); err == nil {
+		t.Fatalf("a fifth address from a pool of four outside the mapped block: %v", got)
+	}
+	if st, _ := a.PoolStats("p"); st.IPv6.TotalInt64() != 4 {
+		t.Fatalf("pool p holds %s addresses, want 4 (the mapped block left out)", st.IPv6.Total)
+	}
+	// A mapped address in a Service's status (written by an older
+	// herald) is in no pool.
+	old := svc("ns", "old")
+	old.Families = []Family{IPv6}
+	if got, err := a.Adopt(old, ips("::ffff:0:5")); err == nil {
+		t.Fatalf("adopted an IPv4-mapped address: %v", got)
+	}
+	checkInvariants(t, a)
+
+	b := newWith(t, pool("zero", "::/0"))
+	st, _ := b.PoolStats("zero")
+	if want := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 128), new(big.Int).Lsh(big.NewInt(1), 32)); st.IPv6.Total.Cmp(want) != 0 {
+		t.Fatalf("::/0 holds %s addresses, want 2^128 - 2^32", st.IPv6.Total)
+	}
+}

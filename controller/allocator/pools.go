@@ -47,21 +47,44 @@ func newPoolState(cfg *config.Pool) *poolState {
 	p := &poolState{cfg: cfg, total: [2]*big.Int{new(big.Int), new(big.Int)}}
 	for _, rg := range cfg.Ranges {
 		v6 := rg.Is6()
-		first, last := addrToU128(rg.First), addrToU128(rg.Last)
-		skip := cfg.AvoidBuggyIPs && !v6
-		p.ranges = append(p.ranges, &rangeState{first: first, last: last, v6: v6, free: newFreeSet(first, last, skip)})
 		f := famIdx(IPv4)
 		if v6 {
 			f = famIdx(IPv6)
 		}
 		p.has[f] = true
-		size := rg.Size()
-		if skip {
-			size.Sub(size, new(big.Int).SetUint64(buggyCount(first.lo, last.lo)))
+		for _, piece := range withoutMapped(addrToU128(rg.First), addrToU128(rg.Last), v6) {
+			first, last := piece[0], piece[1]
+			skip := cfg.AvoidBuggyIPs && !v6
+			p.ranges = append(p.ranges, &rangeState{first: first, last: last, v6: v6, free: newFreeSet(first, last, skip)})
+			size := config.Range{First: first.addr(v6), Last: last.addr(v6)}.Size()
+			if skip {
+				size.Sub(size, new(big.Int).SetUint64(buggyCount(first.lo, last.lo)))
+			}
+			p.total[f].Add(p.total[f], size)
 		}
-		p.total[f].Add(p.total[f], size)
 	}
 	return p
+}
+
+// The IPv4-mapped block ::ffff:0:0/96: Kubernetes reads such an address
+// as IPv4, so an IPv6 range that spans it (::/80, ::/0) hands out the
+// addresses around it, never those in it.
+var mappedFirst, mappedLast = u128{lo: 0xffff_0000_0000}, u128{lo: 0xffff_ffff_ffff}
+
+// withoutMapped splits an IPv6 range around the IPv4-mapped block: the
+// pieces, in order, of [first, last] outside it.
+func withoutMapped(first, last u128, v6 bool) [][2]u128 {
+	if !v6 || last.less(mappedFirst) || mappedLast.less(first) {
+		return [][2]u128{{first, last}}
+	}
+	var out [][2]u128
+	if first.less(mappedFirst) {
+		out = append(out, [2]u128{first, mappedFirst.sub(1)})
+	}
+	if mappedLast.less(last) {
+		out = append(out, [2]u128{mappedLast.add(1), last})
+	}
+	return out
 }
 
 // buggyCount is the number of IPv4 addresses ending in .0 or .255 in
