@@ -31,11 +31,19 @@ const (
 )
 
 // mlsTimers are the profiles compared: herald's defaults and
-// memberlist's DefaultLANConfig, which MetalLB runs.
+// memberlist's DefaultLANConfig, which MetalLB runs; "fast" is herald's
+// with the shortest suspicion, to show what the suspicion buys.
 func mlsTimers(profile string) (Timers, bool) {
 	switch profile {
 	case "herald":
 		return DefaultTimers(), true
+	case "fast":
+		// herald's with the shortest suspicion memberlist allows
+		// (multiplier 1: no confirmation, 1 x log10(N) probe intervals):
+		// what detection would gain, and what it would cost in false deaths.
+		t := DefaultTimers()
+		t.SuspicionMult = 1
+		return t, true
 	case "lan":
 		return Timers{
 			ProbeInterval: time.Second, ProbeTimeout: 500 * time.Millisecond, IndirectChecks: 3,
@@ -464,9 +472,9 @@ func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
 //
 //	HERALD_BENCH=1 go test -count=1 -run '^TestBenchMemberlistScale$' -v -timeout 180m ./speaker/members/
 //
-// HERALD_MLS_N (default 10,100,1000), HERALD_MLS_PROFILES (herald,lan),
-// HERALD_MLS_QUIET and HERALD_MLS_STARVED (5m each) and HERALD_MLS_KILLS
-// (5) size it.
+// HERALD_MLS_N (default 10,100,1000), HERALD_MLS_PROFILES (herald,lan;
+// also fast), HERALD_MLS_QUIET and HERALD_MLS_STARVED (5m each) and
+// HERALD_MLS_KILLS (5) size it.
 func TestBenchMemberlistScale(t *testing.T) {
 	if os.Getenv("HERALD_BENCH") != "1" {
 		t.Skip("a benchmark, run by `make bench` (HERALD_BENCH=1), not by make test")
@@ -482,7 +490,7 @@ func TestBenchMemberlistScale(t *testing.T) {
 	profiles := strings.Split(cmpOr(os.Getenv("HERALD_MLS_PROFILES"), "herald,lan"), ",")
 	for _, p := range profiles {
 		if _, ok := mlsTimers(p); !ok {
-			t.Fatalf("HERALD_MLS_PROFILES: unknown profile %q (herald, lan)", p)
+			t.Fatalf("HERALD_MLS_PROFILES: unknown profile %q (herald, fast, lan)", p)
 		}
 	}
 	quiet := envDuration(t, "HERALD_MLS_QUIET", 5*time.Minute)
