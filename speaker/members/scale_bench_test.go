@@ -422,7 +422,8 @@ type mlsRow struct {
 	converge            time.Duration
 	converged           bool
 	quiet               time.Duration
-	quietDeaths         int
+	quietDeaths         int     // verdicts
+	quietDead           int     // members they were about
 	bytesMean, bytesMax float64 // per member per second
 	cores               float64 // CPU of the whole cluster in the quiet run
 	detect              []time.Duration
@@ -433,6 +434,7 @@ type mlsRow struct {
 	starvedDeaths       int // verdicts on starved members
 	starvedOthers       int // verdicts on the others
 	starvedObservers    int // verdicts given by starved members
+	starvedDead         int // members the verdicts were about
 }
 
 func pct(ds []time.Duration, p float64) time.Duration {
@@ -547,8 +549,13 @@ func runMLS(t *testing.T, profile string, n int, quiet, starved time.Duration, k
 	row.cores = float64(c.cpu()-cpu0) / 100 / row.quiet.Seconds()
 	row.bytesMean = float64(sum) / float64(n) / row.quiet.Seconds()
 	row.bytesMax = float64(most) / row.quiet.Seconds()
-	row.quietDeaths = len(c.drain())
-	t.Logf("%s n=%d: quiet run over %s: %d false deaths, %.0f B/s per member (max %.0f), %.2f cores", profile, n, row.quiet.Round(time.Second), row.quietDeaths, row.bytesMean, row.bytesMax, row.cores)
+	quietDead := map[string]bool{}
+	for _, d := range c.drain() {
+		row.quietDeaths++
+		quietDead[d.subject] = true
+	}
+	row.quietDead = len(quietDead)
+	t.Logf("%s n=%d: quiet run over %s: %d false death verdicts about %d members, %.0f B/s per member (max %.0f), %.2f cores", profile, n, row.quiet.Round(time.Second), row.quietDeaths, row.quietDead, row.bytesMean, row.bytesMax, row.cores)
 
 	// Kills: one member at a time, from the processes that are not
 	// starved later; each survivor's verdict time is a detection time.
@@ -630,10 +637,12 @@ func runMLS(t *testing.T, profile string, n int, quiet, starved time.Duration, k
 		i, _ := strconv.Atoi(strings.TrimPrefix(name, "m"))
 		return i >= sv.from && i < sv.to
 	}
+	starvedDead := map[string]bool{}
 	for _, d := range c.drain() {
 		if victims[d.subject] {
 			continue
 		}
+		starvedDead[d.subject] = true
 		if inStarved(d.subject) {
 			row.starvedDeaths++
 		} else {
@@ -643,24 +652,25 @@ func runMLS(t *testing.T, profile string, n int, quiet, starved time.Duration, k
 			row.starvedObservers++
 		}
 	}
-	t.Logf("%s n=%d: starved %s: %d verdicts on starved members, %d on the others (%d of all given by starved members)", profile, n, row.starved.Round(time.Second), row.starvedDeaths, row.starvedOthers, row.starvedObservers)
+	row.starvedDead = len(starvedDead)
+	t.Logf("%s n=%d: starved %s: %d verdicts on starved members, %d on the others (%d of all given by starved members), about %d members", profile, n, row.starved.Round(time.Second), row.starvedDeaths, row.starvedOthers, row.starvedObservers, row.starvedDead)
 	return row
 }
 
 func mlsReport(rows []mlsRow) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "BENCH memberlist scale on loopback, encrypted, %d processes; starved = the last process stopped %s of every %s\n", mlsProcesses, mlsStopped, mlsStopped+mlsRun)
-	fmt.Fprintf(&b, "  %-7s %5s %10s %12s %14s %14s %7s %28s %10s %12s %22s\n", "timers", "N", "converged", "quiet run", "false deaths", "B/s/member", "cores", "detection p50/p99/max", "missing", "kill-phase", "starved: deaths on")
-	fmt.Fprintf(&b, "  %-7s %5s %10s %12s %14s %14s %7s %28s %10s %12s %22s\n", "", "", "", "", "(quiet)", "mean/max", "", "(kills x survivors)", "verdicts", "false deaths", "starved/others (by st.)")
+	fmt.Fprintf(&b, "  %-7s %5s %10s %10s %18s %14s %7s %28s %10s %12s %38s\n", "timers", "N", "converged", "quiet run", "false deaths", "B/s/member", "cores", "detection p50/p99/max", "missing", "kill-phase", "starved: false death verdicts")
+	fmt.Fprintf(&b, "  %-7s %5s %10s %10s %18s %14s %7s %28s %10s %12s %38s\n", "", "", "", "", "verdicts (members)", "mean/max", "", "(kills x survivors)", "verdicts", "false deaths", "on starved/others (by st.) [members]")
 	for _, r := range rows {
 		conv := r.converge.Round(time.Second).String()
 		if !r.converged {
 			conv = "NO " + conv
 		}
-		fmt.Fprintf(&b, "  %-7s %5d %10s %12s %14d %14s %7.2f %28s %10d %12d %22s\n", r.profile, r.n, conv, r.quiet.Round(time.Second), r.quietDeaths,
+		fmt.Fprintf(&b, "  %-7s %5d %10s %10s %18s %14s %7.2f %28s %10d %12d %38s\n", r.profile, r.n, conv, r.quiet.Round(time.Second), fmt.Sprintf("%d (%d)", r.quietDeaths, r.quietDead),
 			fmt.Sprintf("%.0f/%.0f", r.bytesMean, r.bytesMax), r.cores,
 			fmt.Sprintf("%s/%s/%s (%dx%d)", pct(r.detect, .5).Round(time.Millisecond), pct(r.detect, .99).Round(time.Millisecond), pct(r.detect, 1).Round(time.Millisecond), r.kills, r.n-r.kills),
-			r.undetected, r.killDeaths, fmt.Sprintf("%d/%d (%d) in %s", r.starvedDeaths, r.starvedOthers, r.starvedObservers, r.starved.Round(time.Second)))
+			r.undetected, r.killDeaths, fmt.Sprintf("%d/%d (%d) [%d] in %s", r.starvedDeaths, r.starvedOthers, r.starvedObservers, r.starvedDead, r.starved.Round(time.Second)))
 	}
 	fmt.Fprintf(&b, "  targets (issue #19): detection p99 <= 0.5 s at 1,000, 0 false deaths, <= 50 kB/s per member\n")
 	return b.String()
