@@ -232,6 +232,7 @@ func TestLabKubelets(t *testing.T) {
 	sub("unknown-image", testUnknownImage)
 	sub("kubelet-crash", testKubeletCrash)
 	sub("heartbeats", testHeartbeats)
+	sub("status-corrected", testStatusCorrected)
 	sub("service-account-token", testServiceAccountToken)
 
 	// --- Deleting the deployment stops the processes and removes the
@@ -610,6 +611,49 @@ func testHeartbeats(lab *harness.T) {
 		}
 		return len(stale) == 0, strings.Join(stale, "; ")
 	})
+}
+
+// testStatusCorrected: when something else writes a pod's status (the
+// node lifecycle controller marks every pod of a node it thinks
+// NotReady not ready), the kubelet writes back what it knows, as a real
+// kubelet's status manager does, so the pod is ready again in seconds.
+func testStatusCorrected(lab *harness.T) {
+	pods := lab.Pods("app=source-ip-app")
+	if len(pods) == 0 {
+		lab.T.Fatal("no source-ip-app pod")
+	}
+	pod := pods[0].DeepCopy()
+	found := false
+	for i, c := range pod.Status.Conditions {
+		if c.Type == v1.PodReady {
+			if c.Status != v1.ConditionTrue {
+				lab.T.Fatalf("pod %s is not ready to begin with: %+v", pod.Name, c)
+			}
+			pod.Status.Conditions[i].Status = v1.ConditionFalse
+			pod.Status.Conditions[i].LastTransitionTime = metav1.Now()
+			found = true
+		}
+	}
+	if !found {
+		lab.T.Fatalf("pod %s has no Ready condition", pod.Name)
+	}
+	if _, err := lab.CS.CoreV1().Pods(pod.Namespace).UpdateStatus(lab.Ctx, pod, metav1.UpdateOptions{}); err != nil {
+		lab.T.Fatal(err)
+	}
+	start := time.Now()
+	lab.Poll(20*time.Second, "the kubelet to write pod "+pod.Name+" ready again", func() (bool, string) {
+		p, err := lab.CS.CoreV1().Pods(pod.Namespace).Get(lab.Ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodReady {
+				return c.Status == v1.ConditionTrue, fmt.Sprintf("Ready=%s", c.Status)
+			}
+		}
+		return false, "no Ready condition"
+	})
+	lab.T.Logf("TIMING pod marked not ready by another writer to ready again: %s", time.Since(start).Round(time.Millisecond))
 }
 
 // testServiceAccountToken: a pod finds its API credentials where every
