@@ -570,6 +570,15 @@ func (p *soakProbes) stop() {
 	p.done = append(p.done, live...)
 }
 
+// failedAt are the times of every failed request.
+func (p *soakProbes) failedAt() []time.Time {
+	var out []time.Time
+	for _, pr := range p.done {
+		out = append(out, pr.FailedAt()...)
+	}
+	return out
+}
+
 // result sums every segment: requests, failures, the longest gap, and
 // the failures' first lines by VIP.
 func (p *soakProbes) result() (sent, failed int, maxGap time.Duration, failures []string) {

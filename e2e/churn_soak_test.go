@@ -127,6 +127,11 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 		return w.caughtUp(svcs, cfg.groups, time.Second)
 	})
 	probes := &soakProbes{targets: soakProbeTargets(h, svcs, ipOf, cfg.probes)}
+	captureIn := []string{h.Layout.Client, h.Layout.Remote}
+	for _, n := range h.Layout.Nodes {
+		captureIn = append(captureIn, n.Netns)
+	}
+	resets := startSoakRSTCapture(t, captureIn)
 	for _, tg := range probes.targets {
 		h.Poll(2*time.Minute, tg[1]+" answering from "+tg[0], func() (bool, string) {
 			ok, err := harness.EchoGet(tg[0], tg[1], time.Second)
@@ -311,6 +316,9 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 		}
 	}
 	details("failed requests", failures)
+	if failed > 0 {
+		t.Logf("TCP resets (tcpdump -e in the client's, the remote client's and every node's namespace):\n  %s", strings.Join(resets.near(probes.failedAt()), "\n  "))
+	}
 	details("deleted pods still ready in a Service after the preStop sleep", late)
 	details("Service IP changes", ipLog)
 	details("L2 winner changes", moved)
