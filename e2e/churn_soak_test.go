@@ -203,7 +203,8 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 		t.Logf("usage at end: %v", errs)
 	}
 	startUsage, nStart := usage.median(cfg.warmup, cfg.warmup+win)
-	endUsage, nEnd := usage.median(time.Since(begin)-win, time.Since(begin))
+	now := time.Since(begin)
+	endUsage, nEnd := usage.median(now-win, now)
 	probes.stop()
 	elapsed := time.Since(begin)
 	maxLag, late := lag.result()

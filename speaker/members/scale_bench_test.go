@@ -3,6 +3,7 @@ package members
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -527,14 +528,14 @@ func TestBenchMemberlistScale(t *testing.T) {
 		t.Skip("a benchmark, run by `make bench` (HERALD_BENCH=1), not by make test")
 	}
 	var sizes []int
-	for _, s := range strings.Split(cmpOr(os.Getenv("HERALD_MLS_N"), "10,100,1000"), ",") {
+	for _, s := range strings.Split(cmp.Or(os.Getenv("HERALD_MLS_N"), "10,100,1000"), ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 4 || n > 2000 {
 			t.Fatalf("HERALD_MLS_N: %q is not a member count from 4 to 2000", s)
 		}
 		sizes = append(sizes, n)
 	}
-	profiles := strings.Split(cmpOr(os.Getenv("HERALD_MLS_PROFILES"), "herald,lan"), ",")
+	profiles := strings.Split(cmp.Or(os.Getenv("HERALD_MLS_PROFILES"), "herald,lan"), ",")
 	for _, p := range profiles {
 		if _, _, ok := mlsTimers(p); !ok {
 			t.Fatalf("HERALD_MLS_PROFILES: unknown profile %q (herald, fast, lan, each optionally *K for K times longer timers)", p)
@@ -542,7 +543,7 @@ func TestBenchMemberlistScale(t *testing.T) {
 	}
 	quiet := envDuration(t, "HERALD_MLS_QUIET", 5*time.Minute)
 	starved := envDuration(t, "HERALD_MLS_STARVED", 5*time.Minute)
-	kills, err := strconv.Atoi(cmpOr(os.Getenv("HERALD_MLS_KILLS"), "5"))
+	kills, err := strconv.Atoi(cmp.Or(os.Getenv("HERALD_MLS_KILLS"), "5"))
 	if err != nil || kills < 1 {
 		t.Fatalf("HERALD_MLS_KILLS: want a positive count")
 	}
@@ -560,14 +561,7 @@ func TestBenchMemberlistScale(t *testing.T) {
 	}
 	t.Log("\n" + mlsReport(rows))
 	t.Logf("BENCH reproduce: HERALD_BENCH=1 HERALD_MLS_N=%s HERALD_MLS_PROFILES=%s HERALD_MLS_QUIET=%s HERALD_MLS_STARVED=%s HERALD_MLS_KILLS=%d go test -count=1 -run '^TestBenchMemberlistScale$' -v -timeout 180m ./speaker/members/",
-		cmpOr(os.Getenv("HERALD_MLS_N"), "10,100,1000"), strings.Join(profiles, ","), quiet, starved, kills)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+		cmp.Or(os.Getenv("HERALD_MLS_N"), "10,100,1000"), strings.Join(profiles, ","), quiet, starved, kills)
 }
 
 func runMLS(t *testing.T, profile string, n int, quiet, starved time.Duration, kills int) mlsRow {
