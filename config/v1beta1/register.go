@@ -19,6 +19,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&Community{}, &CommunityList{},
 		&BFDProfile{}, &BFDProfileList{},
 		&ServiceAnnouncement{}, &ServiceAnnouncementList{},
+		&NodeAnnouncement{}, &NodeAnnouncementList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
