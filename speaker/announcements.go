@@ -113,18 +113,29 @@ func NewAnnouncementWriter(node, ns string, dyn dynamic.Interface, inf cache.Sha
 		log:     log,
 		desired: map[string]view.Announcement{},
 		sweep:   map[string]bool{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{}),
+		queue:   newWriteQueue(),
 	}
-	// Level-triggered on our own objects: someone deleting or editing
-	// one gets it written back.
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    w.objectChanged,
-		UpdateFunc: func(_, obj any) { w.objectChanged(obj) },
-		DeleteFunc: w.objectChanged,
-	})
+	onEveryEvent(inf, w.objectChanged)
 	return w
+}
+
+// newWriteQueue is a writer's queue of object names, retrying a failed
+// write from 200 ms up to every 30 s.
+func newWriteQueue() workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[string]{})
+}
+
+// onEveryEvent calls changed with the object of every event of inf:
+// writers are level-triggered on their own objects, so someone deleting
+// or editing one gets it written back.
+func onEveryEvent(inf cache.SharedIndexInformer, changed func(obj any)) {
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    changed,
+		UpdateFunc: func(_, obj any) { changed(obj) },
+		DeleteFunc: changed,
+	})
 }
 
 // OwnedByPod makes the speaker's pod an owner of the objects it creates
@@ -193,17 +204,24 @@ func (w *AnnouncementWriter) Nodes() []string {
 
 // Sweep implements StatusSink.
 func (w *AnnouncementWriter) Sweep(node string) {
-	objs, _ := w.lister.ByNamespace(w.ns).List(labels.Everything())
-	for _, o := range objs {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok || announcementNode(u) != node {
-			continue
-		}
+	for _, name := range objectsOf(w.lister, w.ns, node) {
 		w.mu.Lock()
-		w.sweep[u.GetName()] = true
+		w.sweep[name] = true
 		w.mu.Unlock()
-		w.queue.Add(u.GetName())
+		w.queue.Add(name)
 	}
+}
+
+// objectsOf names the objects in the lister that are about node.
+func objectsOf(lister cache.GenericLister, ns, node string) []string {
+	objs, _ := lister.ByNamespace(ns).List(labels.Everything())
+	var out []string
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok && announcementNode(u) == node {
+			out = append(out, u.GetName())
+		}
+	}
+	return out
 }
 
 // announcementNode is the node an object is about: the annotation, or
@@ -222,19 +240,28 @@ func (w *AnnouncementWriter) Run(ctx context.Context) {
 		<-ctx.Done()
 		w.queue.ShutDown()
 	}()
+	runQueue(ctx, w.queue, w.reconcile, func(name string, err error) {
+		w.log.Warn("writing a ServiceAnnouncement; retrying", "name", w.ns+"/"+name, "err", err)
+	})
+}
+
+// runQueue reconciles the names queue hands out until it shuts down,
+// retrying failures with the queue's backoff.
+func runQueue(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string],
+	reconcile func(context.Context, string) error, failed func(string, error)) {
 	for {
-		name, quit := w.queue.Get()
+		name, quit := queue.Get()
 		if quit {
 			return
 		}
-		err := w.reconcile(ctx, name)
-		w.queue.Done(name)
+		err := reconcile(ctx, name)
+		queue.Done(name)
 		switch {
 		case err == nil:
-			w.queue.Forget(name)
+			queue.Forget(name)
 		case ctx.Err() == nil:
-			w.log.Warn("writing a ServiceAnnouncement; retrying", "name", w.ns+"/"+name, "err", err)
-			w.queue.AddRateLimited(name)
+			failed(name, err)
+			queue.AddRateLimited(name)
 		}
 	}
 }
@@ -305,19 +332,9 @@ func (w *AnnouncementWriter) reconcile(ctx context.Context, name string) error {
 		if w.pod != nil {
 			obj.OwnerReferences = append(obj.OwnerReferences, *w.pod)
 		}
-		u, err := toUnstructured(obj)
-		if err != nil {
+		if cur, err = createOrGet(ctx, w.res, obj); err != nil {
 			return err
 		}
-		created, err := w.res.Create(ctx, u, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			// Created before and not in the cache yet: take it as is.
-			created, err = w.res.Get(ctx, name, metav1.GetOptions{})
-		}
-		if err != nil {
-			return err
-		}
-		cur = created
 	}
 	var have v1beta1.ServiceAnnouncement
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(cur.Object, &have); err != nil {
@@ -326,18 +343,47 @@ func (w *AnnouncementWriter) reconcile(ctx context.Context, name string) error {
 	if sameStatus(have.Status, status) && have.Annotations[AnnotationNode] == w.node {
 		return nil
 	}
+	return updateStatus(ctx, w.res, cur, &status)
+}
+
+// createOrGet creates obj; one created before and not in the cache yet
+// is taken as it is.
+func createOrGet(ctx context.Context, res dynamic.ResourceInterface, obj metav1.Object) (*unstructured.Unstructured, error) {
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a runtime.Object", obj)
+	}
+	u, err := toUnstructured(ro)
+	if err != nil {
+		return nil, err
+	}
+	created, err := res.Create(ctx, u, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = res.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	}
+	return created, err
+}
+
+// updateStatus writes status (a pointer to a status struct) into cur's
+// status subresource.
+func updateStatus(ctx context.Context, res dynamic.ResourceInterface, cur *unstructured.Unstructured, status any) error {
 	upd := cur.DeepCopy()
-	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
+	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(status)
 	if err != nil {
 		return err
 	}
 	upd.Object["status"] = st
-	_, err = w.res.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	_, err = res.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
 	return err
 }
 
 func (w *AnnouncementWriter) current(name string) (*unstructured.Unstructured, error) {
-	obj, err := w.lister.ByNamespace(w.ns).Get(name)
+	return cachedObject(w.lister, w.ns, name)
+}
+
+// cachedObject is the object in the lister, nil when there is none.
+func cachedObject(lister cache.GenericLister, ns, name string) (*unstructured.Unstructured, error) {
+	obj, err := lister.ByNamespace(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

@@ -43,11 +43,14 @@ func apiSizes() [][2]int {
 type apiCluster struct {
 	dyn      *dynamicfake.FakeDynamicClient
 	inf      cache.SharedIndexInformer
+	nodeInf  cache.SharedIndexInformer
 	speakers []*scaleWorld
 	writers  []*AnnouncementWriter
-	mu       sync.Mutex
-	verbs    map[string]int
-	writes   int64
+	// nodeWriters write the NodeAnnouncements (BGP only).
+	nodeWriters []*NodeAnnouncementWriter
+	mu          sync.Mutex
+	verbs       map[string]int
+	writes      int64
 	// seen counts the informer's events.
 	seen atomic.Int64
 }
@@ -55,7 +58,7 @@ type apiCluster struct {
 func newAPICluster(ctx context.Context, n, svcs int, useBGP bool, policy string) *apiCluster {
 	c := &apiCluster{verbs: map[string]int{}}
 	c.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{AnnouncementGVR: "ServiceAnnouncementList"})
+		map[schema.GroupVersionResource]string{AnnouncementGVR: "ServiceAnnouncementList", NodeAnnouncementGVR: "NodeAnnouncementList"})
 	c.dyn.PrependReactor("*", "serviceannouncements", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		switch a.GetVerb() {
 		case "create", "update", "delete", "patch":
@@ -75,21 +78,29 @@ func newAPICluster(ctx context.Context, n, svcs int, useBGP bool, policy string)
 	})
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.dyn, 0, "herald-system", nil)
 	c.inf = f.ForResource(AnnouncementGVR).Informer()
-	_, _ = c.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.seen.Add(1) },
-		UpdateFunc: func(_, _ any) { c.seen.Add(1) },
-		DeleteFunc: func(any) { c.seen.Add(1) },
-	})
+	c.nodeInf = f.ForResource(NodeAnnouncementGVR).Informer()
+	for _, inf := range []cache.SharedIndexInformer{c.inf, c.nodeInf} {
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.seen.Add(1) },
+			UpdateFunc: func(_, _ any) { c.seen.Add(1) },
+			DeleteFunc: func(any) { c.seen.Add(1) },
+		})
+	}
 	src := &fakeSource{snap: scaleSnapshot(n, svcs, useBGP, policy)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	noOwner := func(view.ServiceRef) types.UID { return "" }
 	for i := range n {
 		w := NewAnnouncementWriter(scaleNode(i), "herald-system", c.dyn, c.inf, noOwner, log)
 		c.writers = append(c.writers, w)
-		c.speakers = append(c.speakers, newScaleSpeaker(src, scaleNode(i), n, useBGP, w))
+		sink := statusWriters{svc: w}
+		if useBGP {
+			sink.node = NewNodeAnnouncementWriter(scaleNode(i), "herald-system", c.dyn, c.nodeInf, log)
+			c.nodeWriters = append(c.nodeWriters, sink.node)
+		}
+		c.speakers = append(c.speakers, newScaleSpeaker(src, scaleNode(i), n, useBGP, sink))
 	}
 	f.Start(ctx.Done())
-	cache.WaitForCacheSync(ctx.Done(), c.inf.HasSynced)
+	cache.WaitForCacheSync(ctx.Done(), c.inf.HasSynced, c.nodeInf.HasSynced)
 	return c
 }
 
@@ -102,13 +113,33 @@ func (c *apiCluster) take() map[string]int {
 	return out
 }
 
-// objects counts the ServiceAnnouncements in the API.
-func (c *apiCluster) objects(ctx context.Context) int {
-	l, err := c.dyn.Resource(AnnouncementGVR).Namespace("herald-system").List(ctx, metav1.ListOptions{})
+// objects counts the objects of a kind in the API.
+func (c *apiCluster) objects(ctx context.Context, gvr schema.GroupVersionResource) int {
+	l, err := c.dyn.Resource(gvr).Namespace("herald-system").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		panic(err)
 	}
 	return len(l.Items)
+}
+
+// drain reconciles what queue holds, reporting whether it held anything.
+func drain(ctx context.Context, queue interface {
+	Len() int
+	Get() (string, bool)
+	Done(string)
+	Forget(string)
+}, reconcile func(context.Context, string) error) bool {
+	busy := false
+	for queue.Len() > 0 {
+		busy = true
+		name, _ := queue.Get()
+		if err := reconcile(ctx, name); err != nil {
+			panic(err)
+		}
+		queue.Done(name)
+		queue.Forget(name)
+	}
+	return busy
 }
 
 // round syncs the live speakers, then writes until every writer's queue
@@ -122,17 +153,17 @@ func (c *apiCluster) round(ctx context.Context, live []bool) {
 	for quiet := 0; quiet < 3; {
 		busy := false
 		for i, w := range c.writers {
-			for live[i] && w.queue.Len() > 0 {
+			if live[i] && drain(ctx, w.queue, w.reconcile) {
 				busy = true
-				name, _ := w.queue.Get()
-				if err := w.reconcile(ctx, name); err != nil {
-					panic(err)
-				}
-				w.queue.Done(name)
-				w.queue.Forget(name)
 			}
 		}
-		if busy || len(c.inf.GetStore().List()) != c.objects(ctx) {
+		for i, w := range c.nodeWriters {
+			if live[i] && drain(ctx, w.queue, w.reconcile) {
+				busy = true
+			}
+		}
+		if busy || len(c.inf.GetStore().List()) != c.objects(ctx, AnnouncementGVR) ||
+			len(c.nodeInf.GetStore().List()) != c.objects(ctx, NodeAnnouncementGVR) {
 			quiet = 0
 		} else {
 			quiet++
@@ -169,7 +200,8 @@ func BenchmarkAnnouncementsAPI(b *testing.B) {
 					}
 					c.round(ctx, live)
 					report("start", c.take())
-					b.ReportMetric(float64(c.objects(ctx)), "objects")
+					b.ReportMetric(float64(c.objects(ctx, AnnouncementGVR)), "svc-objects")
+					b.ReportMetric(float64(c.objects(ctx, NodeAnnouncementGVR)), "node-objects")
 					c.round(ctx, live)
 					report("steady", c.take())
 					// node-0001 fails: the others' memberlist drops it.
@@ -187,6 +219,11 @@ func BenchmarkAnnouncementsAPI(b *testing.B) {
 					r := 2
 					if err := c.writers[r].DeleteOwn(ctx); err != nil {
 						b.Fatal(err)
+					}
+					if c.nodeWriters != nil {
+						if err := c.nodeWriters[r].DeleteOwn(ctx); err != nil {
+							b.Fatal(err)
+						}
 					}
 					c.round(ctx, live)
 					report("restart", c.take())

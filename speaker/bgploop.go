@@ -39,10 +39,10 @@ type bgpState struct {
 }
 
 // syncBGP decides what this node advertises and applies it; it returns
-// the ServiceAnnouncements of what was applied.
-func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.Addr]bool) []view.Announcement {
+// the ServiceAnnouncements and the NodeAnnouncement of what was applied.
+func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.Addr]bool) ([]view.Announcement, *view.NodeSummary) {
 	if s.d.BGP == nil {
-		return nil
+		return nil, nil
 	}
 	plan := bgpplan.Compute(bgpplan.Input{
 		Config: snap.Config, Services: snap.Services, Nodes: snap.Nodes,
@@ -99,23 +99,38 @@ func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.A
 		st.routes[a.Peer.Name] = len(a.Routes)
 	}
 	st.mu.Unlock()
+	onSessions := func(peers []string) []string {
+		return slices.DeleteFunc(slices.Clone(peers), func(p string) bool { return !names[p] })
+	}
 	var anns, advertised []view.Announcement
 	for _, a := range plan.Announcements {
-		a.Peers = slices.DeleteFunc(slices.Clone(a.Peers), func(p string) bool { return !names[p] })
+		a.Peers = onSessions(a.Peers)
 		if len(a.Peers) == 0 {
 			a.IPs = nil
-		}
-		if len(a.IPs) > 0 {
-			advertised = append(advertised, a)
 		}
 		if len(a.IPs) > 0 || len(a.Unannounced) > 0 {
 			anns = append(anns, a)
 		}
 	}
+	for _, a := range plan.Advertising {
+		if a.Peers = onSessions(a.Peers); len(a.Peers) > 0 {
+			advertised = append(advertised, a)
+		}
+	}
+	var sum *view.NodeSummary
+	if plan.Summary != nil {
+		c := *plan.Summary
+		c.Advertisements = slices.Clone(c.Advertisements)
+		for i := range c.Advertisements {
+			na := &c.Advertisements[i]
+			na.IPv4Peers, na.IPv6Peers = onSessions(na.IPv4Peers), onSessions(na.IPv6Peers)
+		}
+		sum = &c
+	}
 	// Events are about what is advertised, not about the reasons.
 	s.bgpEvents(s.bgpAnns, advertised)
 	s.bgpAnns = advertised
-	return anns
+	return anns, sum
 }
 
 // bgpEvents records an event on each Service whose BGP advertisement by

@@ -110,8 +110,12 @@ func TestBGPAndLayer2Together(t *testing.T) {
 	for _, a := range l.status.anns {
 		protos = append(protos, a.Service.Name+"/"+a.Protocol)
 	}
-	if !slices.Equal(protos, []string{"lan/layer2", "web/bgp"}) {
+	// web (Cluster) is published by the node's summary.
+	if !slices.Equal(protos, []string{"lan/layer2"}) {
 		t.Errorf("announcements %v", protos)
+	}
+	if s := l.status.node; s == nil || len(s.Advertisements) != 1 || !slices.Equal(s.Advertisements[0].IPv4Peers, []string{"router"}) {
+		t.Errorf("node summary %+v", s)
 	}
 	if !l.sp.Announcements().AnnouncingAnywhere(addr("198.51.100.200")) || l.sp.Announcements().AnnouncingAnywhere(addr("203.0.113.130")) {
 		t.Error("ARP answered for the wrong IPs")
@@ -123,13 +127,19 @@ func TestBGPFailureIsRetriedAndNotAnnounced(t *testing.T) {
 	l.bgpService("web", false, []string{"node1"}, "203.0.113.130")
 	f.Fail = "add router"
 	l.sp.Sync()
-	if len(l.status.anns) != 0 {
-		t.Errorf("announced %+v over a session that failed to open", l.status.anns)
+	peers := func() []string {
+		if s := l.status.node; s != nil && len(s.Advertisements) == 1 {
+			return s.Advertisements[0].IPv4Peers
+		}
+		return nil
+	}
+	if len(l.status.anns) != 0 || len(peers()) != 0 {
+		t.Errorf("announced %+v, summary %+v over a session that failed to open", l.status.anns, l.status.node)
 	}
 	f.Fail = ""
 	l.sp.Sync()
-	if len(l.status.anns) != 1 || len(prefixesOf(f)) != 1 {
-		t.Errorf("after the retry: status %+v, routes %v", l.status.anns, prefixesOf(f))
+	if !slices.Equal(peers(), []string{"router"}) || len(prefixesOf(f)) != 1 {
+		t.Errorf("after the retry: summary %+v, routes %v", l.status.node, prefixesOf(f))
 	}
 }
 

@@ -180,6 +180,15 @@ type fakeStatus struct {
 	anns  []view.Announcement
 	other map[string][]string // node -> announcements of other nodes
 	swept []string
+	// node is the last NodeAnnouncement set; nodeSets counts the calls.
+	node     *view.NodeSummary
+	nodeSets int
+}
+
+func (f *fakeStatus) SetNode(s *view.NodeSummary) {
+	f.mu.Lock()
+	f.node, f.nodeSets = s, f.nodeSets+1
+	f.mu.Unlock()
 }
 
 func (f *fakeStatus) Set(a []view.Announcement) {

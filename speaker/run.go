@@ -137,10 +137,19 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		bgpMgr = bgp.NewManager(gobgp.New(log.With("component", "gobgp")), log.With("component", "bgp"))
 	}
 	writer := NewAnnouncementWriter(o.NodeName, o.Namespace, dyn, saInf.Informer(), src.ownerUID, log.With("component", "status"))
+	var nodeWriter *NodeAnnouncementWriter
+	if o.BGP {
+		// Not in synced: see NodeAnnouncementWriter.
+		nodeWriter = NewNodeAnnouncementWriter(o.NodeName, o.Namespace, dyn,
+			dynFactory.ForResource(NodeAnnouncementGVR).Informer(), log.With("component", "status"))
+	}
 	// Owner references cannot cross namespaces: one would make the
 	// garbage collector delete the objects at once.
 	if o.PodName != "" && o.PodUID != "" && o.PodNamespace == o.Namespace {
 		writer.OwnedByPod(o.PodName, types.UID(o.PodUID))
+		if nodeWriter != nil {
+			nodeWriter.OwnedByPod(writer.pod)
+		}
 	}
 
 	rec, stopEvents := daemon.Recorder(ctx, kube, clientscheme.Scheme, "speaker", o.NodeName)
@@ -152,7 +161,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	sp = New(Deps{
 		Node: o.NodeName, Options: view.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
 		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
-		Status: writer, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
+		Status: statusWriters{writer, nodeWriter}, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
 		Recovery: recovery.NewTracker(o.RecoveryHold, nil),
 	}.withProxy(o.ProxyRules))
 	spMu.Unlock()
@@ -229,6 +238,10 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		heartbeat.Run(loopCtx, kube, o.Namespace, beat, view, o.HeartbeatPeriod, sp.Trigger, log.With("component", "heartbeat"))
 	}()
 	go func() { defer wg.Done(); writer.Run(infCtx) }()
+	if nodeWriter != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); nodeWriter.Run(infCtx) }()
+	}
 	go func() { defer wg.Done(); rejoinOnNodeChanges(loopCtx, src, cluster, peers, log) }()
 	loopDone := make(chan struct{})
 	go func() { defer close(loopDone); sp.Run(loopCtx) }()
@@ -258,6 +271,12 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	if err := writer.DeleteOwn(dctx); err != nil {
 		log.Warn("removing this node's ServiceAnnouncements", "err", err)
+	}
+	if nodeWriter != nil {
+		nodeWriter.Set(nil)
+		if err := nodeWriter.DeleteOwn(dctx); err != nil {
+			log.Warn("removing this node's NodeAnnouncement", "err", err)
+		}
 	}
 	cancel()
 	stopInformers()

@@ -52,12 +52,14 @@ type Source interface {
 	BGPPeer(name string) runtime.Object
 }
 
-// StatusSink keeps the ServiceAnnouncement objects; writes are
+// StatusSink keeps the ServiceAnnouncement and NodeAnnouncement objects; writes are
 // asynchronous, so a slow API server never delays an ARP answer.
 type StatusSink interface {
-	// Set replaces this node's announcements.
+	// Set replaces this node's ServiceAnnouncements.
 	Set(anns []view.Announcement)
-	// Nodes lists the nodes that have announcements.
+	// SetNode replaces this node's NodeAnnouncement; nil: none.
+	SetNode(sum *view.NodeSummary)
+	// Nodes lists the nodes that have announcements of either kind.
 	Nodes() []string
 	// Sweep deletes the announcements of a node whose speaker left.
 	Sweep(node string)
@@ -478,8 +480,9 @@ func (s *Speaker) Sync() {
 			}
 		}
 	}
-	bgpAnns := s.syncBGP(snap, in.Reporter, in.Unprogrammed)
+	bgpAnns, summary := s.syncBGP(snap, in.Reporter, in.Unprogrammed)
 	s.d.Status.Set(append(slices.Clone(st.Announcements), bgpAnns...))
+	s.d.Status.SetNode(summary)
 	s.events(ch)
 	s.sweep(liveNames)
 	s.logChanges(st, ch)

@@ -105,6 +105,33 @@ type Announcement struct {
 	Unannounced []Unannounced
 }
 
+// NodeSummary is the NodeAnnouncement status a node publishes: what it
+// advertises over BGP for every address of a Service with
+// externalTrafficPolicy Cluster (see bgp/plan.ResolveCluster).
+type NodeSummary struct {
+	Node     string
+	Protocol string
+	// Reason is why the node advertises nothing at all; "" when it may.
+	Reason string
+	// Advertisements are the BGPAdvertisements selecting the node, by
+	// name, each with the peers it sends this node's prefixes to.
+	Advertisements []NodeAdvertisement
+}
+
+// NodeAdvertisement is one BGPAdvertisement as one node applies it.
+type NodeAdvertisement struct {
+	Name                 string
+	IPv4Peers, IPv6Peers []string
+}
+
+// Equal reports whether a and b publish the same status.
+func (a NodeSummary) Equal(b NodeSummary) bool {
+	return a.Node == b.Node && a.Protocol == b.Protocol && a.Reason == b.Reason &&
+		slices.EqualFunc(a.Advertisements, b.Advertisements, func(x, y NodeAdvertisement) bool {
+			return x.Name == y.Name && slices.Equal(x.IPv4Peers, y.IPv4Peers) && slices.Equal(x.IPv6Peers, y.IPv6Peers)
+		})
+}
+
 // Unannounced is an address nobody announces, with the reason a speaker
 // computed, published so that `herald status` can say why.
 type Unannounced struct {

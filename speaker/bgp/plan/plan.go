@@ -98,6 +98,10 @@ type IP struct {
 	Peers []string
 	// Reason says why this node does not advertise the IP.
 	Reason string
+	// Cluster: no Service sharing the IP has externalTrafficPolicy
+	// Local, so every eligible node decides it alike and the node's
+	// Summary, not a ServiceAnnouncement, publishes it.
+	Cluster bool
 }
 
 // Advertised reports whether this node advertises the IP to any peer.
@@ -114,8 +118,18 @@ type Plan struct {
 	IPs      []IP
 	// Ignored are Services and IPs left out before deciding, and why.
 	Ignored []view.Ignored
-	// Announcements are this node's ServiceAnnouncements, by Service.
+	// Announcements are this node's ServiceAnnouncements, by Service:
+	// the addresses of Services with externalTrafficPolicy Local it
+	// advertises, and, from the reporter, the addresses nobody
+	// advertises and why.
 	Announcements []view.Announcement
+	// Advertising lists, by Service, every address this node advertises
+	// (Local and Cluster), for the Services' events.
+	Advertising []view.Announcement
+	// Summary is this node's NodeAnnouncement, which publishes what it
+	// advertises for the Cluster addresses; nil when BGP has nothing to
+	// do here (no session and no BGPAdvertisement at all).
+	Summary *view.NodeSummary
 	// Problems are configuration this node cannot honour; they name the
 	// object and field.
 	Problems []string
@@ -195,11 +209,14 @@ func Compute(in Input) Plan {
 		}
 		return an
 	}
+	advertising := map[view.ServiceRef]*view.Announcement{}
 	nodeWhy := nodeIneligible(node, in.Options)
+	p.Summary = summary(in.Node, nodeWhy, labels, p.Sessions, ads)
 	for a, g := range groups {
-		ip := IP{Addr: a, Pool: g.Pool}
+		ip := IP{Addr: a, Pool: g.Pool, Cluster: true}
 		for _, s := range g.Services {
 			ip.Services = append(ip.Services, s.Ref())
+			ip.Cluster = ip.Cluster && !s.Local
 		}
 		slices.SortFunc(ip.Services, compareRefs)
 		for _, ad := range g.Ads {
@@ -250,9 +267,18 @@ func Compute(in Input) Plan {
 		switch {
 		case ip.Advertised():
 			for _, ref := range ip.Services {
-				an := announcement(ref)
-				an.IPs = append(an.IPs, a)
-				an.Peers = append(an.Peers, ip.Peers...)
+				adv := advertising[ref]
+				if adv == nil {
+					adv = &view.Announcement{Service: ref, Node: in.Node, Protocol: Protocol}
+					advertising[ref] = adv
+				}
+				adv.IPs = append(adv.IPs, a)
+				adv.Peers = append(adv.Peers, ip.Peers...)
+				if !ip.Cluster {
+					an := announcement(ref)
+					an.IPs = append(an.IPs, a)
+					an.Peers = append(an.Peers, ip.Peers...)
+				}
 			}
 		case in.Reporter && !serving(g.Services):
 			for _, ref := range ip.Services {
@@ -285,18 +311,130 @@ func Compute(in Input) Plan {
 		}
 		slices.SortFunc(s.Routes, func(a, b Route) int { return comparePrefixes(a.Prefix, b.Prefix) })
 	}
-	for _, an := range perService {
-		slices.SortFunc(an.IPs, netip.Addr.Compare)
-		slices.Sort(an.Peers)
-		an.Peers = slices.Compact(an.Peers)
-		an.Unannounced = view.SortUnannounced(an.Unannounced)
-		p.Announcements = append(p.Announcements, *an)
-	}
-	slices.SortFunc(p.Announcements, func(a, b view.Announcement) int { return compareRefs(a.Service, b.Service) })
+	p.Announcements = sortedAnnouncements(perService)
+	p.Advertising = sortedAnnouncements(advertising)
 	slices.SortStableFunc(p.Ignored, func(a, b view.Ignored) int {
 		return cmp.Or(compareRefs(a.Service, b.Service), a.Addr.Compare(b.Addr))
 	})
 	return p
+}
+
+func sortedAnnouncements(m map[view.ServiceRef]*view.Announcement) []view.Announcement {
+	var out []view.Announcement
+	for _, an := range m {
+		slices.SortFunc(an.IPs, netip.Addr.Compare)
+		slices.Sort(an.Peers)
+		an.Peers = slices.Compact(an.Peers)
+		an.Unannounced = view.SortUnannounced(an.Unannounced)
+		out = append(out, *an)
+	}
+	slices.SortFunc(out, func(a, b view.Announcement) int { return compareRefs(a.Service, b.Service) })
+	return out
+}
+
+// summary is what this node advertises for every Cluster address: the
+// BGPAdvertisements selecting it and, per family, the sessions each
+// sends to, as the per-IP loop in Compute decides them; nil when there
+// is no session and no advertisement at all.
+func summary(node, nodeWhy string, labels map[string]string, sessions []Session, ads []*config.BGPAdvertisement) *view.NodeSummary {
+	if len(sessions) == 0 && len(ads) == 0 {
+		return nil
+	}
+	sum := &view.NodeSummary{Node: node, Protocol: Protocol, Reason: nodeWhy}
+	if nodeWhy != "" {
+		return sum
+	}
+	for _, ad := range ads {
+		if ad == nil || !ad.NodeSelectors.MatchesOrEmpty(labels) {
+			continue
+		}
+		na := view.NodeAdvertisement{Name: ad.Name}
+		for _, sess := range sessions {
+			if len(ad.Peers) > 0 && !slices.Contains(ad.Peers, sess.Name()) {
+				continue
+			}
+			if sess.Peer.Address.Unmap().Is4() {
+				na.IPv4Peers = append(na.IPv4Peers, sess.Name())
+			} else {
+				na.IPv6Peers = append(na.IPv6Peers, sess.Name())
+			}
+		}
+		// Two advertisements of one name cannot come out of the parser;
+		// merge them anyway so the published list stays a map by name.
+		if i := slices.IndexFunc(sum.Advertisements, func(x view.NodeAdvertisement) bool { return x.Name == na.Name }); i >= 0 {
+			old := &sum.Advertisements[i]
+			old.IPv4Peers = append(old.IPv4Peers, na.IPv4Peers...)
+			old.IPv6Peers = append(old.IPv6Peers, na.IPv6Peers...)
+			continue
+		}
+		sum.Advertisements = append(sum.Advertisements, na)
+	}
+	for i := range sum.Advertisements {
+		na := &sum.Advertisements[i]
+		slices.Sort(na.IPv4Peers)
+		na.IPv4Peers = slices.Compact(na.IPv4Peers)
+		slices.Sort(na.IPv6Peers)
+		na.IPv6Peers = slices.Compact(na.IPv6Peers)
+	}
+	slices.SortFunc(sum.Advertisements, func(a, b view.NodeAdvertisement) int { return strings.Compare(a.Name, b.Name) })
+	return sum
+}
+
+// Advertiser is a node advertising an address over BGP, and to which
+// peers.
+type Advertiser struct {
+	Node  string
+	Peers []string
+}
+
+// ResolveCluster says which nodes advertise each address of the Services
+// with externalTrafficPolicy Cluster, and to which peers, from the nodes'
+// Summaries: what Compute decides on each of those nodes, except the wait
+// for the node's proxy (at most MaxProxyWait, never published). An
+// address nobody advertises maps to an empty list; addresses a Local
+// Service shares, and those left out before deciding (GroupIPs), are not
+// in the map. summaries need not be sorted.
+func ResolveCluster(cfg *config.Config, svcs []view.Service, summaries []view.NodeSummary) map[netip.Addr][]Advertiser {
+	var ads []*config.BGPAdvertisement
+	if cfg != nil {
+		ads = cfg.BGPAdvertisements
+	}
+	groups, _ := view.GroupIPs(cfg, svcs, ads, ReasonNoAdvertisement, ReasonServiceNotSelected)
+	sums := slices.Clone(summaries)
+	slices.SortFunc(sums, func(a, b view.NodeSummary) int { return strings.Compare(a.Node, b.Node) })
+	out := map[netip.Addr][]Advertiser{}
+	for a, g := range groups {
+		if slices.ContainsFunc(g.Services, func(s view.Service) bool { return s.Local }) {
+			continue
+		}
+		covering := map[string]bool{}
+		for _, ad := range g.Ads {
+			covering[ad.Name] = true
+		}
+		who := []Advertiser{}
+		for _, sum := range sums {
+			if sum.Reason != "" || !serving(g.Services) {
+				continue
+			}
+			var peers []string
+			for _, na := range sum.Advertisements {
+				if !covering[na.Name] {
+					continue
+				}
+				if a.Is4() {
+					peers = append(peers, na.IPv4Peers...)
+				} else {
+					peers = append(peers, na.IPv6Peers...)
+				}
+			}
+			if len(peers) > 0 {
+				slices.Sort(peers)
+				who = append(who, Advertiser{Node: sum.Node, Peers: slices.Compact(peers)})
+			}
+		}
+		out[a] = who
+	}
+	return out
 }
 
 // sessions returns the BGPPeers selecting this node, by name, with the

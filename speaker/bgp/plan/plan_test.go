@@ -131,9 +131,55 @@ func TestClusterPolicyAdvertisesWithAttributes(t *testing.T) {
 	if !slices.Equal(ip.Peers, []string{"ebgp", "ibgp"}) || ip.Reason != "" {
 		t.Errorf("IP decision %+v", ip)
 	}
-	if len(p.Announcements) != 1 || !slices.Equal(p.Announcements[0].Peers, []string{"ebgp", "ibgp", "v6"}) ||
-		p.Announcements[0].Protocol != Protocol || len(p.Announcements[0].IPs) != 2 {
+	// A Cluster Service's addresses are published by the node's summary,
+	// not by a ServiceAnnouncement; the events still name them.
+	if len(p.Announcements) != 0 {
+		t.Errorf("ServiceAnnouncements %+v for a Cluster Service", p.Announcements)
+	}
+	if len(p.Advertising) != 1 || !slices.Equal(p.Advertising[0].Peers, []string{"ebgp", "ibgp", "v6"}) ||
+		p.Advertising[0].Protocol != Protocol || len(p.Advertising[0].IPs) != 2 {
+		t.Errorf("advertising %+v", p.Advertising)
+	}
+	// node1 (rack 1) has no rack2 session.
+	want2 := &view.NodeSummary{Node: "node1", Protocol: Protocol, Advertisements: []view.NodeAdvertisement{
+		{Name: "agg", IPv4Peers: []string{"ebgp", "ibgp"}, IPv6Peers: []string{"v6"}},
+		{Name: "all", IPv4Peers: []string{"ebgp", "ibgp"}, IPv6Peers: []string{"v6"}},
+		{Name: "edge", IPv4Peers: []string{"ebgp"}},
+	}}
+	if !reflect.DeepEqual(p.Summary, want2) {
+		t.Errorf("summary %+v, want %+v", p.Summary, want2)
+	}
+}
+
+// TestLocalPolicyKeepsServiceAnnouncements: a Local Service's addresses
+// are published per Service by the nodes with an endpoint, as before.
+func TestLocalPolicyKeepsServiceAnnouncements(t *testing.T) {
+	local := svc("web", "bgp", "203.0.113.130")
+	local.Local = true
+	p := Compute(input("node2", local))
+	if len(p.Announcements) != 1 || !slices.Equal(p.Announcements[0].IPs, []netip.Addr{addr("203.0.113.130")}) ||
+		!slices.Equal(p.Announcements[0].Peers, []string{"ebgp", "ibgp", "rack2"}) {
 		t.Errorf("announcements %+v", p.Announcements)
+	}
+	if ip, _ := p.Lookup(addr("203.0.113.130")); ip.Cluster {
+		t.Errorf("IP of a Local Service marked Cluster: %+v", ip)
+	}
+}
+
+// TestSummaryWithoutBGP: no session and no advertisement, no summary;
+// an ineligible node publishes why, and no advertisement.
+func TestSummaryWithoutBGP(t *testing.T) {
+	in := input("node1")
+	in.Config = &config.Config{Pools: testConfig().Pools}
+	if p := Compute(in); p.Summary != nil {
+		t.Errorf("summary %+v without BGP configuration", p.Summary)
+	}
+	in = input("node1")
+	in.Nodes = nodes()
+	in.Nodes[0].NetworkUnavailable = true
+	want := &view.NodeSummary{Node: "node1", Protocol: Protocol, Reason: ReasonNetworkUnavailable}
+	if p := Compute(in); !reflect.DeepEqual(p.Summary, want) {
+		t.Errorf("summary %+v, want %+v", p.Summary, want)
 	}
 }
 
@@ -300,8 +346,8 @@ func TestSharedIP(t *testing.T) {
 	if len(ip.Services) != 2 || !ip.Advertised() {
 		t.Errorf("shared IP %+v", ip)
 	}
-	if len(p.Announcements) != 2 {
-		t.Errorf("one announcement per Service expected: %+v", p.Announcements)
+	if len(p.Advertising) != 2 || len(p.Announcements) != 0 {
+		t.Errorf("one advertising per Service and no ServiceAnnouncement expected: %+v, %+v", p.Advertising, p.Announcements)
 	}
 	// Under Local every Local Service sharing it needs an endpoint here.
 	b.Local = true
