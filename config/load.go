@@ -188,8 +188,8 @@ func (l *Loader) decode(where string, h header, doc []byte) {
 		decodeInto(l, where, h, doc, &r.Communities)
 	case KindBFDProfile:
 		decodeInto(l, where, h, doc, &r.BFDProfiles)
-	case "ServiceAnnouncement":
-		l.Skipped = append(l.Skipped, Skipped{where, "ServiceAnnouncement is written by the speakers, not configuration"})
+	case "ServiceAnnouncement", "NodeAnnouncement":
+		l.Skipped = append(l.Skipped, Skipped{where, h.Kind + " is written by the speakers, not configuration"})
 	default:
 		l.Problems = append(l.Problems, Problem{Kind: h.Kind, Namespace: h.Metadata.Namespace, Name: h.Metadata.Name, Field: "kind",
 			Message: fmt.Sprintf("herald.io has no kind %q", h.Kind)})

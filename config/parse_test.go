@@ -261,3 +261,31 @@ func TestValidAliasReplacesBrokenOne(t *testing.T) {
 		t.Errorf("want one problem on Community mid, got:\n%s", problems.Error())
 	}
 }
+
+// TestStatusKindsAreSkipped: the objects the speakers write, as `kubectl
+// get -o yaml` of the namespace would include them, are skipped with a
+// reason, not reported as unknown kinds.
+func TestStatusKindsAreSkipped(t *testing.T) {
+	l := Loader{}
+	doc := func(kind string) string {
+		return "apiVersion: herald.io/v1beta1\nkind: " + kind + "\nmetadata: {name: node-1, namespace: herald-system}\nstatus: {node: node-1}"
+	}
+	if err := l.Load("test.yaml", strings.NewReader(doc("ServiceAnnouncement")+"\n---\n"+doc("NodeAnnouncement"))); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if len(l.Problems) != 0 {
+		t.Errorf("problems: %v", l.Problems)
+	}
+	want := []Skipped{
+		{"test.yaml:1", "ServiceAnnouncement is written by the speakers, not configuration"},
+		{"test.yaml:2", "NodeAnnouncement is written by the speakers, not configuration"},
+	}
+	if len(l.Skipped) != len(want) {
+		t.Fatalf("skipped %v, want %v", l.Skipped, want)
+	}
+	for i := range want {
+		if l.Skipped[i] != want[i] {
+			t.Errorf("skipped[%d] = %v, want %v", i, l.Skipped[i], want[i])
+		}
+	}
+}

@@ -59,7 +59,7 @@ func TestEveryKindHasADefinition(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	want := []string{"BFDProfile", "BGPAdvertisement", "BGPPeer", "Community", "IPAddressPool", "L2Advertisement", "ServiceAnnouncement"}
+	want := []string{"BFDProfile", "BGPAdvertisement", "BGPPeer", "Community", "IPAddressPool", "L2Advertisement", "NodeAnnouncement", "ServiceAnnouncement"}
 	if !slices.Equal(kinds, want) {
 		t.Errorf("kinds %v, want %v", kinds, want)
 	}

@@ -51,6 +51,19 @@ status:
   ips: [192.0.2.10, "2001:db8::10"]
   peers: [core-router]
 `,
+		"node announcement status": `apiVersion: herald.io/v1beta1
+kind: NodeAnnouncement
+metadata:
+  name: node-1
+  namespace: herald-system
+status:
+  node: node-1
+  protocol: bgp
+  advertisements:
+    - {name: everywhere, ipv4Peers: [core-router, edge-router], ipv6Peers: [core-router]}
+    - {name: v4-only, ipv4Peers: [edge-router]}
+    - {name: no-session}
+`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			if errs := validateYAML(t, v, doc); len(errs) > 0 {

@@ -92,6 +92,7 @@ var (
 		"CustomResourceDefinition communities.herald.io",
 		"CustomResourceDefinition ipaddresspools.herald.io",
 		"CustomResourceDefinition l2advertisements.herald.io",
+		"CustomResourceDefinition nodeannouncements.herald.io",
 		"CustomResourceDefinition serviceannouncements.herald.io",
 	}
 	controllerObjects = []string{

@@ -142,7 +142,7 @@ func TestHelm(t *testing.T) {
 			removed, kept, len(h.Layout.Nodes), len(h.Layout.Nodes))
 	}
 	crds := h.Kubectl("get", "crd", "-o", "name")
-	for _, c := range []string{"ipaddresspools", "l2advertisements", "bgpadvertisements", "bgppeers", "communities", "bfdprofiles", "serviceannouncements"} {
+	for _, c := range []string{"ipaddresspools", "l2advertisements", "bgpadvertisements", "bgppeers", "communities", "bfdprofiles", "serviceannouncements", "nodeannouncements"} {
 		if !strings.Contains(crds, "/"+c+".herald.io") {
 			t.Errorf("CRD %s.herald.io gone after helm uninstall (Helm keeps a chart's CRDs)", c)
 		}
@@ -170,7 +170,8 @@ func TestHelm(t *testing.T) {
 }
 
 // uninstallAndCheck runs helm uninstall and checks that herald left no
-// rules on the nodes, no ServiceAnnouncements and no route at the router.
+// rules on the nodes, no ServiceAnnouncements or NodeAnnouncements and no
+// route at the router.
 func uninstallAndCheck(h *harness.T, helm func(...string), nodeIPs map[string]bool) {
 	t := h.T
 	t.Helper()
@@ -188,8 +189,8 @@ func uninstallAndCheck(h *harness.T, helm func(...string), nodeIPs map[string]bo
 	}
 	// The speakers delete theirs, or, their Role being gone already, the
 	// garbage collector does (their pods own them).
-	h.Poll(30*time.Second, "no ServiceAnnouncements", func() (bool, string) {
-		out, err := h.K.Output(h.Ctx, "get", "serviceannouncements", "-A", "-o", "name")
+	h.Poll(30*time.Second, "no ServiceAnnouncements or NodeAnnouncements", func() (bool, string) {
+		out, err := h.K.Output(h.Ctx, "get", "serviceannouncements,nodeannouncements", "-A", "-o", "name")
 		return err == nil && strings.TrimSpace(out) == "", out
 	})
 	h.Poll(30*time.Second, "FRR without any route from the nodes", func() (bool, string) {
