@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -338,35 +337,33 @@ type soakAnnouncement struct {
 	ips                 []string
 }
 
-// soakAnnouncements reads the ServiceAnnouncements of the soak's
-// Services that carry IPs.
+// soakAnnouncements reads who announces the soak's Services, as
+// `herald status -n soak -o json` resolves it (layer 2 from the winners'
+// ServiceAnnouncements, BGP Cluster from the NodeAnnouncements): one
+// entry per Service, node and protocol, with the addresses.
 func soakAnnouncements(h *harness.T) ([]soakAnnouncement, error) {
-	quiet := *h.K
-	quiet.Log = nil // a thousand objects a poll
-	out, err := quiet.Output(h.Ctx, "-n", heraldNS, "get", "serviceannouncements", "-o", "json")
+	rep, err := l2{h}.status(soakNS)
 	if err != nil {
 		return nil, err
 	}
-	var l struct {
-		Items []struct {
-			Status struct {
-				Service  struct{ Namespace, Name string } `json:"service"`
-				Node     string                           `json:"node"`
-				Protocol string                           `json:"protocol"`
-				IPs      []string                         `json:"ips"`
-			} `json:"status"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal([]byte(out), &l); err != nil {
-		return nil, err
-	}
 	var anns []soakAnnouncement
-	for _, it := range l.Items {
-		st := it.Status
-		if st.Service.Namespace != soakNS || len(st.IPs) == 0 {
+	for _, sv := range rep.Services {
+		if sv.Namespace != soakNS {
 			continue
 		}
-		anns = append(anns, soakAnnouncement{svc: st.Service.Name, node: st.Node, protocol: strings.ToLower(st.Protocol), ips: st.IPs})
+		idx := map[[2]string]int{}
+		for _, a := range sv.Addresses {
+			for _, who := range a.AnnouncedBy {
+				k := [2]string{who.Node, strings.ToLower(who.Protocol)}
+				i, ok := idx[k]
+				if !ok {
+					i = len(anns)
+					idx[k] = i
+					anns = append(anns, soakAnnouncement{svc: sv.Name, node: who.Node, protocol: k[1]})
+				}
+				anns[i].ips = append(anns[i].ips, a.IP)
+			}
+		}
 	}
 	return anns, nil
 }

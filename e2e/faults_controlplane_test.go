@@ -237,7 +237,7 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 		t.Logf("arping %s from the client, every second: MACs seen %q (want only %s's %s)", l2IP, arpDuring, victim, macOf[victim])
 		t.Logf("%s's ready endpoints after the return: none during %q (from the return)", l2Name, unreadyWindows(between(epsPhase, up, end), up))
 		t.Logf("events after the return (default and %s): %v %q", heraldNS, events, examples)
-		t.Logf("FAULT kube-apiserver down %s (etcd up) | %s | withdrawn during the outage: nothing (ARP MACs seen %v, FRR path sets %d); after the return: ServiceAnnouncements %d of %d rewritten/created/deleted (%d/%d/%d), Service IPs changed %d | recovery: API ready -> every speaker ready %s, controller leading %s; events after the return %d",
+		t.Logf("FAULT kube-apiserver down %s (etcd up) | %s | withdrawn during the outage: nothing (ARP MACs seen %v, FRR path sets %d); after the return: Service and NodeAnnouncements %d of %d rewritten/created/deleted (%d/%d/%d), Service IPs changed %d | recovery: API ready -> every speaker ready %s, controller leading %s; events after the return %d",
 			apiGone.Round(time.Second), probesLine, arpDuring, len(frrOutage), rewritten+created+deleted, len(saBefore), rewritten, created, deleted,
 			changedIPs(ipsBefore, ipsAfter), settled.Round(time.Millisecond), ctlBack.Round(time.Millisecond), sum(events))
 		t.Logf("election changes summed over the speakers during the phase: %v", elections(f)-electionsBefore)
@@ -250,7 +250,7 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 			t.Errorf("FRR's paths for %s changed during the outage: before %q, seen %q", bgpIP, pathsBefore, frrOutage)
 		}
 		if !slices.Equal(announced(saAfter), announced(saBefore)) {
-			t.Errorf("ServiceAnnouncements changed: before %v, after %v", saBefore, saAfter)
+			t.Errorf("Service or NodeAnnouncements changed: before %v, after %v", saBefore, saAfter)
 		}
 		if n := changedIPs(ipsBefore, ipsAfter); n > 0 {
 			t.Errorf("%d Service IPs changed: before %v, after %v", n, ipsBefore, ipsAfter)
@@ -357,7 +357,7 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 		t.Logf("arping %s between the kill and the return: %q", l2IP, distinct(arpDown))
 		t.Logf("%s's ready endpoints after the return: none during %q (from the return)", l2Name, unreadyWindows(between(epsPhase, up, end), up))
 		t.Logf("events after the return (default and %s): %v %q", heraldNS, events, examples)
-		t.Logf("FAULT speaker of %s SIGKILLed %s into a %s API outage, restarted by the kubelet %s later | %s | withdrawn: %s's memberlist membership, its BGP session and path for %s, its L2 address (taken over by %s %s after the kill); the restarted speaker waited: memberlist joins %d, ARP answers 0, BGP sessions 0 until the API returned; herald rules on %s %d before / %d at the end of the outage | recovery: API ready -> joined %s, every speaker ready %s, address back on %s %s, announcements as before %s later; ServiceAnnouncements rewritten/created/deleted %d/%d/%d; Service IPs changed %d; events after the return %d",
+		t.Logf("FAULT speaker of %s SIGKILLed %s into a %s API outage, restarted by the kubelet %s later | %s | withdrawn: %s's memberlist membership, its BGP session and path for %s, its L2 address (taken over by %s %s after the kill); the restarted speaker waited: memberlist joins %d, ARP answers 0, BGP sessions 0 until the API returned; herald rules on %s %d before / %d at the end of the outage | recovery: API ready -> joined %s, every speaker ready %s, address back on %s %s, announcements as before %s later; Service and NodeAnnouncements rewritten/created/deleted %d/%d/%d; Service IPs changed %d; events after the return %d",
 			victim, killed.Sub(down).Round(time.Second), up.Sub(down).Round(time.Second), restartedIn.Round(100*time.Millisecond), probesLine,
 			victim, bgpIP, takeoverMAC, takeover.Round(100*time.Millisecond), joinsDuring-joinsBefore, victim, len(rulesBefore), len(rulesDuring),
 			joinedIn.Round(time.Millisecond), readyIn.Round(time.Millisecond), victim, backOn.Round(time.Millisecond), settledIn.Round(time.Millisecond),

@@ -78,7 +78,7 @@ func (f faults) lbIPs() map[string]string {
 type announcement struct{ What, RV string }
 
 // announcementsOf maps the ServiceAnnouncements of Services in default
-// named svcs by object name.
+// named svcs, and every NodeAnnouncement ("node/" + name), by object name.
 func (f faults) announcementsOf(svcs ...string) map[string]announcement {
 	f.t().Helper()
 	out, err := f.K.Output(f.Ctx, "-n", heraldNS, "get", "serviceannouncements", "-l",
@@ -87,9 +87,15 @@ func (f faults) announcementsOf(svcs ...string) map[string]announcement {
 	if err != nil {
 		f.t().Fatal(err)
 	}
+	// Cluster BGP Services are published by the nodes' NodeAnnouncements.
+	nodes, err := f.K.Output(f.Ctx, "-n", heraldNS, "get", "nodeannouncements", "-o",
+		`jsonpath={range .items[*]}node/{.metadata.name}|{.metadata.resourceVersion}|{.status.node}:{.status.protocol}:{.status.reason}{.status.advertisements}:node{"\n"}{end}`)
+	if err != nil {
+		f.t().Fatal(err)
+	}
 	m := map[string]announcement{}
-	for _, l := range strings.Fields(out) {
-		p := strings.SplitN(l, "|", 3)
+	for _, l := range strings.Split(out+nodes, "\n") {
+		p := strings.SplitN(strings.TrimSpace(l), "|", 3)
 		if len(p) == 3 {
 			m[p[0]] = announcement{What: p[2], RV: p[1]}
 		}

@@ -622,21 +622,129 @@ func (b bgpLab) labelNode(node, role string) error {
 
 // --- Kubernetes side ---------------------------------------------------
 
-// bgpAnnouncements returns the ServiceAnnouncements of a Service as
-// "node:protocol:peers:ips" strings, sorted.
+// bgpAnnouncements returns who advertises a Service over BGP as
+// "node:bgp:peers:ips" strings (peers and IPs as JSON lists), sorted, as
+// `herald status -o json` resolves it: from the ServiceAnnouncements of
+// Local Services and from the NodeAnnouncements for Cluster ones (which
+// have no ServiceAnnouncement per node). A Service that is gone has none.
 func (b bgpLab) bgpAnnouncements(ns, svc string) []string {
 	b.t().Helper()
-	out, err := b.K.Output(b.Ctx, "-n", heraldNS, "get", "serviceannouncements", "-l",
-		"herald.io/service-namespace="+ns+",herald.io/service-name="+svc, "-o",
-		`jsonpath={range .items[*]}{.status.node}:{.status.protocol}:{.status.peers}:{.status.ips}{"\n"}{end}`)
+	byNode, err := b.statusAnnouncers(ns, svc, "bgp")
 	if err != nil {
 		b.t().Fatal(err)
 	}
-	// An object without IPs only reports why addresses are not
-	// announced (status.unannounced): not an announcement.
-	lines := slices.DeleteFunc(strings.Fields(out), func(l string) bool { return strings.HasSuffix(l, ":") })
+	var lines []string
+	for node, a := range byNode {
+		peers, _ := json.Marshal(a.peers)
+		ips, _ := json.Marshal(a.ips)
+		lines = append(lines, node+":bgp:"+string(peers)+":"+string(ips))
+	}
 	slices.Sort(lines)
 	return lines
+}
+
+// nodeAnnouncer is what one node announces of a Service: its peers (or
+// interfaces) and addresses, each sorted.
+type nodeAnnouncer struct{ peers, ips []string }
+
+// statusReport is the part of `herald status -o json` the tests read.
+type statusReport struct {
+	Services []struct {
+		Namespace, Name string
+		Addresses       []struct {
+			IP          string
+			AnnouncedBy []struct {
+				Node, Protocol string
+				Interfaces     []string
+				Peers          []string
+			} `json:"announcedBy"`
+		}
+	}
+}
+
+// status runs `herald status -n ns -o json`.
+func (s l2) status(ns string) (statusReport, error) {
+	var rep statusReport
+	out, err := s.heraldStatus("-n", ns, "-o", "json")
+	if err != nil {
+		return rep, fmt.Errorf("herald status: %v: %s", err, out)
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		return rep, fmt.Errorf("herald status -o json: %v", err)
+	}
+	return rep, nil
+}
+
+// statusAnnouncers reads `herald status -n ns -o json` and returns, by
+// node, what each node announces of Service ns/svc with protocol.
+func (s l2) statusAnnouncers(ns, svc, protocol string) (map[string]*nodeAnnouncer, error) {
+	rep, err := s.status(ns)
+	if err != nil {
+		return nil, err
+	}
+	byNode := map[string]*nodeAnnouncer{}
+	for _, sv := range rep.Services {
+		if sv.Namespace != ns || sv.Name != svc {
+			continue
+		}
+		for _, a := range sv.Addresses {
+			for _, who := range a.AnnouncedBy {
+				if who.Protocol != protocol {
+					continue
+				}
+				na := byNode[who.Node]
+				if na == nil {
+					na = &nodeAnnouncer{}
+					byNode[who.Node] = na
+				}
+				na.ips = append(na.ips, a.IP)
+				na.peers = append(na.peers, who.Peers...)
+				na.peers = append(na.peers, who.Interfaces...)
+			}
+		}
+	}
+	for _, na := range byNode {
+		slices.SortFunc(na.ips, func(x, y string) int { return netip.MustParseAddr(x).Compare(netip.MustParseAddr(y)) })
+		slices.Sort(na.peers)
+		na.peers = slices.Compact(na.peers)
+	}
+	return byNode, nil
+}
+
+// nodeAnnouncements returns each node's NodeAnnouncement as
+// "advertisement:ipv4Peers:ipv6Peers" strings (peers comma-separated),
+// by node, with "reason:..." for a node that may advertise nothing.
+func (b bgpLab) nodeAnnouncements() map[string][]string {
+	b.t().Helper()
+	out, err := b.K.Output(b.Ctx, "-n", heraldNS, "get", "nodeannouncements", "-o", "json")
+	if err != nil {
+		b.t().Fatal(err)
+	}
+	var l struct {
+		Items []struct {
+			Status struct {
+				Node, Reason   string
+				Advertisements []struct {
+					Name                 string
+					IPv4Peers, IPv6Peers []string
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		b.t().Fatal(err)
+	}
+	m := map[string][]string{}
+	for _, it := range l.Items {
+		st := it.Status
+		if st.Reason != "" {
+			m[st.Node] = append(m[st.Node], "reason:"+st.Reason)
+		}
+		for _, a := range st.Advertisements {
+			m[st.Node] = append(m[st.Node], a.Name+":"+strings.Join(a.IPv4Peers, ",")+":"+strings.Join(a.IPv6Peers, ","))
+		}
+	}
+	return m
 }
 
 // objectEvents returns "Reason: message" of the events on a herald

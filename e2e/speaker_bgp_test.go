@@ -112,7 +112,7 @@ func TestSpeakerBGP(t *testing.T) {
 			peers, raw := b.frrPeers()
 			return len(a) == 0 && peers != nil && len(peers) == 0, fmt.Sprintf("announcements %v; FRR: %s", a, raw)
 		}); err != nil {
-			t.Errorf("after the test, ServiceAnnouncements and FRR sessions remain: %v", err)
+			t.Errorf("after the test, announcements and FRR sessions remain: %v", err)
 		}
 	})
 	h.Apply(bgpPoolYAML(name, "203.0.113.128/28", "2001:db8:0:100::/124") +
@@ -199,12 +199,26 @@ func TestSpeakerBGP(t *testing.T) {
 		for _, n := range nodes {
 			want = append(want, fmt.Sprintf(`%s:bgp:["%s"]:["%s"]`, n, name, ip))
 		}
-		h.Poll(30*time.Second, "a ServiceAnnouncement per node with protocol bgp and peer "+name, func() (bool, string) {
+		// externalTrafficPolicy Cluster: no ServiceAnnouncement per node;
+		// each node's NodeAnnouncement names the advertisement and its
+		// peer, and herald status resolves the Service from them.
+		h.Poll(30*time.Second, "each node's NodeAnnouncement with advertisement and IPv4 peer "+name, func() (bool, string) {
+			got := b.nodeAnnouncements()
+			for _, n := range nodes {
+				if !slices.Contains(got[n], name+":"+name+":") {
+					return false, fmt.Sprint(got)
+				}
+			}
+			return true, ""
+		})
+		h.Poll(30*time.Second, "herald status: every node advertising over bgp to peer "+name, func() (bool, string) {
 			got := b.bgpAnnouncements("default", name)
 			return slices.Equal(got, want), fmt.Sprintf("got %v, want %v", got, want)
 		})
-		t.Logf("$ kubectl -n %s get serviceannouncements -l herald.io/service-name=%s\n%s", heraldNS, name,
-			h.Kubectl("-n", heraldNS, "get", "serviceannouncements", "-l", "herald.io/service-name="+name))
+		t.Logf("$ kubectl -n %s get nodeannouncements\n%s", heraldNS, h.Kubectl("-n", heraldNS, "get", "nodeannouncements"))
+		if sa := h.Kubectl("-n", heraldNS, "get", "serviceannouncements", "-l", "herald.io/service-name="+name, "-o", "name"); strings.TrimSpace(sa) != "" {
+			t.Errorf("ServiceAnnouncements for a Cluster BGP Service (its nodes are in the NodeAnnouncements): %s", sa)
+		}
 		for _, n := range nodes {
 			ctl{h}.waitEvent("default", name, "Advertising: advertising ", ip, "node "+n+" over BGP to "+name)
 		}
@@ -285,7 +299,7 @@ func TestSpeakerBGP(t *testing.T) {
 			t.Logf("%s: FRR routes %s via %v only (%s), remote client_address=%s", what, ip, at, routed.Round(time.Millisecond), addr)
 			want := slices.Clone(at)
 			slices.Sort(want)
-			h.Poll(30*time.Second, "ServiceAnnouncements from exactly "+fmt.Sprint(want), func() (bool, string) {
+			h.Poll(30*time.Second, "herald status: advertised by exactly "+fmt.Sprint(want), func() (bool, string) {
 				var who []string
 				got := b.bgpAnnouncements("default", name)
 				for _, a := range got {
@@ -339,7 +353,7 @@ func TestSpeakerBGP(t *testing.T) {
 		}
 		t.Logf("$ vtysh -c 'show bgp ipv4 unicast %s/32'\n%s", ip, b.vtysh("show bgp ipv4 unicast "+ip+"/32"))
 		b.waitRemoteEcho(url, func(string) bool { return true }, "an answer through "+special)
-		h.Poll(30*time.Second, special+"'s ServiceAnnouncement naming "+peer, func() (bool, string) {
+		h.Poll(30*time.Second, "herald status: "+special+" advertising to "+peer, func() (bool, string) {
 			got := b.bgpAnnouncements("default", name)
 			return slices.Contains(got, fmt.Sprintf(`%s:bgp:["%s"]:["%s"]`, special, peer, ip)), fmt.Sprint(got)
 		})
@@ -822,7 +836,7 @@ func TestSpeakerBGPBird(t *testing.T) {
 		}
 		addr := b.waitRemoteEcho(url, func(string) bool { return true }, "the remote client to get an answer from "+url)
 		t.Logf("GET %s from the remote client: client_address=%s", url, addr)
-		h.Poll(30*time.Second, "a ServiceAnnouncement per node naming "+name, func() (bool, string) {
+		h.Poll(30*time.Second, "herald status: every node advertising to "+name, func() (bool, string) {
 			got := b.bgpAnnouncements("default", name)
 			return len(got) == len(nodes) && !slices.ContainsFunc(got, func(a string) bool { return !strings.Contains(a, `:bgp:["`+name+`"]:`) }), fmt.Sprint(got)
 		})
