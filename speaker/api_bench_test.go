@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,7 @@ type apiCluster struct {
 	writers  []*AnnouncementWriter
 	// nodeWriters write the NodeAnnouncements (BGP only).
 	nodeWriters []*NodeAnnouncementWriter
+	src         *fakeSource
 	mu          sync.Mutex
 	verbs       map[string]int
 	writes      int64
@@ -59,7 +61,10 @@ func newAPICluster(ctx context.Context, n, svcs int, useBGP bool, policy string)
 	c := &apiCluster{verbs: map[string]int{}}
 	c.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{AnnouncementGVR: "ServiceAnnouncementList", NodeAnnouncementGVR: "NodeAnnouncementList"})
-	c.dyn.PrependReactor("*", "serviceannouncements", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	c.dyn.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if r := a.GetResource().Resource; r != AnnouncementGVR.Resource && r != NodeAnnouncementGVR.Resource {
+			return false, nil, nil
+		}
 		switch a.GetVerb() {
 		case "create", "update", "delete", "patch":
 			c.mu.Lock()
@@ -87,6 +92,7 @@ func newAPICluster(ctx context.Context, n, svcs int, useBGP bool, policy string)
 		})
 	}
 	src := &fakeSource{snap: scaleSnapshot(n, svcs, useBGP, policy)}
+	c.src = src
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	noOwner := func(view.ServiceRef) types.UID { return "" }
 	for i := range n {
@@ -174,10 +180,12 @@ func (c *apiCluster) round(ctx context.Context, live []bool) {
 
 // BenchmarkAnnouncementsAPI reports, per protocol and traffic policy,
 // the ServiceAnnouncements in the API once every speaker has synced
-// (objects) and the requests (create, update, delete) of: the start of
-// the cluster, a sync round with nothing changed (steady state; the
-// speakers sync every 30 s), a node failing (memberlist drops it), and
-// one speaker restarting (a DaemonSet rolling update does it N times).
+// (svc-objects: ServiceAnnouncements, node-objects: NodeAnnouncements)
+// and the requests (create, update, delete) of: the start of the
+// cluster, a sync round with nothing changed (steady state; the speakers
+// sync every 30 s), one Service created (newsvc), a node failing
+// (memberlist drops it), and one speaker restarting (a DaemonSet rolling
+// update does it N times).
 func BenchmarkAnnouncementsAPI(b *testing.B) {
 	cases := []struct {
 		proto, policy string
@@ -204,6 +212,14 @@ func BenchmarkAnnouncementsAPI(b *testing.B) {
 					b.ReportMetric(float64(c.objects(ctx, NodeAnnouncementGVR)), "node-objects")
 					c.round(ctx, live)
 					report("steady", c.take())
+					// One more Service, with endpoints on three nodes.
+					c.src.mu.Lock()
+					extra := c.src.snap.Services[0]
+					extra.Name, extra.IPs = "svc-new", []netip.Addr{scaleIP(svcs + 1)}
+					c.src.snap.Services = append(c.src.snap.Services, extra)
+					c.src.mu.Unlock()
+					c.round(ctx, live)
+					report("newsvc", c.take())
 					// node-0001 fails: the others' memberlist drops it.
 					dead := 1
 					live[dead] = false
