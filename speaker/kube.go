@@ -113,15 +113,10 @@ func (k *kubeSource) Snapshot() Snapshot {
 			continue
 		}
 		k.badStatus.Delete(key)
-		as := view.Service{
-			Namespace: svc.Namespace, Name: svc.Name, Labels: svc.Labels, IPs: ips,
-			Pool:  svc.Annotations[lbapi.AnnotationAllocatedFromPool],
-			Local: svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
-		}
-		// Layer 2 reads them under Local only; BGP also under Cluster
-		// (advertised while any endpoint serves).
-		as.ReadyNodes, as.ServingTerminatingNodes = k.endpointNodes(key)
-		snap.Services = append(snap.Services, as)
+		// Layer 2 reads the endpoints' nodes under Local only; BGP also
+		// under Cluster (advertised while any endpoint serves).
+		ready, servingTerminating := view.EndpointNodes(k.endpointSlices(key))
+		snap.Services = append(snap.Services, view.FromService(svc, ips, ready, servingTerminating))
 	}
 	return snap
 }
@@ -144,36 +139,16 @@ func (k *kubeSource) peers(nodes []*corev1.Node) []string {
 	return out
 }
 
-// endpointNodes returns the nodes with a ready endpoint of the Service,
-// and those with a serving, terminating one.
-func (k *kubeSource) endpointNodes(key string) (ready, servingTerminating map[string]bool) {
-	ready, servingTerminating = map[string]bool{}, map[string]bool{}
+// endpointSlices are the EndpointSlices of the Service ("namespace/name").
+func (k *kubeSource) endpointSlices(key string) []*discoveryv1.EndpointSlice {
 	objs, _ := k.slices.ByIndex(sliceByService, key)
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
 	for _, o := range objs {
-		sl, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok {
-			continue
-		}
-		for _, ep := range sl.Endpoints {
-			if ep.NodeName == nil || *ep.NodeName == "" {
-				continue
-			}
-			c := ep.Conditions
-			isReady := c.Ready == nil || *c.Ready
-			serving := isReady
-			if c.Serving != nil {
-				serving = *c.Serving
-			}
-			terminating := c.Terminating != nil && *c.Terminating
-			switch {
-			case isReady && !terminating:
-				ready[*ep.NodeName] = true
-			case serving && terminating:
-				servingTerminating[*ep.NodeName] = true
-			}
+		if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+			out = append(out, sl)
 		}
 	}
-	return ready, servingTerminating
+	return out
 }
 
 // nodeIP is the node's first InternalIP of the family, else its first

@@ -31,8 +31,10 @@ func TestComponentsDoNotImportEachOther(t *testing.T) {
 		f := strings.Fields(line)
 		pkg, deps := f[0], f[1:]
 		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
-		if rel == "cmd/herald" || rel == "internal/cli" {
-			continue // the composition root
+		if rel == "cmd/herald" || rel == "internal/cli" || strings.HasPrefix(rel, "internal/cli/") {
+			// The composition root and its commands: herald status
+			// resolves BGP announcements with the speaker's own rule.
+			continue
 		}
 		own := componentOf(pkg)
 		for _, d := range deps {

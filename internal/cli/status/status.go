@@ -1,7 +1,8 @@
 // Package status is `herald status`: for each LoadBalancer Service, its
 // external IPs, the pool they came from and who announces each of them
-// how, read from the API (Services and the speakers' ServiceAnnouncement
-// objects).
+// how, read from the API: Services, the speakers' ServiceAnnouncements
+// and, for BGP Services with externalTrafficPolicy Cluster, their
+// NodeAnnouncements with the configuration (cluster.go).
 package status
 
 import (
@@ -21,6 +22,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -41,8 +43,13 @@ type Options struct {
 	Output string
 	// BGP: `herald status bgp`, the speakers' BGP sessions.
 	BGP bool
-	// HeraldNamespace holds the ServiceAnnouncements.
+	// HeraldNamespace holds the ServiceAnnouncements, NodeAnnouncements
+	// and configuration.
 	HeraldNamespace string
+	// LBClass is the spec.loadBalancerClass herald handles, as the
+	// controller's and the speakers' --lb-class: "" for Services without
+	// a class.
+	LBClass string
 	// Namespace and Name select Services; empty means all.
 	Namespace, Name string
 }
@@ -58,9 +65,10 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	o.Cluster.Register(fs)
 	fs.StringVar(&o.Output, "o", "text", "output format: text, json or yaml")
 	fs.StringVar(&o.Namespace, "n", "", "only Services of this namespace (default: all)")
-	fs.StringVar(&o.HeraldNamespace, "herald-namespace", o.HeraldNamespace, "herald's namespace, where the ServiceAnnouncements are")
+	fs.StringVar(&o.HeraldNamespace, "herald-namespace", o.HeraldNamespace, "herald's namespace, where the ServiceAnnouncements, NodeAnnouncements and configuration are")
+	fs.StringVar(&o.LBClass, "lb-class", "", "the spec.loadBalancerClass herald handles, as the controller's and the speakers' --lb-class (default: Services without a class)")
 	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: herald status [flags] [NAMESPACE/NAME | NAME]\n       herald status bgp [flags]\n\nShows each LoadBalancer Service's external IPs, their pool, and which node announces\neach IP, how and on which interfaces (from the speakers' ServiceAnnouncements).\n`herald status bgp` shows each speaker's BGP sessions (state, BFD, prefixes), read from\nthe speakers' metrics through the API server (get on pods/proxy in herald's namespace).")
+		fmt.Fprintln(out, "usage: herald status [flags] [NAMESPACE/NAME | NAME]\n       herald status bgp [flags]\n\nShows each LoadBalancer Service's external IPs, their pool, and which node announces\neach IP, how and on which interfaces or to which BGP peers (from the speakers'\nServiceAnnouncements and, for BGP Services with externalTrafficPolicy Cluster, their\nNodeAnnouncements).\n`herald status bgp` shows each speaker's BGP sessions (state, BFD, prefixes), read from\nthe speakers' metrics through the API server (get on pods/proxy in herald's namespace).")
 		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -121,6 +129,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return run(ctx, o, kube, dyn, out)
+}
+
+func run(ctx context.Context, o Options, kube kubernetes.Interface, dyn dynamic.Interface, out io.Writer) error {
 	var svcs []corev1.Service
 	if o.Name != "" {
 		s, err := kube.CoreV1().Services(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
@@ -131,12 +143,19 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			return fmt.Errorf("service %s/%s is of type %s, not LoadBalancer", o.Namespace, o.Name, s.Spec.Type)
 		}
 		svcs = []corev1.Service{*s}
-	} else {
-		l, err := kube.CoreV1().Services(o.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
+	}
+	// Every Service: the configuration in force depends on the addresses
+	// they hold, and an address may be shared across namespaces.
+	all, err := kube.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing Services: %w", err)
+	}
+	if o.Name == "" {
+		for _, s := range all.Items {
+			if o.Namespace == "" || s.Namespace == o.Namespace {
+				svcs = append(svcs, s)
+			}
 		}
-		svcs = l.Items
 	}
 	ul, err := dyn.Resource(v1beta1.GroupVersion.WithResource("serviceannouncements")).Namespace(o.HeraldNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -149,12 +168,18 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			anns = append(anns, a)
 		}
 	}
+	sums, noCRD, err := listNodeSummaries(ctx, dyn, o.HeraldNamespace)
+	if err != nil {
+		return err
+	}
 	var objs []ConfigObject
+	cfgObjs := map[string][]unstructured.Unstructured{}
 	for _, k := range informer.Kinds {
 		l, err := dyn.Resource(informer.GVR(k.Resource)).Namespace(o.HeraldNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return fmt.Errorf("listing %s in %s: %w", k.Resource, o.HeraldNamespace, err)
 		}
+		cfgObjs[k.Kind] = l.Items
 		for _, u := range l.Items {
 			c := ConfigObject{Kind: k.Kind, Name: u.GetName(), Generation: u.GetGeneration()}
 			var st v1beta1.ConfigStatus // the pools' status has the same two fields
@@ -172,15 +197,38 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			facts.Unadvertised[c.Name] = c.Advertised.Message
 		}
 	}
-	if eps, err := kube.DiscoveryV1().EndpointSlices(o.Namespace).List(ctx, metav1.ListOptions{}); err == nil {
-		facts.ReadyEndpoints = readyEndpoints(eps.Items)
+	// The Services whose addresses are resolved: those shown and those
+	// sharing an address with them, with their EndpointSlices.
+	sharing := sharingWith(all.Items, svcs, o.LBClass)
+	var eps []discoveryv1.EndpointSlice
+	for _, ns := range namespaces(o.Namespace, sharing) {
+		l, err := kube.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			where := "all namespaces"
+			if ns != "" {
+				where = ns
+			}
+			return fmt.Errorf("listing EndpointSlices in %s: %w", where, err)
+		}
+		eps = append(eps, l.Items...)
 	}
+	facts.ReadyEndpoints = readyEndpoints(eps)
+	cfg := ParseConfig(o.HeraldNamespace, cfgObjs, all.Items, o.LBClass)
+	facts.Cluster = ResolveCluster(cfg, ViewServices(sharing, o.LBClass, eps), sums)
 	report := Report{Services: BuildWith(svcs, anns, facts), Configuration: BuildConfig(objs)}
+	if noCRD {
+		report.Warnings = append(report.Warnings, WarningNoNodeAnnouncementCRD)
+	}
 	if o.Output == "json" || o.Output == "yaml" {
 		return writeData(out, o.Output, report)
 	}
 	if err := renderText(out, report.Services); err != nil {
 		return err
+	}
+	for _, w := range report.Warnings {
+		if _, err := fmt.Fprintln(out, "warning: "+w); err != nil {
+			return err
+		}
 	}
 	return renderConfigText(out, report.Configuration)
 }
@@ -205,6 +253,8 @@ type Report struct {
 	Services []ServiceStatus `json:"services"`
 	// Configuration lists the objects herald does not use as written.
 	Configuration []ConfigIssue `json:"configuration,omitempty"`
+	// Warnings say what status could not read, and what that hides.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ConfigIssue is a configuration object herald does not use as written.
@@ -369,9 +419,14 @@ func Build(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement) []ServiceS
 	return BuildWith(svcs, anns, Facts{})
 }
 
-// Facts are what the API tells of why nobody announces an address,
-// besides the ServiceAnnouncements.
+// Facts are what the API tells besides the ServiceAnnouncements: who
+// advertises the addresses of BGP Services with externalTrafficPolicy
+// Cluster, and why nobody announces an address.
 type Facts struct {
+	// Cluster are the nodes advertising the addresses of Services with
+	// externalTrafficPolicy Cluster over BGP, resolved from the
+	// NodeAnnouncements (ResolveCluster), by Service and address.
+	Cluster map[ServiceIP]Resolved
 	// Unadvertised maps the pools no advertisement selects to the
 	// message of their Advertised condition (the controller's).
 	Unadvertised map[string]string
@@ -432,6 +487,11 @@ func BuildWith(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement, facts 
 				continue
 			}
 			who := append([]Announcer{}, by[key{s.Namespace, s.Name, canonical(in.IP)}]...)
+			var resolved Resolved
+			if a, err := netip.ParseAddr(in.IP); err == nil {
+				resolved = facts.Cluster[ServiceIP{s.Namespace, s.Name, a.Unmap()}]
+				who = withResolved(who, resolved)
+			}
 			slices.SortFunc(who, func(a, b Announcer) int { return strings.Compare(a.String(), b.String()) })
 			addr := Address{IP: in.IP, AnnouncedBy: who}
 			switch {
@@ -445,6 +505,9 @@ func BuildWith(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement, facts 
 						parts = append(parts, r.String())
 					}
 					why = strings.Join(slices.Compact(parts), "; ")
+				}
+				if why == "" {
+					why = resolved.Why
 				}
 				if why != "" {
 					addr.Problem = "nobody announces it: " + why
@@ -501,11 +564,7 @@ func renderText(out io.Writer, sts []ServiceStatus) error {
 			continue
 		}
 		for _, a := range s.Addresses {
-			names := make([]string, len(a.AnnouncedBy))
-			for i, w := range a.AnnouncedBy {
-				names[i] = w.String()
-			}
-			text := strings.Join(names, ", ")
+			text := announcersText(a.AnnouncedBy)
 			switch {
 			case a.Problem == ProblemNobody:
 				text = textNobody
