@@ -412,8 +412,12 @@ func ResolveCluster(cfg *config.Config, svcs []view.Service, summaries []view.No
 			covering[ad.Name] = true
 		}
 		who := []Advertiser{}
+		if !serving(g.Services) {
+			out[a] = who
+			continue
+		}
 		for _, sum := range sums {
-			if sum.Reason != "" || !serving(g.Services) {
+			if sum.Reason != "" {
 				continue
 			}
 			var peers []string
