@@ -24,6 +24,8 @@ type Metrics struct {
 	known           prometheus.Gauge
 	recovering      prometheus.Gauge
 	keys            prometheus.Gauge
+	contested       prometheus.Gauge
+	takeovers       *prometheus.CounterVec
 }
 
 // NewMetrics registers the speaker's metrics, with Go and process
@@ -76,7 +78,15 @@ func NewMetrics() *Metrics {
 			Help: "Keys in the memberlist keyring (the primary one included): 2 while a key rotation is under way.",
 		}),
 	}
-	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.known, m.recovering, m.keys,
+	m.contested = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "herald_speaker_takeovers_checking",
+		Help: "LoadBalancer IPs this node won from a speaker declared dead and does not answer for yet, while it checks that the latter no longer answers for them on the LAN.",
+	})
+	m.takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "herald_speaker_takeovers_total",
+		Help: "LoadBalancer IPs this node won from a speaker declared dead, by how the check that the latter no longer answers ended: clear (nobody answered), waited (it answered, then stopped), forced (it still answered after the longest wait: two answers), unchecked (the check failed).",
+	}, []string{"outcome"})
+	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.known, m.recovering, m.keys, m.contested, m.takeovers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("speaker"))
 	return m
 }
@@ -100,11 +110,16 @@ func (m *Metrics) observe(st l2plan.State, ch l2plan.Changes, members int, isola
 	}
 	m.elected.Set(float64(elected))
 	m.unannounced.Reset()
+	contested := 0
 	for _, ip := range st.IPs {
 		if ip.Winner == "" && ip.Reason != "" {
 			m.unannounced.WithLabelValues(ip.Reason).Inc()
 		}
+		if ip.Reason == l2plan.ReasonContested {
+			contested++
+		}
 	}
+	m.contested.Set(float64(contested))
 	m.members.Set(float64(members))
 	m.isolated.Set(0)
 	if isolated {

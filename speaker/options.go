@@ -64,6 +64,10 @@ type Options struct {
 	// time, winning addresses only where no healthy node can; 0 turns it
 	// off (see speaker/recovery).
 	RecoveryHold time.Duration
+	// TakeoverCheck is how long a speaker that won an address from a
+	// speaker declared dead listens for the latter still answering for
+	// it on the LAN before it answers itself; 0 turns the check off.
+	TakeoverCheck time.Duration
 	// Proxy: the service proxy runs in this process too (the command line
 	// starts it next to the speaker; the speaker only reports it).
 	Proxy bool
@@ -101,6 +105,7 @@ func DefaultOptions() Options {
 		BGPShutdownWait: time.Second,
 		HeartbeatPeriod: time.Second,
 		RecoveryHold:    30 * time.Second,
+		TakeoverCheck:   DefaultTakeoverCheckWait,
 		PodNamespace:    os.Getenv("POD_NAMESPACE"),
 		PodName:         os.Getenv("POD_NAME"),
 		PodUID:          os.Getenv("POD_UID"),
@@ -143,6 +148,7 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	fs.BoolVar(&o.BGP, "bgp", o.BGP, "peer with the BGPPeers selecting this node and advertise the LoadBalancer IPs of BGPAdvertisements (embedded GoBGP)")
 	fs.DurationVar(&o.HeartbeatPeriod, "heartbeat-period", o.HeartbeatPeriod, "how often the speakers' heartbeat Lease "+heartbeat.LeaseName+" is renewed; a speaker whose memberlist view is a minority of the speakers it knows of holds back its claims while one outside its view renewed it within 3 periods, and for 3 periods after it found itself in a minority")
 	fs.DurationVar(&o.RecoveryHold, "recovery-hold", o.RecoveryHold, "after memberlist declared this speaker dead (it was paused or cut off, and came back) or it was isolated, how long it leaves its addresses with the other nodes and wins only those no other node can announce; each new such event starts the hold over, so a flapping speaker does not move addresses back and forth (0: claim them back at once)")
+	fs.DurationVar(&o.TakeoverCheck, "takeover-check", o.TakeoverCheck, "before answering for an address won from a speaker memberlist declared dead (not one that left), how long to listen for that speaker still answering for it on the LAN (an ARP or NDP probe, sent twice); while it does (memberlist cut between nodes, the LAN working) the address is not answered here, for up to "+MaxTakeoverHold.String()+"; every failover from a dead node takes this much longer (0: no check)")
 	fs.DurationVar(&o.BGPShutdownWait, "bgp-shutdown-wait", o.BGPShutdownWait, "on a graceful stop, how long to wait for the withdrawals to be sent before closing the BGP sessions")
 	fs.BoolVar(&o.Proxy, "proxy", o.Proxy, "run herald's service proxy in this process too (false when another proxy serves the node)")
 	finishExtra := func() error { return nil }
@@ -236,6 +242,9 @@ func (o Options) Validate() error {
 	}
 	if o.RecoveryHold < 0 || o.RecoveryHold > time.Hour {
 		bad("recovery-hold", "must be between 0s and 1h, got %s", o.RecoveryHold)
+	}
+	if o.TakeoverCheck < 0 || o.TakeoverCheck > 2*time.Second {
+		bad("takeover-check", "must be between 0s and 2s, got %s", o.TakeoverCheck)
 	}
 	if o.BGPShutdownWait < 0 || o.BGPShutdownWait > time.Minute {
 		bad("bgp-shutdown-wait", "must be between 0s and 1m, got %s", o.BGPShutdownWait)

@@ -163,7 +163,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
 		Status: statusWriters{writer, nodeWriter}, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
 		Recovery: recovery.NewTracker(o.RecoveryHold, nil),
-	}.withProxy(o.ProxyRules))
+	}.withProxy(o.ProxyRules).withTakeoverCheck(o.TakeoverCheck))
 	spMu.Unlock()
 	if o.ProxyRules != nil {
 		o.ProxyRules.SetOnProgrammed(sp.Trigger)

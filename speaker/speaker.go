@@ -105,6 +105,10 @@ type Deps struct {
 	Proxy ProxyGate
 	// ProxyWait bounds the wait for Proxy per address (MaxProxyWait).
 	ProxyWait time.Duration
+	// Takeover checks, before this node answers for an address it won
+	// from a member declared dead, that the member no longer answers
+	// for it on the LAN (see takeover.go); nil: answer at once.
+	Takeover TakeoverCheck
 }
 
 // ProxyGate tells whether this node's proxy has the rules for a
@@ -198,6 +202,15 @@ type Speaker struct {
 	bgpAnns   []view.Announcement
 
 	bgp bgpState
+
+	// ctx ends when Run returns; takeover checks run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	tkMu   sync.Mutex
+	// takeovers are the addresses won from a member declared dead that
+	// are not answered yet (takeover.go). Written by the loop and the
+	// checks.
+	takeovers map[netip.Addr]*takeover
 }
 
 // New builds a Speaker; SetCluster must be called before Run.
@@ -224,7 +237,9 @@ func New(d Deps) *Speaker {
 		logged:     map[string]string{},
 		proxyWait:  map[netip.Addr]time.Time{},
 		known:      map[string]bool{},
+		takeovers:  map[netip.Addr]*takeover{},
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	d.Metrics.register(s)
 	return s
 }
@@ -315,6 +330,8 @@ func (s *Speaker) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			s.stopTakeovers()
+			s.cancel()
 			wg.Wait()
 			return
 		case <-s.trigger:
@@ -452,6 +469,7 @@ func (s *Speaker) Sync() {
 	}
 	in.Isolated = isolated
 	in.Unprogrammed = s.unprogrammed(snap.Services, time.Now())
+	in.Contested = s.contested(standing.Known, liveNames, time.Now())
 	// One speaker publishes the reasons every node computes alike: the
 	// first live member by name, as for sweeping, unless isolated (the
 	// others then have a reporter of their own).
@@ -466,6 +484,7 @@ func (s *Speaker) Sync() {
 	}
 	in.Previous = &s.state
 	st := l2plan.Compute(in)
+	s.startTakeovers(st, time.Now())
 	ch := l2plan.Diff(s.state, st)
 	s.ann.Set(st.Announced())
 	s.syncGroups()

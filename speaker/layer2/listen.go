@@ -43,7 +43,7 @@ func ListenARP(ifi *net.Interface) (*packet.Conn, error) {
 // sorts them out). Solicitations sent to a solicited-node group reach it
 // only once the group is joined (Responder.SyncGroups).
 func ListenNDP(ifi *net.Interface) (*packet.Conn, error) {
-	return listen(ifi, etherTypeIPv6, ndpFilter())
+	return listen(ifi, etherTypeIPv6, ndpFilter(icmpv6NS))
 }
 
 func listen(ifi *net.Interface, etherType int, prog []bpf.Instruction) (*packet.Conn, error) {
@@ -69,14 +69,15 @@ func arpFilter() []bpf.Instruction {
 }
 
 // ndpFilter accepts IPv6 packets whose next header (byte 20) is ICMPv6
-// with type (byte 54) 135, or is hop-by-hop or destination options.
-// Loads past the frame's end reject it.
-func ndpFilter() []bpf.Instruction {
+// with type (byte 54) typ (135 for solicitations, 136 for
+// advertisements), or is hop-by-hop or destination options. Loads past
+// the frame's end reject it.
+func ndpFilter(typ uint8) []bpf.Instruction {
 	return []bpf.Instruction{
 		bpf.LoadAbsolute{Off: ethLen + 6, Size: 1},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: protoICMPv6, SkipFalse: 2},
 		bpf.LoadAbsolute{Off: ethLen + ipv6Len, Size: 1},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: icmpv6NS, SkipTrue: 2, SkipFalse: 3},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(typ), SkipTrue: 2, SkipFalse: 3},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: protoHopByHop, SkipTrue: 1},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: protoDestOpts, SkipFalse: 1},
 		bpf.RetConstant{Val: snapLen},

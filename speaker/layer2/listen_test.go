@@ -17,7 +17,8 @@ func TestFilters(t *testing.T) {
 		}
 		return v
 	}
-	arpVM, ndpVM := vm(arpFilter()), vm(ndpFilter())
+	arpVM, ndpVM := vm(arpFilter()), vm(ndpFilter(icmpv6NS))
+	naVM, probeARPVM := vm(ndpFilter(icmpv6NA)), vm(allARPFilter())
 	reply := arpReq()
 	reply.op = 2
 	na, err := UnsolicitedNA(vip6, ourMAC)
@@ -49,6 +50,9 @@ func TestFilters(t *testing.T) {
 		{"echo request", ndpVM, set(ns, 54, 128), false},
 		{"TCP", ndpVM, set(ns, 20, 6), false},
 		{"truncated before the ICMPv6 type", ndpVM, ns[:54], false},
+		{"probe socket: NA", naVM, na, true},
+		{"probe socket: NS", naVM, ns, false},
+		{"probe socket: ARP reply", probeARPVM, reply.bytes(), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			n, err := tt.vm.Run(tt.frame)

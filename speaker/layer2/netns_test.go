@@ -265,6 +265,35 @@ func TestRealSockets(t *testing.T) {
 		}
 	}
 
+	// A probe from B (a speaker taking an address over) hears A answer
+	// for its addresses, and nobody for the others.
+	probe := func(ip string) net.HardwareAddr {
+		var mac net.HardwareAddr
+		inNetns(t, l.nsB, func() error {
+			a := netip.MustParseAddr(ip)
+			ifi, err := net.InterfaceByName(l.ifB)
+			if err != nil {
+				return err
+			}
+			c, err := ListenProbe(ifi, a)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			mac, err = Probe(context.Background(), c, ifi.HardwareAddr, a, 300*time.Millisecond)
+			return err
+		})
+		return mac
+	}
+	for _, tt := range []struct {
+		ip   string
+		want string
+	}{{vip4s, l.macA}, {vip6s, l.macA}, {other4, ""}, {other6, ""}} {
+		if got := probe(tt.ip); !strings.EqualFold(got.String(), tt.want) {
+			t.Errorf("probe for %s: answered by %q, want %q", tt.ip, got, tt.want)
+		}
+	}
+
 	// Leaving the group, and closing the sockets, undoes the join.
 	if err := r.SyncGroups(nil); err != nil {
 		t.Fatal(err)
@@ -278,6 +307,11 @@ func TestRealSockets(t *testing.T) {
 	stop()
 	if m := maddr(); strings.Contains(m, "33:33:ff:00:00:10") {
 		t.Errorf("group %s still joined after Run returned:\n%s", group, m)
+	}
+	for _, ip := range []string{vip4s, vip6s} {
+		if got := probe(ip); got != nil {
+			t.Errorf("probe for %s after the responder stopped: answered by %s", ip, got)
+		}
 	}
 }
 

@@ -78,6 +78,13 @@ type Input struct {
 	// won here, they are not answered until it has (the election does
 	// not change, so no other node takes them meanwhile).
 	Unprogrammed map[netip.Addr]bool
+	// Contested are addresses whose former winner was declared dead
+	// without leaving: won here, they are not answered (ReasonContested,
+	// IP.Checking) until the speaker has seen that the former winner no
+	// longer answers for them on the LAN, which it still does when it is
+	// the other side of a partition that has not found itself a
+	// minority yet.
+	Contested map[netip.Addr]bool
 }
 
 // Why a Service's IP is left out of the layer-2 election (besides the
@@ -93,6 +100,7 @@ const (
 	ReasonLocalDown    = "this node won the IP but none of its interfaces for it is up"
 	ReasonIsolated     = "this speaker reaches no more than a minority of the speakers while the API shows the others alive; it announces only addresses no other node may announce"
 	ReasonUnprogrammed = view.ReasonUnprogrammed
+	ReasonContested    = "this node won the IP from a node declared dead and checks that the latter no longer answers for it on the LAN"
 )
 
 // IP is the election result for one address.
@@ -110,6 +118,9 @@ type IP struct {
 	// Interfaces are where this node answers for the address, sorted;
 	// empty unless this node won and has one of them up.
 	Interfaces []string
+	// Checking are where this node would answer for a contested address
+	// (Input.Contested), and so where it checks that nobody else does.
+	Checking []string
 	// Reason is set when no node announces the address, or this node won
 	// but cannot.
 	Reason string
@@ -252,9 +263,14 @@ func Compute(in Input) State {
 		case ip.Winner == in.Local.Name && localKnown && in.Unprogrammed[a]:
 			ip.Reason = ReasonUnprogrammed
 		case ip.Winner == in.Local.Name && localKnown:
-			ip.Interfaces = localInterfaces(g.Ads, localLabels, in.Local)
-			if len(ip.Interfaces) == 0 {
+			ifs := localInterfaces(g.Ads, localLabels, in.Local)
+			switch {
+			case len(ifs) == 0:
 				ip.Reason = ReasonLocalDown
+			case in.Contested[a]:
+				ip.Reason, ip.Checking = ReasonContested, ifs
+			default:
+				ip.Interfaces = ifs
 			}
 		}
 		switch {

@@ -451,6 +451,63 @@ func TestDeadMemberMovesOnlyItsIPs(t *testing.T) {
 	}
 }
 
+// TestContestedHoldsTakeover: the addresses a dead member held are
+// contested; the node that wins one keeps the win (nobody else takes it)
+// but answers only once the contest ends, and then gains it.
+func TestContestedHoldsTakeover(t *testing.T) {
+	in := testInput(svc("web", "lan", ips(60)...))
+	before := Compute(in)
+	contested := map[netip.Addr]bool{}
+	for _, ip := range before.IPs {
+		if ip.Winner == "node2" {
+			contested[ip.Addr] = true
+		}
+	}
+	in.Members = slices.DeleteFunc(in.Members, func(m Member) bool { return m.Name == "node2" })
+	in.Contested = contested
+	held := Compute(in)
+	in.Contested = nil
+	free := Compute(in)
+	mine := 0
+	for i, ip := range held.IPs {
+		f := free.IPs[i]
+		if ip.Winner != f.Winner {
+			t.Errorf("%s: contested, won by %q; free, by %q: a contest must not change the election", ip.Addr, ip.Winner, f.Winner)
+		}
+		switch {
+		case contested[ip.Addr] && ip.Winner == "node1":
+			mine++
+			if ip.Announced() || ip.Reason != ReasonContested || !reflect.DeepEqual(ip.Checking, []string{"eth0", "eth1"}) {
+				t.Errorf("%s contested and won here: %+v", ip.Addr, ip)
+			}
+			if !f.Announced() {
+				t.Errorf("%s uncontested is not announced: %+v", ip.Addr, f)
+			}
+		case !reflect.DeepEqual(ip, f):
+			t.Errorf("%s is not contested here, yet it differs: %+v, free %+v", ip.Addr, ip, f)
+		}
+	}
+	if mine == 0 {
+		t.Fatal("node1 won none of node2's addresses; the test shows nothing")
+	}
+	// Nothing contested is published as this node's: the others see no
+	// announcement of an address nobody answers yet.
+	for _, an := range held.Announcements {
+		for _, a := range an.IPs {
+			if contested[a] {
+				t.Errorf("announcement %+v lists contested %s", an, a)
+			}
+		}
+	}
+	if d := Diff(before, held); len(d.Gained) != 0 {
+		t.Errorf("gained while contested: %+v", d.Gained)
+	}
+	d := Diff(held, free)
+	if len(d.Gained) != mine || len(d.Moved) != 0 {
+		t.Errorf("contest over: gained %d (want %d), moved %+v", len(d.Gained), mine, d.Moved)
+	}
+}
+
 func TestBadInputNeverPanics(t *testing.T) {
 	inputs := []Input{
 		{},
