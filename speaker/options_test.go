@@ -20,15 +20,16 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.NodeName != "node1" || o.Namespace != "herald-system" || o.Port != 7946 || o.MetricsAddr != ":7473" ||
-		o.AdvertiseAddr != netip.MustParseAddr("198.51.100.11") || o.BindAddr.IsValid() || !o.Proxy || o.SecretName != "herald-memberlist" {
+		o.AdvertiseAddr != netip.MustParseAddr("198.51.100.11") || o.BindAddr.IsValid() || !o.Proxy || o.SecretName != "herald-memberlist" ||
+		o.TakeoverCheck != DefaultTakeoverCheckWait {
 		t.Errorf("defaults: %+v", o)
 	}
 	o, err = ParseFlags([]string{"--proxy=false", "--memberlist-port=7947", "--memberlist-probe-interval=200ms",
-		"--memberlist-probe-timeout=80ms", "--memberlist-suspicion-max-mult=4", "--ignore-exclude-lb", "--log-level=debug"}, io.Discard)
+		"--memberlist-probe-timeout=80ms", "--memberlist-suspicion-max-mult=4", "--ignore-exclude-lb", "--log-level=debug", "--takeover-check=0"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Proxy || o.Port != 7947 || o.Timers.ProbeInterval != 200*time.Millisecond || o.Timers.SuspicionMaxTimeoutMult != 4 || !o.IgnoreExcludeLB || o.LogLevel.String() != "DEBUG" {
+	if o.Proxy || o.Port != 7947 || o.Timers.ProbeInterval != 200*time.Millisecond || o.Timers.SuspicionMaxTimeoutMult != 4 || !o.IgnoreExcludeLB || o.LogLevel.String() != "DEBUG" || o.TakeoverCheck != 0 {
 		t.Errorf("flags: %+v", o)
 	}
 	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
@@ -50,6 +51,8 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--memberlist-probe-timeout=1s"}, "--memberlist-probe-timeout"},
 		{[]string{"--memberlist-suspicion-mult=0"}, "--memberlist-suspicion-mult"},
 		{[]string{"--memberlist-suspicion-max-mult=0"}, "--memberlist-suspicion-max-mult"},
+		{[]string{"--takeover-check=3s"}, "--takeover-check"},
+		{[]string{"--takeover-check=-1ms"}, "--takeover-check"},
 		{[]string{"--log-level=loud"}, "--log-level"},
 		{[]string{"--metrics-addr=nope"}, "--metrics-addr"},
 		{[]string{"--node-name="}, "--node-name"},
