@@ -147,11 +147,14 @@ e2e-test: toolchain helm ## the e2e suite in e2e/ (needs root)
 # proxy, and the kubelet API (kubectl exec and logs inside a herald
 # container), the lab kubelet's init containers and sidecars, the images
 # of Kubernetes' upstream e2e suite, and a subset of that suite with
-# herald (TestUpstreamConformance; docs/testing.md). make test runs it
-# after the binary-mode suite.
+# herald (TestUpstreamConformance; docs/testing.md). It makes the upstream
+# images first (e2e-images), which TestInitContainers and TestProbes only
+# look for: on a fresh machine they run before anything else has made them.
+# make test runs it after the binary-mode suite.
 E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestInitContainers|TestProbes|TestUpstreamImages|TestUpstreamConformance)$$
 e2e-image-test: toolchain ## (root) make image, then the walkthrough, the L2, BGP, proxy, kubelet API and init-container e2e tests, the upstream images and a subset of the upstream sig-network suite, with herald's pods running that image under runc
 	@$(MAKE) image
+	@$(MAKE) e2e-images
 	(cd e2e && $(GO) run ./cmd/herald-lab build)
 	cd e2e && HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 50m -run '$(E2E_IMAGE_TESTS)' .
 
