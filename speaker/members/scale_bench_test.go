@@ -398,11 +398,15 @@ func (ch *mlsChild) wait(t *testing.T, word string, timeout time.Duration) {
 	}
 }
 
-// converge waits until every live member sees want members.
+// converge waits until every live member sees want members. When it
+// gives up it logs the fewest and most members each process's members
+// see, which tells a slow spread from members declared dead at start.
 func (c *mlsCluster) converge(want int, timeout time.Duration) (time.Duration, bool) {
 	begin := time.Now()
+	var seen []string
 	for time.Since(begin) < timeout {
 		ok := true
+		seen = seen[:0]
 		for _, ch := range c.children {
 			r, replied := ch.tryAsk(c.t, "count", "count", time.Minute)
 			if !replied {
@@ -417,12 +421,14 @@ func (c *mlsCluster) converge(want int, timeout time.Duration) (time.Duration, b
 				continue // every member of this process was killed
 			}
 			ok = ok && lo == want && hi == want
+			seen = append(seen, fmt.Sprintf("%d-%d:%d..%d", ch.from, ch.to, lo, hi))
 		}
 		if ok {
 			return time.Since(begin), true
 		}
 		time.Sleep(time.Second)
 	}
+	c.t.Logf("not converged: members seen per process (first-last member: fewest..most) %s", strings.Join(seen, " "))
 	return time.Since(begin), false
 }
 
