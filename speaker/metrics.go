@@ -77,15 +77,15 @@ func NewMetrics() *Metrics {
 			Name: "herald_speaker_memberlist_keys",
 			Help: "Keys in the memberlist keyring (the primary one included): 2 while a key rotation is under way.",
 		}),
+		contested: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_speaker_takeovers_checking",
+			Help: "LoadBalancer IPs this node won from a speaker declared dead and does not answer for yet, while it checks that the latter no longer answers for them on the LAN.",
+		}),
+		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_speaker_takeovers_total",
+			Help: "LoadBalancer IPs this node won from a speaker declared dead, by how the check that the latter no longer answers ended: clear (nobody answered), waited (it answered, then stopped), forced (it still answered after the longest wait: two answers), unchecked (the check failed).",
+		}, []string{"outcome"}),
 	}
-	m.contested = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "herald_speaker_takeovers_checking",
-		Help: "LoadBalancer IPs this node won from a speaker declared dead and does not answer for yet, while it checks that the latter no longer answers for them on the LAN.",
-	})
-	m.takeovers = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "herald_speaker_takeovers_total",
-		Help: "LoadBalancer IPs this node won from a speaker declared dead, by how the check that the latter no longer answers ended: clear (nobody answered), waited (it answered, then stopped), forced (it still answered after the longest wait: two answers), unchecked (the check failed).",
-	}, []string{"outcome"})
 	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.known, m.recovering, m.keys, m.contested, m.takeovers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("speaker"))
 	return m

@@ -77,7 +77,7 @@ type takeover struct {
 // contested returns the addresses the election must not answer yet if
 // this node wins them: those under check, and those whose winner in the
 // last election is a member declared dead (known, not live), which this
-// sync may hand to this node.
+// sync may hand to this node. known is sorted (heartbeat.Standing.Known).
 func (s *Speaker) contested(known []string, live map[string]bool, now time.Time) map[netip.Addr]bool {
 	if s.d.Takeover == nil {
 		return nil
@@ -101,8 +101,11 @@ func (s *Speaker) contested(known []string, live map[string]bool, now time.Time)
 	}
 	for _, ip := range s.state.IPs {
 		w := ip.Winner
-		if w == "" || w == s.d.Node || live[w] || !slices.Contains(known, w) {
+		if w == "" || w == s.d.Node || live[w] {
 			continue
+		}
+		if _, dead := slices.BinarySearch(known, w); !dead {
+			continue // it left gracefully, or its Node was deleted
 		}
 		if _, ok := s.takeovers[ip.Addr]; !ok {
 			out[ip.Addr] = true

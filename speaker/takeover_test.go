@@ -22,7 +22,6 @@ type fakeCheck struct {
 	answers map[netip.Addr]net.HardwareAddr
 	err     error
 	calls   map[netip.Addr]int
-	ifaces  []string
 }
 
 func newFakeCheck() *fakeCheck {
@@ -33,7 +32,6 @@ func (f *fakeCheck) Answering(ctx context.Context, iface string, a netip.Addr) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[a]++
-	f.ifaces = append(f.ifaces, iface)
 	return f.answers[a], f.err
 }
 
