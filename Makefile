@@ -207,8 +207,8 @@ bench: toolchain ## benchmarks (not in CI): go test -bench, and the lab's benchm
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	@echo "HERALD_BENCH_SCALE=1 $(GO) test -run '^\$$' -bench 'BenchmarkSyncScale/./nodes=1000' -benchtime 1x -benchmem -timeout 60m ./speaker/"
 	HERALD_BENCH_SCALE=1 $(GO) test -run '^$$' -bench 'BenchmarkSyncScale/./nodes=1000' -benchtime 1x -benchmem -timeout 60m ./speaker/
-	@echo "HERALD_BENCH_SCALE=1 $(GO) test -run '^\$$' -bench 'BenchmarkAnnouncementsAPI/././nodes=100/' -benchtime 1x -timeout 60m ./speaker/"
-	HERALD_BENCH_SCALE=1 $(GO) test -run '^$$' -bench 'BenchmarkAnnouncementsAPI/././nodes=100/' -benchtime 1x -timeout 60m ./speaker/
+	@echo "HERALD_BENCH_SCALE=1 $(GO) test -run '^\$$' -bench 'BenchmarkAnnouncementsAPI/././nodes=(100|1000)/' -benchtime 1x -timeout 60m ./speaker/"
+	HERALD_BENCH_SCALE=1 $(GO) test -run '^$$' -bench 'BenchmarkAnnouncementsAPI/././nodes=(100|1000)/' -benchtime 1x -timeout 60m ./speaker/
 	@echo "HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBenchMemberlistScale\$$' -v -timeout 180m ./speaker/members/"
 	HERALD_BENCH=1 $(GO) test -count=1 -run '^TestBenchMemberlistScale$$' -v -timeout 180m ./speaker/members/
 	@if [ "$$(id -u)" -ne 0 ]; then echo "make bench: the lab benchmarks need root: skipped them" >&2; exit 0; fi; \

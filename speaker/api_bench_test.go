@@ -35,7 +35,7 @@ import (
 // linearly with the Services, so docs/scale.md scales them to 10,000.
 func apiSizes() [][2]int {
 	if os.Getenv("HERALD_BENCH_SCALE") == "1" {
-		return [][2]int{{10, 1000}, {100, 1000}}
+		return [][2]int{{10, 1000}, {100, 1000}, {1000, 1000}}
 	}
 	return [][2]int{{10, 1000}}
 }
