@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +43,7 @@ func (cp *ControlPlane) StartComponent(ctx context.Context, name string) error {
 		return fmt.Errorf("controlplane: no start spec for %s", name)
 	}
 	fmt.Fprintf(cp.log, "controlplane: starting %s again\n", name)
-	p, err := startOnOwnThread(spec)
+	p, err := proc.Start(spec) // with KillWithParent, from a thread of its own
 	if err != nil {
 		return err
 	}
@@ -68,28 +67,6 @@ func (cp *ControlPlane) component(name string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("controlplane: no component %q", name)
-}
-
-// startOnOwnThread starts spec from a thread that lives as long as the
-// process: with KillWithParent the kernel kills the child when the
-// thread that forked it exits, and the Go runtime ends threads that a
-// goroutine left locked (netns.Do does, when it cannot switch back).
-func startOnOwnThread(spec proc.Spec) (*proc.Process, error) {
-	type result struct {
-		p   *proc.Process
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		p, err := proc.Start(spec)
-		ch <- result{p, err}
-		if err == nil {
-			<-p.Done()
-		}
-	}()
-	r := <-ch
-	return r.p, r.err
 }
 
 // waitHealthy waits for a restarted component's health endpoint, as Up

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,13 +91,9 @@ func Start(spec Spec) (*Process, error) {
 	if spec.KillWithParent {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("proc: start %s: %w", spec.Name, err)
-	}
 	p := &Process{
 		Record: Record{
 			Name:    spec.Name,
-			PID:     cmd.Process.Pid,
 			Path:    spec.Path,
 			Args:    spec.Args,
 			LogPath: spec.LogPath,
@@ -104,14 +101,34 @@ func Start(spec Spec) (*Process, error) {
 		cmd:  cmd,
 		done: make(chan struct{}),
 	}
+	// The kernel sends Pdeathsig when the *thread* that forked the child
+	// ends, and the Go runtime ends any thread a goroutine exits while
+	// locked to (netns.Do does, when it cannot switch back). A child
+	// forked from an ordinary goroutine therefore died whenever its
+	// thread was later used that way (a lab test once saw etcd end with
+	// "signal: killed" while nothing signalled it). So the child is
+	// forked, and waited for, from a thread locked for its whole life.
+	started := make(chan error, 1)
+	go func() {
+		if spec.KillWithParent {
+			runtime.LockOSThread() // never unlocked: the thread ends after the child
+		}
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("proc: start %s: %w", spec.Name, err)
+	}
+	p.PID = cmd.Process.Pid
 	// The child exists (unreaped) until Wait, so its stat is readable.
 	if st, err := readStat(p.PID); err == nil {
 		p.StartTime = st.startTime
 	}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
 	return p, nil
 }
 

@@ -3,6 +3,7 @@ package proc
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,35 @@ func TestRecordStopAndPIDReuse(t *testing.T) {
 	case <-p.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("process did not exit")
+	}
+}
+
+// The main goroutine keeps the main thread, which the runtime never ends,
+// so the goroutine below runs on a thread that does end.
+func init() { runtime.LockOSThread() }
+
+func TestKillWithParentSurvivesTheStartingThreadEnding(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "sleep.log")
+	started := make(chan *Process, 1)
+	go func() {
+		// Locked and never unlocked: the runtime ends this thread when
+		// the goroutine returns, and the kernel then sends Pdeathsig to
+		// the children it forked.
+		runtime.LockOSThread()
+		p, err := Start(Spec{Name: "sleep", Path: "/bin/sleep", Args: []string{"60"}, LogPath: log, KillWithParent: true})
+		if err != nil {
+			t.Error(err)
+		}
+		started <- p
+	}()
+	p := <-started
+	if p == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { _ = p.Stop(time.Second) })
+	select {
+	case <-p.Done():
+		t.Fatalf("the child died when the thread that called Start ended: %v", p.Err())
+	case <-time.After(time.Second):
 	}
 }
