@@ -8,8 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-
-	"github.com/herald-lb/herald/config"
 )
 
 // clusterKinds are the MetalLB resources LoadCluster reads, each at the
@@ -27,11 +25,15 @@ var clusterKinds = []struct {
 	{"communities", []string{"v1beta1"}},
 }
 
-// LoadCluster reads MetalLB's configuration from namespace ns of a
-// cluster: its custom resources, or, when there are none, its legacy
-// ConfigMap "config" (MetalLB 0.13 and later ignore that ConfigMap, so
-// it is only read for a MetalLB that still uses it).
-func (t *Translator) LoadCluster(ctx context.Context, dyn dynamic.Interface, ns string) error {
+// LoadCluster reads MetalLB's configuration from its namespace
+// (Options.MetalLBNamespace) of a cluster: its custom resources, or,
+// when there are none, its legacy ConfigMap "config" (MetalLB 0.13 and
+// later ignore that ConfigMap, so it is only read for a MetalLB that
+// still uses it); and the configuration herald does not translate, to
+// report it: the ConfigMaps metallb-excludel2 and bgpextras, frr-k8s's
+// FRRConfigurations.
+func (t *Translator) LoadCluster(ctx context.Context, dyn dynamic.Interface) error {
+	ns := t.opts.MetalLBNamespace
 	found := 0
 	for _, k := range clusterKinds {
 		for i, v := range k.versions {
@@ -53,16 +55,28 @@ func (t *Translator) LoadCluster(ctx context.Context, dyn dynamic.Interface, ns 
 			break
 		}
 	}
-	cm, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns).Get(ctx, "config", metav1.GetOptions{})
-	switch {
+	frr := schema.GroupVersionResource{Group: otherGroupFRRK8s, Version: "v1beta1", Resource: "frrconfigurations"}
+	switch list, err := dyn.Resource(frr).Namespace(ns).List(ctx, metav1.ListOptions{}); {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return fmt.Errorf("reading ConfigMap %s/config: %w", ns, err)
-	case found > 0:
-		t.res.Skipped = append(t.res.Skipped, config.Skipped{Source: "cluster configmaps",
-			Reason: fmt.Sprintf("ConfigMap %s/config left alone: the namespace has MetalLB custom resources, and MetalLB 0.13 and later ignore that ConfigMap", ns)})
+		return fmt.Errorf("listing %s in %s: %w", frr.GroupResource(), ns, err)
 	default:
-		t.Add("cluster configmaps", cm.Object)
+		for _, item := range list.Items {
+			t.Add(fmt.Sprintf("cluster %s", frr.GroupResource()), item.Object)
+		}
+	}
+	configMaps := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns)
+	for _, name := range []string{"config", excludeL2ConfigMap, bgpExtrasConfigMap} {
+		cm, err := configMaps.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("reading ConfigMap %s/%s: %w", ns, name, err)
+		case name == "config" && found > 0:
+			t.skip("cluster configmaps", "ConfigMap %s/config left alone: the namespace has MetalLB custom resources, and MetalLB 0.13 and later ignore that ConfigMap", ns)
+		default:
+			t.Add("cluster configmaps", cm.Object)
+		}
 	}
 	return nil
 }

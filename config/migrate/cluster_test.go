@@ -28,6 +28,7 @@ func fakeCluster(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 		}
 	}
 	lists[schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}] = "ConfigMapList"
+	lists[schema.GroupVersionResource{Group: otherGroupFRRK8s, Version: "v1beta1", Resource: "frrconfigurations"}] = "FRRConfigurationList"
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), lists, objs...)
 }
 
@@ -44,7 +45,7 @@ func TestLoadCluster(t *testing.T) {
 			"data":     map[string]any{"config": "address-pools: [{name: old, protocol: layer2, addresses: [192.0.2.0/30]}]"}}},
 	)
 	tr := New(Options{})
-	if err := tr.LoadCluster(context.Background(), dyn, "metallb-system"); err != nil {
+	if err := tr.LoadCluster(context.Background(), dyn); err != nil {
 		t.Fatal(err)
 	}
 	res := tr.Result()
@@ -64,7 +65,7 @@ func TestLoadClusterLegacyOnly(t *testing.T) {
 		"metadata": map[string]any{"name": "config", "namespace": "metallb-system"},
 		"data":     map[string]any{"config": "address-pools: [{name: old, protocol: layer2, addresses: [192.0.2.0/30]}]"}}})
 	tr := New(Options{})
-	if err := tr.LoadCluster(context.Background(), dyn, "metallb-system"); err != nil {
+	if err := tr.LoadCluster(context.Background(), dyn); err != nil {
 		t.Fatal(err)
 	}
 	res := tr.Result()

@@ -1,6 +1,8 @@
 package migrate
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -70,34 +72,76 @@ type legacyBFD struct {
 	MinimumTTL       *uint32 `json:"minimum-ttl"`
 }
 
-// addConfigMap translates MetalLB's legacy ConfigMap: each address pool
+// legacyKeys are the top-level keys of MetalLB's legacy configuration:
+// a document with no apiVersion or kind and one of these is that
+// configuration given as the bare file (the ConfigMap's "config" key).
+var legacyKeys = []string{"peers", "address-pools", "bgp-communities", "bfd-profiles"}
+
+// addConfigMap reads the ConfigMaps MetalLB takes configuration from:
+// the legacy "config" key is translated; the ones herald has no
+// counterpart for are reported.
+func (t *Translator) addConfigMap(o *object, obj map[string]any) {
+	data, _ := obj["data"].(map[string]any)
+	switch o.name {
+	case excludeL2ConfigMap:
+		if t.inMetalLBNamespace(o) {
+			o.excludeL2(data)
+		}
+		return
+	case bgpExtrasConfigMap:
+		if t.inMetalLBNamespace(o) {
+			t.notTranslated(o, "raw FRR configuration MetalLB's FRR mode appends to its own; herald's speakers do not run FRR: carry over what it does with BGPPeer and BGPAdvertisement fields, or on the router")
+		}
+		return
+	}
+	raw, ok := data["config"]
+	if !ok {
+		t.skip(o.where, "ConfigMap %s has no \"config\" key: not MetalLB's legacy configuration", o.name)
+		return
+	}
+	if !t.inMetalLBNamespace(o) {
+		return
+	}
+	t.res.Found++
+	text, ok := raw.(string)
+	if !ok {
+		o.errorf("data.config", "is %s: MetalLB reads it as a string holding YAML (config: |); not translated", describeValue(raw))
+		return
+	}
+	t.addLegacy(o, "data.config", []byte(text), o.ns, o.where+" (legacy ConfigMap)")
+}
+
+// addLegacyFile reads a document without apiVersion or kind: MetalLB's
+// legacy configuration as a bare file, or something else to skip.
+func (t *Translator) addLegacyFile(where, source string, doc []byte, obj map[string]any) {
+	for _, k := range legacyKeys {
+		if _, ok := obj[k]; ok {
+			t.res.Found++
+			o := &object{t: t, kind: "MetalLB configuration file", name: where, where: where}
+			t.addLegacy(o, "", doc, t.opts.MetalLBNamespace, where+" (legacy configuration)")
+			return
+		}
+	}
+	t.skip(where, "neither a Kubernetes object (it has no apiVersion or kind) nor MetalLB's legacy configuration (none of %s)", strings.Join(legacyKeys, ", "))
+}
+
+// addLegacy translates MetalLB's legacy configuration, read from the
+// object o (its field prefix in o): each address pool
 // becomes an IPAddressPool of the same name (made a valid object name)
 // with an L2Advertisement or one BGPAdvertisement per bgp-advertisement
 // named after it; peers become BGPPeers peer1, peer2, … in their order;
 // bgp-communities one Community "communities"; bfd-profiles BFDProfiles.
-// The objects then go through the same translation as MetalLB's custom
-// resources, so they are reported the same way.
-func (t *Translator) addConfigMap(where string, obj map[string]any) {
-	meta, _ := obj["metadata"].(map[string]any)
-	name, _ := meta["name"].(string)
-	ns, _ := meta["namespace"].(string)
-	data, _ := obj["data"].(map[string]any)
-	text, ok := data["config"].(string)
-	if !ok {
-		t.res.Skipped = append(t.res.Skipped, config.Skipped{Source: where,
-			Reason: fmt.Sprintf("ConfigMap %s has no \"config\" key: not MetalLB's legacy configuration", name)})
-		return
-	}
+// The objects, in namespace ns, then go through the same translation as
+// MetalLB's custom resources, so they are reported the same way.
+func (t *Translator) addLegacy(o *object, prefix string, text []byte, ns, src string) {
 	report := func(sev config.Severity, field, format string, args ...any) {
-		t.res.Problems = append(t.res.Problems, config.Problem{Kind: "ConfigMap", Namespace: ns, Name: name,
-			Field: "data.config" + field, Message: fmt.Sprintf(format, args...), Severity: sev})
+		o.problem(sev, strings.TrimPrefix(prefix+field, "."), format, args...)
 	}
 	var lc legacyConfig
-	if err := yaml.UnmarshalStrict([]byte(text), &lc); err != nil {
-		report(config.Error, "", "cannot be read as MetalLB's legacy configuration: %v", err)
+	if err := yaml.UnmarshalStrict(text, &lc); err != nil {
+		report(config.Error, "", "cannot be read as MetalLB's legacy configuration: %s; not translated", legacyError(err))
 		return
 	}
-	src := where + " (legacy ConfigMap)"
 	emit := func(kind, objName string, spec map[string]any) {
 		t.Add(src, map[string]any{
 			"apiVersion": Group + "/v1beta1",
@@ -114,7 +158,7 @@ func (t *Translator) addConfigMap(where string, obj map[string]any) {
 			continue
 		}
 		if pool != p.Name {
-			report(config.Warning, field+".name", "%q is not a valid object name; the pool is called %q", p.Name, pool)
+			report(config.Warning, field+".name", "%q is not a valid object name; the pool is called %q: Services that name it in an address-pool annotation must use the new name", p.Name, pool)
 		}
 		spec := map[string]any{"addresses": p.Addresses, "avoidBuggyIPs": p.AvoidBuggyIPs}
 		if p.AutoAssign != nil {
@@ -153,7 +197,7 @@ func (t *Translator) addConfigMap(where string, obj map[string]any) {
 				emit(config.KindBGPAdvertisement, advName, spec)
 			}
 		default:
-			report(config.Error, field+".protocol", "%q is neither layer2 nor bgp: the pool is translated without an advertisement", p.Protocol)
+			report(config.Error, field+".protocol", "%q is neither layer2 nor bgp (MetalLB refuses such a configuration): the pool is translated without an advertisement", p.Protocol)
 		}
 	}
 	for i, p := range lc.Peers {
@@ -193,7 +237,7 @@ func (t *Translator) addConfigMap(where string, obj map[string]any) {
 	}
 	if len(lc.BGPCommunities) > 0 {
 		var aliases []any
-		for _, k := range sortedKeys(anyMap(lc.BGPCommunities)) {
+		for _, k := range sortedKeys(lc.BGPCommunities) {
 			aliases = append(aliases, map[string]any{"name": k, "value": lc.BGPCommunities[k]})
 		}
 		emit(config.KindCommunity, "communities", map[string]any{"communities": aliases})
@@ -241,10 +285,26 @@ func objectName(s string) string {
 	return strings.TrimRight(n, ".-")
 }
 
-func anyMap(m map[string]string) map[string]any {
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = v
+// legacyError says what is wrong with a legacy configuration, without
+// the YAML library's wrapping or Go's type names.
+func legacyError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field, msg := decodeError(te)
+		if field == "" {
+			return "the configuration " + msg
+		}
+		return field + " " + msg
 	}
-	return out
+	s := err.Error()
+	for _, p := range []string{"error converting YAML to JSON: ", "error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+		s = strings.TrimPrefix(s, p)
+	}
+	if strings.HasPrefix(s, "unsupported map key") || strings.HasPrefix(s, "yaml: invalid map key") {
+		return "a mapping key is itself a mapping or a list; keys must be names"
+	}
+	if f, ok := strings.CutPrefix(s, "unknown field "); ok {
+		return "unknown key " + f
+	}
+	return s
 }

@@ -1,29 +1,27 @@
 // Package migrate is `herald migrate`: it translates MetalLB's
 // configuration (metallb.io custom resources, v1beta1 and v1beta2, or the
-// legacy ConfigMap of MetalLB 0.12 and older) into herald.io/v1beta1
+// legacy configuration of MetalLB 0.12 and older, as its ConfigMap or as
+// the bare file under the ConfigMap's "config" key) into herald.io/v1beta1
 // objects, and reports every field that does not carry over, naming the
 // MetalLB object and field.
 //
 // herald's API follows MetalLB's closely, so most of a translation is a
 // change of group and namespace. What is left out is what herald's
 // speakers do not do (FRR-only settings such as vrf, interface or
-// localASN) or what has another shape in herald (a passwordSecret names a
-// key in a Secret of herald's namespace).
+// localASN; BFD echo and passive modes) or what has another shape in
+// herald (a passwordSecret names a key in a Secret of herald's
+// namespace). Only what MetalLB itself reads is translated: objects of
+// its namespace, each name once.
 package migrate
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"sort"
 	"strings"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -34,11 +32,19 @@ import (
 // Group is MetalLB's API group.
 const Group = "metallb.io"
 
+// DefaultMetalLBNamespace is where MetalLB's manifests and chart install
+// it, and so where it reads its configuration.
+const DefaultMetalLBNamespace = "metallb-system"
+
 // Options shape the output.
 type Options struct {
 	// Namespace is herald's namespace, where the translated objects go
 	// (herald reads its configuration from there only).
 	Namespace string
+	// MetalLBNamespace is the namespace MetalLB reads its configuration
+	// from. Objects of other namespaces are not MetalLB's configuration
+	// and are skipped; objects without a namespace are taken as its.
+	MetalLBNamespace string
 }
 
 // Result is a translation: herald's objects, and what did not carry over.
@@ -53,8 +59,33 @@ type Result struct {
 	// Problems name the MetalLB object and field that did not translate.
 	// An Error left the object out; a Warning left out the field named.
 	Problems config.Problems
+	// Notes are changes made on purpose that keep MetalLB's behaviour
+	// and ask nothing of the user (a CIDR with host bits masked as
+	// MetalLB masks it, GitOps labels left behind).
+	Notes []Note
 	// Skipped are documents that are not MetalLB configuration.
 	Skipped []config.Skipped
+
+	// Found counts the MetalLB configuration objects read, translated or
+	// not. Zero means the input held no MetalLB configuration at all.
+	Found int
+	// Elsewhere counts MetalLB configuration objects skipped because
+	// they are in another namespace than MetalLB's.
+	Elsewhere int
+}
+
+// Note is a change the translation made that keeps MetalLB's behaviour.
+type Note struct {
+	Object  string // "Kind namespace/name", as in problems
+	Field   string
+	Message string
+}
+
+func (n Note) String() string {
+	if n.Field == "" {
+		return n.Object + ": " + n.Message
+	}
+	return n.Object + ": " + n.Field + ": " + n.Message
 }
 
 // Objects counts the herald objects in the result.
@@ -67,6 +98,10 @@ func (r *Result) Objects() int {
 type Translator struct {
 	opts Options
 	res  Result
+	// objs are the translated objects by kind and name, to find a name
+	// given twice; order keeps the first sighting of each.
+	objs  map[objKey]*translated
+	order []objKey
 }
 
 // New returns a Translator writing objects into opts.Namespace.
@@ -74,20 +109,10 @@ func New(opts Options) *Translator {
 	if opts.Namespace == "" {
 		opts.Namespace = "herald-system"
 	}
-	return &Translator{opts: opts}
-}
-
-// Result returns what was translated so far, each kind sorted by name.
-func (t *Translator) Result() Result {
-	r := t.res
-	sortByName(r.Pools)
-	sortByName(r.L2Advertisements)
-	sortByName(r.BGPAdvertisements)
-	sortByName(r.Peers)
-	sortByName(r.Communities)
-	sortByName(r.BFDProfiles)
-	config.SortProblems(r.Problems)
-	return r
+	if opts.MetalLBNamespace == "" {
+		opts.MetalLBNamespace = DefaultMetalLBNamespace
+	}
+	return &Translator{opts: opts, objs: map[objKey]*translated{}}
 }
 
 // Load reads a multi-document YAML stream (lists too, as `kubectl get -o
@@ -111,6 +136,12 @@ func (t *Translator) Load(source string, rd io.Reader) error {
 			continue // empty document or comments only
 		}
 		where := fmt.Sprintf("%s:%d", source, n)
+		_, hasAPIVersion := obj["apiVersion"]
+		_, hasKind := obj["kind"]
+		if !hasAPIVersion && !hasKind {
+			t.addLegacyFile(where, source, doc, obj)
+			continue
+		}
 		if kind, _ := obj["kind"].(string); strings.HasSuffix(kind, "List") {
 			items, _ := obj["items"].([]any)
 			for i, it := range items {
@@ -132,16 +163,38 @@ func (t *Translator) Add(where string, obj map[string]any) {
 	name, _ := meta["name"].(string)
 	ns, _ := meta["namespace"].(string)
 	group, version, _ := strings.Cut(apiVersion, "/")
-	if apiVersion == "v1" && kind == "ConfigMap" {
-		t.addConfigMap(where, obj)
+	if !strings.Contains(apiVersion, "/") {
+		group, version = "", apiVersion
+	}
+	o := &object{t: t, kind: kind, ns: ns, name: name, version: version, meta: meta, where: where}
+	switch {
+	case group == "" && kind == "ConfigMap":
+		t.addConfigMap(o, obj)
+		return
+	case group == otherGroupFRRK8s:
+		t.notTranslated(o, frrK8sReason(kind))
+		return
+	case group == oldAnnotationGroup:
+		if !t.inMetalLBNamespace(o) {
+			return
+		}
+		t.res.Found++
+		o.errorf("apiVersion", "%s is not an API group MetalLB serves: MetalLB's configuration is in %s (%s was the prefix of its Service annotations, which herald reads as they are); not translated",
+			apiVersion, Group, oldAnnotationGroup)
+		return
+	case group != Group:
+		t.skip(where, "%s %s (%s) is not MetalLB configuration", kind, name, orNone(apiVersion))
 		return
 	}
-	if group != Group {
-		t.res.Skipped = append(t.res.Skipped, config.Skipped{Source: where,
-			Reason: fmt.Sprintf("%s %s (%s) is not MetalLB configuration", kind, name, apiVersion)})
+	switch kind {
+	case "ServiceL2Status", "ServiceBGPStatus", "ConfigurationState":
+		t.skip(where, "%s %s is status MetalLB writes; herald's speakers write ServiceAnnouncements of their own", kind, name)
 		return
 	}
-	o := &object{t: t, kind: kind, ns: ns, name: name, version: version, meta: meta}
+	if !t.inMetalLBNamespace(o) {
+		return
+	}
+	t.res.Found++
 	if name == "" {
 		o.errorf("metadata.name", "missing")
 		return
@@ -152,7 +205,7 @@ func (t *Translator) Add(where string, obj map[string]any) {
 	}
 	spec, ok := obj["spec"].(map[string]any)
 	if !ok && obj["spec"] != nil {
-		o.errorf("spec", "not an object")
+		o.errorf("spec", "is %s, not an object", describeValue(obj["spec"]))
 		return
 	}
 	if spec == nil {
@@ -161,45 +214,60 @@ func (t *Translator) Add(where string, obj map[string]any) {
 	switch kind {
 	case config.KindIPAddressPool:
 		var s v1beta1.IPAddressPoolSpec
-		if o.decode(spec, &s, nil) {
-			t.res.Pools = append(t.res.Pools, v1beta1.IPAddressPool{ObjectMeta: o.heraldMeta(), Spec: s})
+		if o.pool(spec) && o.decode(spec, &s, nil) {
+			o.keep(&v1beta1.IPAddressPool{ObjectMeta: o.heraldMeta(), Spec: s})
 		}
 	case config.KindL2Advertisement:
 		var s v1beta1.L2AdvertisementSpec
-		if o.decode(spec, &s, l2Dropped) {
-			t.res.L2Advertisements = append(t.res.L2Advertisements, v1beta1.L2Advertisement{ObjectMeta: o.heraldMeta(), Spec: s})
+		if o.references(spec) && o.decode(spec, &s, l2Dropped) {
+			o.keep(&v1beta1.L2Advertisement{ObjectMeta: o.heraldMeta(), Spec: s})
 		}
 	case config.KindBGPAdvertisement:
 		var s v1beta1.BGPAdvertisementSpec
-		if o.decode(spec, &s, nil) {
-			t.res.BGPAdvertisements = append(t.res.BGPAdvertisements, v1beta1.BGPAdvertisement{ObjectMeta: o.heraldMeta(), Spec: s})
+		if o.references(spec) && o.decode(spec, &s, nil) {
+			o.keep(&v1beta1.BGPAdvertisement{ObjectMeta: o.heraldMeta(), Spec: s})
 		}
 	case config.KindBGPPeer:
 		var s v1beta1.BGPPeerSpec
 		if o.peer(spec) && o.decode(spec, &s, peerDropped) {
-			t.res.Peers = append(t.res.Peers, v1beta1.BGPPeer{ObjectMeta: o.heraldMeta(), Spec: s})
+			o.keep(&v1beta1.BGPPeer{ObjectMeta: o.heraldMeta(), Spec: s})
 		}
 	case config.KindCommunity:
 		var s v1beta1.CommunitySpec
-		if !o.community(spec) {
-			return
-		}
-		if o.decode(spec, &s, nil) {
-			t.res.Communities = append(t.res.Communities, v1beta1.Community{ObjectMeta: o.heraldMeta(), Spec: s})
+		if o.community(spec) && o.decode(spec, &s, nil) {
+			o.keep(&v1beta1.Community{ObjectMeta: o.heraldMeta(), Spec: s})
 		}
 	case config.KindBFDProfile:
 		var s v1beta1.BFDProfileSpec
+		o.bfd(spec)
 		if o.decode(spec, &s, nil) {
-			t.res.BFDProfiles = append(t.res.BFDProfiles, v1beta1.BFDProfile{ObjectMeta: o.heraldMeta(), Spec: s})
+			o.keep(&v1beta1.BFDProfile{ObjectMeta: o.heraldMeta(), Spec: s})
 		}
-	case "ServiceL2Status", "ServiceBGPStatus", "ConfigurationState":
-		t.res.Skipped = append(t.res.Skipped, config.Skipped{Source: where,
-			Reason: fmt.Sprintf("%s %s is status MetalLB writes; herald's speakers write ServiceAnnouncements of their own", kind, name)})
 	case "AddressPool":
 		o.errorf("", "AddressPool (MetalLB before 0.14) is not translated: write it as an IPAddressPool with an L2Advertisement or BGPAdvertisement, or upgrade MetalLB first, which converts it")
 	default:
 		o.errorf("kind", "MetalLB has no configuration kind %q", kind)
 	}
+}
+
+// inMetalLBNamespace says whether MetalLB reads o, and skips it when it
+// does not: MetalLB reads its own namespace only, so an object anywhere
+// else (a copy in default, a test in a developer's namespace) is not
+// configuration, and must not become herald's. An object without a
+// namespace is taken as MetalLB's: files meant for kubectl apply -n
+// often have none.
+func (t *Translator) inMetalLBNamespace(o *object) bool {
+	if o.ns == "" || o.ns == t.opts.MetalLBNamespace {
+		return true
+	}
+	t.res.Elsewhere++
+	t.skip(o.where, "%s %s/%s is in namespace %s: MetalLB reads its configuration from %s only (--metallb-namespace)",
+		o.kind, o.ns, o.name, o.ns, t.opts.MetalLBNamespace)
+	return false
+}
+
+func (t *Translator) skip(where, format string, args ...any) {
+	t.res.Skipped = append(t.res.Skipped, config.Skipped{Source: where, Reason: fmt.Sprintf(format, args...)})
 }
 
 // l2Dropped and peerDropped are the MetalLB fields herald has no
@@ -222,6 +290,14 @@ type object struct {
 	t                       *Translator
 	kind, ns, name, version string
 	meta                    map[string]any
+	where                   string
+	// dropped are the ownership labels heraldMeta left behind.
+	dropped map[string]string
+}
+
+// ref is "Kind namespace/name", as problems name the object.
+func (o *object) ref() string {
+	return config.Problem{Kind: o.kind, Namespace: o.ns, Name: o.name}.Object()
 }
 
 func (o *object) problem(sev config.Severity, field, format string, args ...any) {
@@ -237,159 +313,22 @@ func (o *object) warnf(field, format string, args ...any) {
 	o.problem(config.Warning, field, format, args...)
 }
 
-// heraldMeta is the translated object's metadata: the same name and
-// labels (advertisements select pools by label), herald's namespace.
-// Annotations, status and the API server's fields stay behind.
-func (o *object) heraldMeta() metav1.ObjectMeta {
-	m := metav1.ObjectMeta{Name: o.name, Namespace: o.t.opts.Namespace}
-	if labels, ok := o.meta["labels"].(map[string]any); ok {
-		for k, v := range labels {
-			if s, ok := v.(string); ok {
-				if m.Labels == nil {
-					m.Labels = map[string]string{}
-				}
-				m.Labels[k] = s
-			}
-		}
-	}
-	return m
+func (o *object) notef(field, format string, args ...any) {
+	o.t.res.Notes = append(o.t.res.Notes, Note{Object: o.ref(), Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-// decode fills herald's spec from MetalLB's: the fields in dropped are
-// reported and left out, as is any other field herald's spec does not
-// have; the rest must decode into herald's types (a value herald cannot
-// hold is an error, and the object is left out).
-func (o *object) decode(spec map[string]any, into any, dropped map[string]string) bool {
-	known := jsonFields(reflect.TypeOf(into).Elem())
-	kept := map[string]any{}
-	for _, k := range sortedKeys(spec) {
-		switch why, drop := dropped[k]; {
-		case drop:
-			o.warnf("spec."+k, "not translated: %s", why)
-		case !known[k]:
-			o.warnf("spec."+k, "not translated: herald's %s has no such field", o.kind)
-		default:
-			kept[k] = spec[k]
-		}
+func orNone(s string) string {
+	if s == "" {
+		return "no apiVersion"
 	}
-	data, err := json.Marshal(kept)
-	if err != nil {
-		o.errorf("spec", "%v", err)
-		return false
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(into); err != nil {
-		o.errorf("spec", "cannot be translated: %s", strings.TrimPrefix(err.Error(), "json: "))
-		return false
-	}
-	return true
+	return s
 }
 
-// peer rewrites a BGPPeer's spec where herald's differs from MetalLB's,
-// before decode. It returns false when the peer cannot be translated.
-func (o *object) peer(spec map[string]any) bool {
-	if _, ok := spec["interface"]; ok && spec["peerAddress"] == nil {
-		o.errorf("spec.interface", "an unnumbered peer (interface, no peerAddress) cannot be translated: herald's BGPPeer needs the neighbour's address in peerAddress")
-		return false
-	}
-	// v1beta1 durations are not pointers, and MetalLB's conversion to
-	// v1beta2 writes an unset one as 0s: both mean "the default" there,
-	// while herald refuses a zero hold time.
-	for _, k := range []string{"holdTime", "keepaliveTime"} {
-		if s, ok := spec[k].(string); ok && isZeroDuration(s) {
-			delete(spec, k)
-			o.warnf("spec."+k, "%s left out: MetalLB writes 0s for an unset %s; herald's default applies (holdTime 90s, keepaliveTime a third of it)", s, k)
-		}
-	}
-	// MetalLB: a basic-auth Secret, key "password", in MetalLB's
-	// namespace. herald: a key of a Secret in herald's namespace.
-	if ref, ok := spec["passwordSecret"].(map[string]any); ok {
-		name, _ := ref["name"].(string)
-		ns, _ := ref["namespace"].(string)
-		if ns == "" {
-			ns = o.ns
-		}
-		spec["passwordSecret"] = map[string]any{"name": name, "key": "password"}
-		if ns != o.t.opts.Namespace {
-			o.warnf("spec.passwordSecret", "herald reads the password from key \"password\" of Secret %s/%s: copy Secret %s/%s there (it is not part of this output)",
-				o.t.opts.Namespace, name, orUnknown(ns), name)
-		}
-	}
-	return true
-}
-
-// community leaves out the aliases of a Community whose names herald
-// knows as well-known communities (MetalLB lets an alias take such a
-// name): one with the same value is not needed, one with another value
-// would change what the name means, and both are reported. It returns
-// false when no alias is left, and the object with them.
-func (o *object) community(spec map[string]any) bool {
-	list, ok := spec["communities"].([]any)
-	if !ok {
-		return true
-	}
-	kept := list[:0:0]
-	for i, a := range list {
-		m, _ := a.(map[string]any)
-		name, _ := m["name"].(string)
-		value, _ := m["value"].(string)
-		known, isKnown := config.WellKnownCommunity(name)
-		if !isKnown {
-			kept = append(kept, a)
-			continue
-		}
-		field := fmt.Sprintf("spec.communities[%d]", i)
-		if c, err := config.ParseCommunity(value); err == nil && c == known {
-			o.warnf(field, "alias %q left out: herald knows %s as %s already, so references to it keep their meaning", name, name, known)
-		} else {
-			o.errorf(field, "alias %q (%s) left out: herald reserves the name for the well-known community %s, so references to it would change meaning; rename the alias in MetalLB's configuration and in the advertisements that use it", name, value, known)
-		}
-	}
-	spec["communities"] = kept
-	if len(kept) == 0 {
-		o.warnf("", "left out: it defined only aliases herald knows as well-known communities")
-		return false
-	}
-	return true
-}
-
-func orUnknown(ns string) string {
-	if ns == "" {
-		return "<MetalLB's namespace>"
-	}
-	return ns
-}
-
-func isZeroDuration(s string) bool {
-	d, err := time.ParseDuration(s)
-	return err == nil && d == 0
-}
-
-// jsonFields are the JSON names of a struct type's fields.
-func jsonFields(t reflect.Type) map[string]bool {
-	out := map[string]bool{}
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
-			out[name] = true
-		}
-	}
-	return out
-}
-
-func sortedKeys(m map[string]any) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-func sortByName[T any, P interface {
-	*T
-	GetName() string
-}](list []T) {
-	sort.Slice(list, func(i, j int) bool { return P(&list[i]).GetName() < P(&list[j]).GetName() })
 }

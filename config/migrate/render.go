@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
@@ -83,4 +84,39 @@ func clean(obj any) (map[string]any, error) {
 		delete(meta, "creationTimestamp")
 	}
 	return m, nil
+}
+
+// Report writes what did not carry over, one line each, as herald
+// migrate prints it on standard error: the documents skipped, the
+// problems (errors left an object out, warnings a field), the notes,
+// and a count; or, when the input held no MetalLB configuration at all,
+// why nothing was written.
+func Report(w io.Writer, r Result, input string) error {
+	var b strings.Builder
+	for _, s := range r.Skipped {
+		fmt.Fprintf(&b, "skipped %s: %s\n", s.Source, s.Reason)
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintln(&b, p.String())
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	switch {
+	case r.Found == 0:
+		fmt.Fprintf(&b, "no MetalLB configuration found in %s: nothing written", input)
+		if r.Elsewhere > 0 {
+			fmt.Fprintf(&b, "; %d MetalLB %s in another namespace than MetalLB's (give --metallb-namespace if MetalLB reads its configuration from there)",
+				r.Elsewhere, plural(r.Elsewhere, "object is", "objects are"))
+		}
+		fmt.Fprintln(&b)
+	case r.Objects() == 0:
+		fmt.Fprintf(&b, "no herald object could be made from the MetalLB configuration in %s: nothing written\n", input)
+	default:
+		fmt.Fprintf(&b, "%d herald %s written; %d %s not translated (%d MetalLB %s left out)\n",
+			r.Objects(), plural(r.Objects(), "object", "objects"), len(r.Problems), plural(len(r.Problems), "thing", "things"),
+			r.Problems.Errors(), plural(r.Problems.Errors(), "object", "objects"))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }

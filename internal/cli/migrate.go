@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"k8s.io/client-go/dynamic"
@@ -34,18 +35,22 @@ func parseMigrate(args []string, out io.Writer) (migrateOptions, error) {
 	fs.SetOutput(out)
 	fs.Var(&o.files, "f", "YAML file with MetalLB's configuration (repeatable; - for stdin)")
 	fs.BoolVar(&o.fromCluster, "from-cluster", false, "read MetalLB's configuration from the cluster (--metallb-namespace)")
-	fs.StringVar(&o.metallbNamespace, "metallb-namespace", o.metallbNamespace, "namespace MetalLB reads its configuration from (with --from-cluster)")
+	fs.StringVar(&o.metallbNamespace, "metallb-namespace", o.metallbNamespace, "namespace MetalLB reads its configuration from; with -f, objects of other namespaces are skipped")
 	fs.StringVar(&o.namespace, "namespace", o.namespace, "herald's namespace: where the translated objects go")
 	o.cluster.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(out, `usage: herald migrate -f FILE [-f FILE...] | --from-cluster [flags]
 
 Translates MetalLB's configuration (metallb.io custom resources, or its
-legacy ConfigMap) into herald.io/v1beta1 YAML on standard output, for
-kubectl apply. Standard error reports every field that did not translate,
-naming the MetalLB object and field, then what herald validate finds in
-the output. Exit status: 0 when everything translated and validates, 1
-when anything was reported, 2 when the input could not be read.`)
+legacy configuration of MetalLB 0.12: the ConfigMap, or the bare file
+under its "config" key) into herald.io/v1beta1 YAML on standard output,
+for kubectl apply. Only what MetalLB reads is translated: objects in
+--metallb-namespace (or without a namespace), each name once. Standard
+error reports every field that did not translate, naming the MetalLB
+object and field, then what herald validate finds in the output. Exit
+status: 0 when everything translated and validates, 1 when anything was
+reported or no MetalLB configuration was found (nothing is written then),
+2 when the input could not be read.`)
 		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -78,7 +83,8 @@ func runMigrate(args []string) int {
 // migrateMain translates, writes the YAML to out and the report to
 // report, and returns the exit status.
 func migrateMain(ctx context.Context, o migrateOptions, out, report io.Writer) int {
-	tr := migrate.New(migrate.Options{Namespace: o.namespace})
+	tr := migrate.New(migrate.Options{Namespace: o.namespace, MetalLBNamespace: o.metallbNamespace})
+	input := "namespace " + o.metallbNamespace + " of the cluster"
 	if o.fromCluster {
 		rc, err := o.cluster.Config()
 		if err != nil {
@@ -90,10 +96,12 @@ func migrateMain(ctx context.Context, o migrateOptions, out, report io.Writer) i
 			fmt.Fprintf(report, "herald migrate: %v\n", err)
 			return 2
 		}
-		if err := tr.LoadCluster(ctx, dyn, o.metallbNamespace); err != nil {
+		if err := tr.LoadCluster(ctx, dyn); err != nil {
 			fmt.Fprintf(report, "herald migrate: %v\n", err)
 			return 2
 		}
+	} else {
+		input = strings.Join(o.files, ", ") + " (namespace " + o.metallbNamespace + ")"
 	}
 	for _, path := range o.files {
 		if err := loadMigrateFile(tr, path); err != nil {
@@ -102,6 +110,13 @@ func migrateMain(ctx context.Context, o migrateOptions, out, report io.Writer) i
 		}
 	}
 	res := tr.Result()
+	if res.Found == 0 || res.Objects() == 0 {
+		// Nothing to apply: an empty output would let MetalLB be stopped
+		// with no pool in place, and Services move to whatever pool
+		// serves them.
+		_ = migrate.Report(report, res, input)
+		return 1
+	}
 	var yaml bytes.Buffer
 	if err := migrate.Render(&yaml, res); err != nil {
 		fmt.Fprintf(report, "herald migrate: %v\n", err)
@@ -111,14 +126,9 @@ func migrateMain(ctx context.Context, o migrateOptions, out, report io.Writer) i
 		fmt.Fprintf(report, "herald migrate: %v\n", err)
 		return 2
 	}
-	for _, s := range res.Skipped {
-		fmt.Fprintf(report, "skipped %s: %s\n", s.Source, s.Reason)
+	if err := migrate.Report(report, res, input); err != nil {
+		return 2
 	}
-	for _, p := range res.Problems {
-		fmt.Fprintln(report, p.String())
-	}
-	fmt.Fprintf(report, "%d herald objects written; %d things not translated (%d MetalLB objects left out)\n",
-		res.Objects(), len(res.Problems), res.Problems.Errors())
 	fmt.Fprintln(report, "herald validate on the output:")
 	n, err := validate.Stream(indent{report}, o.namespace, "output", &yaml)
 	if err != nil {
