@@ -25,8 +25,6 @@ const (
 	DefaultAggregationV6 = 128
 	DefaultBFDInterval   = 300 // milliseconds
 	DefaultBFDMultiplier = 3
-	DefaultBFDEcho       = 50 // milliseconds
-	DefaultBFDMinimumTTL = 254
 )
 
 // Config is the validated configuration: only objects without errors.
@@ -188,8 +186,4 @@ type BFDProfile struct {
 	ReceiveInterval  uint32
 	TransmitInterval uint32
 	DetectMultiplier uint32
-	EchoInterval     uint32
-	EchoMode         bool
-	PassiveMode      bool
-	MinimumTTL       uint32
 }

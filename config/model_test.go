@@ -55,7 +55,7 @@ func TestParseValidSample(t *testing.T) {
 		core.Password.Reveal() != "not-a-real-secret" || core.BFD == nil || core.BFD.Name != "fast" || !core.External() || !core.GracefulRestart {
 		t.Errorf("core-router wrong: %+v", core)
 	}
-	if b := core.BFD; b.ReceiveInterval != 100 || b.DetectMultiplier != 3 || !b.EchoMode || b.EchoInterval != 50 || b.MinimumTTL != DefaultBFDMinimumTTL {
+	if b := core.BFD; b.ReceiveInterval != 100 || b.TransmitInterval != 100 || b.DetectMultiplier != 3 {
 		t.Errorf("bfd wrong: %+v", b)
 	}
 	v6 := cfg.Peers["core-router-v6"]

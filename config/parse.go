@@ -218,13 +218,24 @@ func (p *parser) bfdProfile(o *v1beta1.BFDProfile, r *reporter) {
 		ReceiveInterval:  uintOr(r, "spec.receiveInterval", s.ReceiveInterval, DefaultBFDInterval, 10, 60000),
 		TransmitInterval: uintOr(r, "spec.transmitInterval", s.TransmitInterval, DefaultBFDInterval, 10, 60000),
 		DetectMultiplier: uintOr(r, "spec.detectMultiplier", s.DetectMultiplier, DefaultBFDMultiplier, 2, 255),
-		EchoInterval:     uintOr(r, "spec.echoInterval", s.EchoInterval, DefaultBFDEcho, 10, 60000),
-		MinimumTTL:       uintOr(r, "spec.minimumTtl", s.MinimumTTL, DefaultBFDMinimumTTL, 1, 254),
-		EchoMode:         s.EchoMode != nil && *s.EchoMode,
-		PassiveMode:      s.PassiveMode != nil && *s.PassiveMode,
 	}
-	if s.EchoInterval != nil && !prof.EchoMode {
-		r.errorf("spec.echoInterval", "has no effect unless echoMode is true")
+	// The speakers run GoBGP's BFD: control packets only, always active,
+	// single-hop (sent with TTL 255, received without a TTL check). The
+	// API keeps MetalLB's fields, but a setting asking for more than that
+	// is said to have no effect rather than taken silently.
+	if s.EchoMode != nil && *s.EchoMode {
+		r.warnf("spec.echoMode", "true has no effect: herald's BFD has no echo function; the session is checked by control packets at receiveInterval and transmitInterval only")
+	}
+	if s.EchoInterval != nil {
+		uintOr(r, "spec.echoInterval", s.EchoInterval, 0, 10, 60000)
+		r.warnf("spec.echoInterval", "has no effect: herald's BFD has no echo function")
+	}
+	if s.PassiveMode != nil && *s.PassiveMode {
+		r.warnf("spec.passiveMode", "true has no effect: herald's speakers always start the BFD session themselves")
+	}
+	if s.MinimumTTL != nil {
+		uintOr(r, "spec.minimumTtl", s.MinimumTTL, 0, 1, 254)
+		r.warnf("spec.minimumTtl", "has no effect: herald's BFD sessions are single-hop, sent with TTL 255, and the TTL of what they receive is not checked")
 	}
 	if r.ok() {
 		p.cfg.BFDProfiles[o.Name] = prof

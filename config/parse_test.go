@@ -115,7 +115,10 @@ func TestParseBadInput(t *testing.T) {
 		// BFDProfile
 		{"bfd multiplier", []string{bfd("b", "  detectMultiplier: 1")}, KindBFDProfile, "b", "spec.detectMultiplier", "1 is out of range: must be between 2 and 255", Error},
 		{"bfd interval", []string{bfd("b", "  receiveInterval: 5")}, KindBFDProfile, "b", "spec.receiveInterval", "5 is out of range: must be between 10 and 60000", Error},
-		{"bfd echo without echoMode", []string{bfd("b", "  echoInterval: 50")}, KindBFDProfile, "b", "spec.echoInterval", "has no effect unless echoMode is true", Error},
+		{"bfd echo interval", []string{bfd("b", "  echoInterval: 50")}, KindBFDProfile, "b", "spec.echoInterval", "has no effect: herald's BFD has no echo function", Warning},
+		{"bfd echo mode", []string{bfd("b", "  echoMode: true")}, KindBFDProfile, "b", "spec.echoMode", "true has no effect: herald's BFD has no echo function", Warning},
+		{"bfd passive mode", []string{bfd("b", "  passiveMode: true")}, KindBFDProfile, "b", "spec.passiveMode", "true has no effect: herald's speakers always start the BFD session", Warning},
+		{"bfd minimum ttl", []string{bfd("b", "  minimumTtl: 200")}, KindBFDProfile, "b", "spec.minimumTtl", "has no effect: herald's BFD sessions are single-hop", Warning},
 		{"bfd ttl", []string{bfd("b", "  minimumTtl: 255")}, KindBFDProfile, "b", "spec.minimumTtl", "must be between 1 and 254", Error},
 
 		// BGPPeer

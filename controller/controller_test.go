@@ -583,6 +583,58 @@ func TestAdvertisementValidity(t *testing.T) {
 	}
 }
 
+// A BFDProfile asking for what herald's BFD does not do (echo, passive
+// mode, a minimum TTL) stays in use, and its Valid condition names each
+// field with no effect.
+func TestBFDProfileUnsupportedFields(t *testing.T) {
+	e := newEnv(t)
+	for name, spec := range map[string]map[string]any{
+		"metallb-style": {"receiveInterval": int64(200), "echoMode": true, "echoInterval": int64(50), "passiveMode": true, "minimumTtl": int64(254)},
+		"plain":         {"receiveInterval": int64(200), "echoMode": false, "passiveMode": false},
+	} {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1beta1.GroupVersion.String(), "kind": "BFDProfile",
+			"metadata": map[string]any{"name": name, "namespace": ns, "generation": int64(1), "creationTimestamp": e.tick().UTC().Format(time.RFC3339)},
+			"spec":     spec,
+		}}
+		if _, err := e.dyn.Resource(informer.GVR("bfdprofiles")).Namespace(ns).Create(e.ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start()
+	cond := func(name string) *metav1.Condition {
+		t.Helper()
+		var c *metav1.Condition
+		deadline := time.Now().Add(10 * time.Second)
+		for c == nil && time.Now().Before(deadline) {
+			u, err := e.dyn.Resource(informer.GVR("bfdprofiles")).Namespace(ns).Get(e.ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p v1beta1.BFDProfile
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+				t.Fatal(err)
+			}
+			if c = apimeta.FindStatusCondition(p.Status.Conditions, v1beta1.ConditionValid); c == nil {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		return c
+	}
+	c := cond("metallb-style")
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != lbapi.ReasonPartlyIgnored {
+		t.Fatalf("metallb-style: %+v", c)
+	}
+	for _, want := range []string{"spec.echoMode: true has no effect", "spec.echoInterval: has no effect", "spec.passiveMode: true has no effect", "spec.minimumTtl: has no effect"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("metallb-style's Valid condition lacks %q: %s", want, c.Message)
+		}
+	}
+	if c := cond("plain"); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("plain (echo and passive mode false): %+v", c)
+	}
+}
+
 // A namespace losing the label a pool's namespaceSelector wants moves its
 // Services out of that pool; other Services stay.
 func TestNamespaceLabelChange(t *testing.T) {

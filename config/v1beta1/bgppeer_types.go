@@ -166,8 +166,11 @@ type BGPPeerList struct {
 }
 
 // BFDProfileSpec holds BFD session parameters (RFC 5880). Unset fields take
-// the BFD daemon's defaults (300 ms intervals, multiplier 3).
-// +kubebuilder:validation:XValidation:rule="!has(self.echoInterval) || (has(self.echoMode) && self.echoMode)",message="echoInterval has no effect unless echoMode is true",fieldPath=".echoInterval"
+// the BFD daemon's defaults (300 ms intervals, multiplier 3). herald's
+// speakers run GoBGP's BFD: single-hop sessions of control packets, which
+// they always start themselves. The echo, passive and minimum-TTL fields
+// are MetalLB's, kept so that its profiles apply as they are; setting them
+// has no effect, and the profile's Valid condition says so.
 type BFDProfileSpec struct {
 	// ReceiveInterval is the minimum interval, in milliseconds, at which
 	// this node can receive control packets.
@@ -190,20 +193,25 @@ type BFDProfileSpec struct {
 	DetectMultiplier *uint32 `json:"detectMultiplier,omitempty"`
 
 	// EchoInterval is the minimum echo transmit interval in milliseconds.
+	// No effect: herald's BFD has no echo function.
 	// +kubebuilder:validation:Minimum=10
 	// +kubebuilder:validation:Maximum=60000
 	// +optional
 	EchoInterval *uint32 `json:"echoInterval,omitempty"`
 
-	// EchoMode turns on echo packets.
+	// EchoMode turns on echo packets. No effect when true: herald's BFD
+	// has no echo function.
 	// +optional
 	EchoMode *bool `json:"echoMode,omitempty"`
 
-	// PassiveMode waits for the peer to start the session.
+	// PassiveMode waits for the peer to start the session. No effect when
+	// true: herald's speakers always start it.
 	// +optional
 	PassiveMode *bool `json:"passiveMode,omitempty"`
 
-	// MinimumTTL is the lowest TTL accepted on multi-hop sessions.
+	// MinimumTTL is the lowest TTL accepted on multi-hop sessions. No
+	// effect: herald's BFD sessions are single-hop, sent with TTL 255, and
+	// the TTL of what they receive is not checked.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=254
 	// +optional

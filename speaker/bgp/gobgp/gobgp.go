@@ -202,9 +202,6 @@ func (r *Router) AddPeer(ctx context.Context, p *config.Peer) error {
 	if old := r.peers[addr]; old != nil {
 		return fmt.Errorf("BGPPeer %s: a session to %s is already open for BGPPeer %s", p.Name, addr, old.cfg.Name)
 	}
-	if b := p.BFD; b != nil && (b.EchoMode || b.PassiveMode) {
-		r.log.Warn("GoBGP's BFD has neither echo nor passive mode: ignored", "peer", p.Name, "bfdProfile", b.Name)
-	}
 	if err := r.s.AddPeer(ctx, &api.AddPeerRequest{Peer: ap}); err != nil {
 		return err
 	}
