@@ -6,7 +6,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,10 +50,13 @@ spec:
 	return b.String()
 }
 
-// metallbConfig is a MetalLB configuration as its users write it: a pool
+// metallbConfig is a MetalLB configuration as its users have it: a pool
 // announced over layer 2, a pool announced over BGP to the lab router,
-// the peer with one setting only MetalLB's FRR mode has (vrf, which
-// herald leaves out and reports).
+// the peer as MetalLB's ConfigMap converter writes it (v1beta2, with
+// "passwordSecret: {}", which names no Secret). Next to it, what MetalLB
+// never read: a pool of the same name with another range, and a
+// catch-all advertisement, in namespace default. Were they translated,
+// herald could announce and assign from a range MetalLB never used.
 func metallbConfig() string {
 	return fmt.Sprintf(`---
 apiVersion: v1
@@ -80,8 +85,26 @@ spec: {ipAddressPools: [routed]}
 ---
 apiVersion: metallb.io/v1beta2
 kind: BGPPeer
-metadata: {name: router, namespace: metallb-system}
-spec: {myASN: %d, peerASN: %d, peerAddress: %s, holdTime: 9s, vrf: ""}
+metadata:
+  name: router
+  namespace: metallb-system
+spec:
+  holdTime: 9s
+  keepaliveTime: 3s
+  myASN: %d
+  passwordSecret: {}
+  peerASN: %d
+  peerAddress: %s
+status: {}
+---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: lan, namespace: default}
+spec: {addresses: [198.51.100.200-198.51.100.219]}
+---
+apiVersion: metallb.io/v1beta1
+kind: L2Advertisement
+metadata: {name: everything, namespace: default}
 `, bgpNodeASN, cluster.RouterASN, topology.RouterLANv4)
 }
 
@@ -141,17 +164,40 @@ spec:
 	}
 	h.ReadyPods("app=mig-echo", 1, 2*time.Minute)
 
-	// The translation, straight into the cluster.
+	// The translation, straight into the cluster. Everything MetalLB
+	// reads translates (exit 0); what it never read is not read.
 	migrate := exec.CommandContext(ctx, herald, "migrate", "--from-cluster", "--kubeconfig", h.Lab.Kubeconfig)
 	var stderr strings.Builder
 	migrate.Stderr = &stderr
 	yaml, err := migrate.Output()
 	t.Logf("herald migrate --from-cluster: %v\nreport:\n%s", err, stderr.String())
-	if code := migrate.ProcessState.ExitCode(); code != 1 {
-		t.Errorf("exit code %d, want 1: the peer's vrf does not translate", code)
+	if code := migrate.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code %d, want 0: everything MetalLB reads translates", code)
 	}
-	if !strings.Contains(stderr.String(), "BGPPeer metallb-system/router: spec.vrf: not translated") {
-		t.Errorf("the report does not name the peer's vrf")
+	if strings.Contains(string(yaml), "passwordSecret") || strings.Contains(string(yaml), "198.51.100.200-") || strings.Contains(string(yaml), "everything") {
+		t.Errorf("the translation has an empty passwordSecret or objects of namespace default:\n%s", yaml)
+	}
+	// The same from files, as kubectl get -A writes them: -f honours
+	// --metallb-namespace, so default's pool and advertisement are
+	// skipped and named, and the output is the same.
+	dump := h.Kubectl("get", "ipaddresspools.metallb.io,l2advertisements.metallb.io,bgpadvertisements.metallb.io,bgppeers.metallb.io", "-A", "-o", "yaml")
+	dumpFile := filepath.Join(t.TempDir(), "metallb.yaml")
+	if err := os.WriteFile(dumpFile, []byte(dump), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fromFile := exec.CommandContext(ctx, herald, "migrate", "-f", dumpFile)
+	var fileReport strings.Builder
+	fromFile.Stderr = &fileReport
+	fileYAML, err := fromFile.Output()
+	t.Logf("herald migrate -f (kubectl get -A -o yaml): %v\nreport:\n%s", err, fileReport.String())
+	if code := fromFile.ProcessState.ExitCode(); code != 0 || string(fileYAML) != string(yaml) {
+		t.Errorf("herald migrate -f: exit %d, want 0 and the same output as --from-cluster:\n%s", code, fileYAML)
+	}
+	for _, want := range []string{"IPAddressPool default/lan is in namespace default: MetalLB reads its configuration from metallb-system only",
+		"L2Advertisement default/everything is in namespace default"} {
+		if !strings.Contains(fileReport.String(), want) {
+			t.Errorf("herald migrate -f's report lacks %q", want)
+		}
 	}
 	// As docs/migrating-from-metallb.md: herald's namespace and
 	// configuration first, then herald.
