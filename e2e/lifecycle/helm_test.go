@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -96,6 +98,7 @@ func TestHelm(t *testing.T) {
 			t.Fatalf("%s: no herald chains after the install: the uninstall check below would prove nothing", n.Name)
 		}
 	}
+	scrapeSpeakers(h)
 
 	// helm upgrade to another tag while both VIPs are probed every 20 ms.
 	// In binary mode every tag is this tree's binary; image mode runs real
@@ -266,6 +269,60 @@ func helmBinary(t *testing.T, root string) string {
 func upBareLab(t *testing.T, ctx context.Context) *harness.T {
 	t.Helper()
 	return harness.UpOwnLab(t, ctx, cluster.Options{Prefix: helmPrefix, Nodes: 2, Bare: true, Proxy: cluster.ProxyHerald})
+}
+
+// scrapeSpeakers scrapes what the shipped PodMonitor scrapes, as
+// Prometheus would: each speaker pod's port "metrics" on its pod IP (the
+// node's, hostNetwork), from the LAN client. The in-process proxy's
+// metrics are there (HeraldProxySyncFailing and the proxy panels read
+// them), after a successful sync; kube-proxy's 127.0.0.1:10249 still
+// answers /proxyMode on the node.
+func scrapeSpeakers(h *harness.T) {
+	h.T.Helper()
+	out := h.Kubectl("-n", helmNS, "get", "pods", "-l", "app.kubernetes.io/component=speaker", "-o",
+		`jsonpath={range .items[*]}{.spec.nodeName} {.status.podIP} {.spec.containers[0].ports[?(@.name=="metrics")].containerPort}{"\n"}{end}`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(h.Layout.Nodes) {
+		h.T.Fatalf("speaker pods (node, IP, metrics port): %q", out)
+	}
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			h.T.Fatalf("speaker pod without a port \"metrics\": %q", line)
+		}
+		url := "http://" + net.JoinHostPort(f[1], f[2]) + "/metrics"
+		page, err := harness.HTTPGetFrom(h.Layout.Client, url)
+		if err != nil {
+			h.T.Fatalf("%s: GET %s from the LAN client: %v", f[0], url, err)
+		}
+		synced := sample(page, "herald_proxy_sync_proxy_rules_last_timestamp_seconds")
+		for _, want := range []string{"herald_speaker_members ", `herald_build_info{component="proxy"`, `herald_build_info{component="speaker"`,
+			"herald_proxy_sync_proxy_rules_iptables_restore_failures_total ", "herald_proxy_sync_proxy_rules_duration_seconds_bucket"} {
+			if !strings.Contains(page, want) {
+				h.T.Errorf("%s: %s has no %s", f[0], url, want)
+			}
+		}
+		if synced <= 0 {
+			h.T.Errorf("%s: %s: herald_proxy_sync_proxy_rules_last_timestamp_seconds %v, want a successful sync's time", f[0], url, synced)
+		}
+		h.T.Logf("%s: GET %s from the LAN client: %d bytes, the proxy's last sync at %.0f", f[0], url, len(page), synced)
+		n, _ := h.Layout.Node(f[0])
+		if mode, err := harness.HTTPGetFrom(n.Netns, "http://127.0.0.1:10249/proxyMode"); err != nil || (mode != "iptables" && mode != "nftables") {
+			h.T.Errorf("%s: 127.0.0.1:10249/proxyMode: %q, %v", f[0], mode, err)
+		}
+	}
+}
+
+// sample is the value of an unlabelled series on a /metrics page, or -1.
+func sample(page, name string) float64 {
+	for _, line := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 // helmRunner runs helm against the lab with its own cache and config
