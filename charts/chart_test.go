@@ -3,6 +3,7 @@ package charts
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -453,15 +454,50 @@ func checkDefault(t *testing.T, objs []manifests.Object) {
 	}
 }
 
+// checkProxyOnly: the standalone proxy serves its metrics beyond the
+// loopback, on its pod's port "metrics" and its metrics Service's.
 func checkProxyOnly(t *testing.T, objs []manifests.Object) {
-	if got := names(objs, "Service"); got != nil {
-		t.Errorf("Services %v: the proxy's metrics are on the loopback by default", got)
+	if got, want := names(objs, "Service"), []string{"herald-proxy-metrics"}; !slices.Equal(got, want) {
+		t.Errorf("Services %v, want %v", got, want)
+	}
+	c := container(t, objs, "DaemonSet", "herald-proxy")
+	if !slices.Contains(c.Args, "--metrics-bind-address=0.0.0.0:10249") {
+		t.Errorf("proxy args %q", c.Args)
+	}
+	if got := ports(c.Ports); !slices.Contains(got, "metrics=10249") {
+		t.Errorf("proxy ports %v", got)
+	}
+	if got, want := servicePorts(t, objs, "herald-proxy-metrics"), []string{"metrics=10249"}; !slices.Equal(got, want) {
+		t.Errorf("herald-proxy-metrics ports %v, want %v", got, want)
 	}
 }
 
+// servicePorts are a Service's ports as name=targetPort.
+func servicePorts(t *testing.T, objs []manifests.Object, name string) []string {
+	t.Helper()
+	s, _ := manifests.Find(objs, "Service", name).(*corev1.Service)
+	if s == nil {
+		t.Fatalf("no Service %s", name)
+	}
+	var out []string
+	for _, p := range s.Spec.Ports {
+		out = append(out, p.Name+"="+p.TargetPort.String())
+	}
+	return out
+}
+
+func ports(ps []corev1.ContainerPort) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, fmt.Sprintf("%s=%d", p.Name, p.ContainerPort))
+	}
+	return out
+}
+
 // checkServiceMonitor: one ServiceMonitor scraping the metrics ports of
-// the release's metrics Services, and the speakers' Service has the
-// proxy's metrics port once that is not on the loopback.
+// the release's metrics Services; the speakers' Service has their port
+// alone, which serves the proxy's metrics too, even where the proxy's own
+// listener is opened beyond the loopback (or they would be scraped twice).
 func checkServiceMonitor(t *testing.T, objs []manifests.Object) {
 	sm, ok := manifests.Find(objs, "ServiceMonitor", "herald").(*unstructured.Unstructured)
 	if !ok {
@@ -479,7 +515,7 @@ func checkServiceMonitor(t *testing.T, objs []manifests.Object) {
 			t.Errorf("endpoint %v: interval %v", m["port"], m["interval"])
 		}
 	}
-	if want := []string{"metrics", "proxy-metrics"}; !slices.Equal(ports, want) {
+	if want := []string{"metrics"}; !slices.Equal(ports, want) {
 		t.Errorf("ServiceMonitor ports %v, want %v", ports, want)
 	}
 	selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
@@ -494,16 +530,8 @@ func checkServiceMonitor(t *testing.T, objs []manifests.Object) {
 			}
 		}
 	}
-	s, _ := manifests.Find(objs, "Service", "herald-speaker-metrics").(*corev1.Service)
-	if s == nil {
-		t.Fatal("no Service herald-speaker-metrics")
-	}
-	var sp []string
-	for _, p := range s.Spec.Ports {
-		sp = append(sp, p.Name+"="+p.TargetPort.String())
-	}
-	if want := []string{"metrics=7473", "proxy-metrics=10249"}; !slices.Equal(sp, want) {
-		t.Errorf("herald-speaker-metrics ports %v, want %v", sp, want)
+	if got, want := servicePorts(t, objs, "herald-speaker-metrics"), []string{"metrics=7473"}; !slices.Equal(got, want) {
+		t.Errorf("herald-speaker-metrics ports %v, want %v", got, want)
 	}
 	if c := container(t, objs, "DaemonSet", "herald-speaker"); !slices.Contains(c.Args, "--metrics-bind-address=0.0.0.0:10249") {
 		t.Errorf("speaker args %q", c.Args)

@@ -9,9 +9,16 @@ import (
 
 // Metrics are the proxy's Prometheus metrics, named like kube-proxy's
 // with a herald_proxy_ prefix so dashboards translate one to one. They
-// live in a registry of their own so tests can build many proxies.
+// live in registries of their own so tests can build many proxies.
 type Metrics struct {
+	// Registry holds the proxy's own metrics and its herald_build_info,
+	// without the process-wide Go and process collectors, so that the
+	// speaker's registry can include it when both run in one process
+	// (those collectors twice would make every scrape fail).
 	Registry *prometheus.Registry
+	// Endpoint is what --metrics-bind-address serves: Registry plus the
+	// process's Go and process metrics, as kube-proxy's /metrics.
+	Endpoint *prometheus.Registry
 
 	syncDuration        prometheus.Histogram
 	syncFullDuration    prometheus.Histogram
@@ -27,10 +34,12 @@ type Metrics struct {
 // syncBuckets are kube-proxy's: 1ms to ~16s.
 var syncBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
 
-// NewMetrics registers the metrics, with Go runtime and process metrics.
+// NewMetrics registers the metrics; Endpoint adds the Go runtime and
+// process metrics.
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
+		Endpoint: prometheus.NewRegistry(),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "herald_proxy_sync_proxy_rules_duration_seconds", Buckets: syncBuckets,
 			Help: "Time to sync the rules: render, iptables-restore of every family, health and conntrack updates.",
@@ -69,7 +78,7 @@ func NewMetrics() *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.rules,
-		m.restoreFailures, m.partialFailures, m.noLocalEndpoints, m.conntrackDeleted,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("proxy"))
+		m.restoreFailures, m.partialFailures, m.noLocalEndpoints, m.conntrackDeleted, buildinfo.Collector("proxy"))
+	m.Endpoint.MustRegister(m.Registry, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

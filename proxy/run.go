@@ -52,6 +52,8 @@ type Proxy struct {
 	// the programmed VIPs change (SetOnProgrammed).
 	syncer atomic.Pointer[Syncer]
 	notify atomic.Pointer[func()]
+	// metrics outlive a run, so a restarted proxy's counters go on.
+	metrics *Metrics
 }
 
 // Programmed is Syncer.Programmed of the running proxy; handled is false
@@ -69,7 +71,11 @@ func (p *Proxy) Programmed(ip netip.Addr) (handled, ok bool) {
 func (p *Proxy) SetOnProgrammed(f func()) { p.notify.Store(&f) }
 
 // New returns a proxy with the options; Run runs it.
-func New(o Options) *Proxy { return &Proxy{o: o} }
+func New(o Options) *Proxy { return &Proxy{o: o, metrics: NewMetrics()} }
+
+// Metrics are the proxy's metrics, for the process that runs it to serve
+// them elsewhere too (the speaker includes Metrics().Registry in its own).
+func (p *Proxy) Metrics() *Metrics { return p.metrics }
 
 // Healthy is the proxy's /healthz as an error: nil once this node's rules
 // are written and syncs keep up.
@@ -107,7 +113,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	rec, stopEvents := daemon.Recorder(ctx, kube, clientscheme.Scheme, "proxy", o.NodeName)
 	defer stopEvents()
 
-	m := NewMetrics()
+	m := p.metrics
 	health := healthcheck.NewProxyHealth(2 * o.SyncPeriod)
 	loop := NewLoop(o.MinSyncPeriod, o.SyncPeriod)
 	tracker := NewTracker(o.NodeName, func() {
@@ -127,7 +133,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	defer hc.Close()
 
 	handlers := map[string]http.Handler{}
-	metricsHandler := healthcheck.MetricsHandler(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}), string(o.ProxyMode))
+	metricsHandler := healthcheck.MetricsHandler(promhttp.HandlerFor(m.Endpoint, promhttp.HandlerOpts{}), string(o.ProxyMode))
 	if o.HealthzBindAddress == o.MetricsBindAddress {
 		mux := http.NewServeMux()
 		mux.Handle("/healthz", health.Handler())

@@ -1,6 +1,9 @@
 package speaker
 
 import (
+	"fmt"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -26,6 +29,11 @@ type Metrics struct {
 	keys            prometheus.Gauge
 	contested       prometheus.Gauge
 	takeovers       *prometheus.CounterVec
+
+	// speaker is read at scrape time by the responder and BGP
+	// collectors, registered before it exists so that the registry
+	// describes all the speaker serves from the start.
+	speaker atomic.Pointer[Speaker]
 }
 
 // NewMetrics registers the speaker's metrics, with Go and process
@@ -87,8 +95,22 @@ func NewMetrics() *Metrics {
 		}, []string{"outcome"}),
 	}
 	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.known, m.recovering, m.keys, m.contested, m.takeovers,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("speaker"))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("speaker"),
+		responderCollector{m}, bgpCollector{m})
 	return m
+}
+
+// NewMetricsFor is the registry --metrics-addr serves: the speaker's
+// metrics and, when o.ProxyMetrics is set, the in-process proxy's, so
+// that whatever scrapes the speaker's port sees the proxy too.
+func NewMetricsFor(o Options) (*Metrics, error) {
+	m := NewMetrics()
+	if o.ProxyMetrics != nil {
+		if err := m.Registry.Register(o.ProxyMetrics); err != nil {
+			return nil, fmt.Errorf("the proxy's metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 func (m *Metrics) observe(st l2plan.State, ch l2plan.Changes, members int, isolated, recovering bool) {
@@ -133,8 +155,6 @@ func (m *Metrics) observe(st l2plan.State, ch l2plan.Changes, members int, isola
 	m.syncs.Inc()
 }
 
-// register adds the responder counters, read from the responders at
-// scrape time.
 // observeBGP sets the BGP counts of a plan.
 func (m *Metrics) observeBGP(unadvertised map[string]int) {
 	m.unadvertised.Reset()
@@ -143,8 +163,12 @@ func (m *Metrics) observeBGP(unadvertised map[string]int) {
 	}
 }
 
-func (m *Metrics) register(s *Speaker) {
-	m.Registry.MustRegister(responderCollector{s}, bgpCollector{s})
+// attach makes the responder and BGP collectors read s. One Metrics
+// serves one Speaker.
+func (m *Metrics) attach(s *Speaker) {
+	if !m.speaker.CompareAndSwap(nil, s) {
+		panic("speaker: Metrics already serve another Speaker")
+	}
 }
 
 var (
@@ -165,7 +189,7 @@ var (
 		[]string{"interface", "op"}, nil)
 )
 
-type responderCollector struct{ s *Speaker }
+type responderCollector struct{ m *Metrics }
 
 func (c responderCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descResponses, descGratuitous, descIgnored, descIOErrors} {
@@ -174,7 +198,11 @@ func (c responderCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c responderCollector) Collect(ch chan<- prometheus.Metric) {
-	for iface, st := range c.s.stats() {
+	s := c.m.speaker.Load()
+	if s == nil {
+		return
+	}
+	for iface, st := range s.stats() {
 		counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{iface}, labels...)...)
 		}
@@ -228,7 +256,7 @@ var (
 		[]string{"peer"}, nil)
 )
 
-type bgpCollector struct{ s *Speaker }
+type bgpCollector struct{ m *Metrics }
 
 func (c bgpCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessionUp, descBFDUp, descPrefixes, descPrefixesWanted, descUpdates, descFlaps} {
@@ -237,7 +265,11 @@ func (c bgpCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c bgpCollector) Collect(ch chan<- prometheus.Metric) {
-	sessions, routes, states := c.s.bgpSnapshot()
+	s := c.m.speaker.Load()
+	if s == nil {
+		return
+	}
+	sessions, routes, states := s.bgpSnapshot()
 	for name, addr := range sessions {
 		st := states[addr]
 		up := 0.0

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/herald-lb/herald/internal/flagusage"
@@ -77,6 +78,10 @@ type Options struct {
 	// ProxyRules, when set, is the in-process proxy: addresses won here
 	// wait for its rules before they are announced (Deps.Proxy).
 	ProxyRules ProxyRules `json:"-"`
+	// ProxyMetrics, when set, are the in-process proxy's metrics (without
+	// Go and process metrics, which the speaker's registry has): served
+	// on --metrics-addr with the speaker's, where the monitoring scrapes.
+	ProxyMetrics prometheus.Collector `json:"-"`
 	// PodNamespace, PodName and PodUID ($POD_NAMESPACE, $POD_NAME,
 	// $POD_UID from the downward API) are the speaker's pod, which owns
 	// its ServiceAnnouncements when they are in its namespace: the

@@ -51,7 +51,10 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 
-	m := NewMetrics()
+	m, err := NewMetricsFor(o)
+	if err != nil {
+		return err
+	}
 	var sp *Speaker
 	ready := func() error {
 		if sp == nil || !sp.Ready() {

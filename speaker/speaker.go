@@ -240,7 +240,7 @@ func New(d Deps) *Speaker {
 		takeovers:  map[netip.Addr]*takeover{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	d.Metrics.register(s)
+	d.Metrics.attach(s)
 	return s
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +35,9 @@ const (
 
 // TestHelm is issue #13's install lifecycle as a user runs it: helm
 // install into a bare lab, the "Using Source IP" walkthrough passing on
-// it, an L2 VIP and a BGP VIP answering, helm
+// it, an L2 VIP and a BGP VIP answering, the proxy's metrics on the pods'
+// port "metrics" where the shipped PodMonitor scrapes (in the speakers,
+// then in the standalone proxy's pods), helm
 // upgrade to another image tag under a 20 ms probe of both, helm
 // uninstall leaving no herald rules, announcements or routes (CRDs kept).
 func TestHelm(t *testing.T) {
@@ -96,6 +100,7 @@ func TestHelm(t *testing.T) {
 			t.Fatalf("%s: no herald chains after the install: the uninstall check below would prove nothing", n.Name)
 		}
 	}
+	scrapeMetrics(h, "speaker", "herald_speaker_members ", `herald_build_info{component="speaker"`)
 
 	// helm upgrade to another tag while both VIPs are probed every 20 ms.
 	// In binary mode every tag is this tree's binary; image mode runs real
@@ -163,6 +168,7 @@ func TestHelm(t *testing.T) {
 		}
 		return true, ""
 	})
+	scrapeMetrics(h, "proxy")
 	uninstallAndCheck(h, helm, nodeIPs)
 	if removed, kept := decisions(h, "proxy"); removed != len(h.Layout.Nodes) || kept != 0 {
 		t.Errorf("the standalone proxies removed their rules %d times and kept them %d times; want %d and 0", removed, kept, len(h.Layout.Nodes))
@@ -266,6 +272,61 @@ func helmBinary(t *testing.T, root string) string {
 func upBareLab(t *testing.T, ctx context.Context) *harness.T {
 	t.Helper()
 	return harness.UpOwnLab(t, ctx, cluster.Options{Prefix: helmPrefix, Nodes: 2, Bare: true, Proxy: cluster.ProxyHerald})
+}
+
+// scrapeMetrics scrapes what the shipped PodMonitor scrapes, as
+// Prometheus would: each pod's port "metrics" of the component (speaker,
+// or the standalone proxy) on its pod IP (the node's, hostNetwork), from
+// the LAN client. The proxy's metrics are there (HeraldProxySyncFailing
+// and the proxy panels read them), after a successful sync, with the
+// component's own (more); kube-proxy's 127.0.0.1:10249 still answers
+// /proxyMode on the node.
+func scrapeMetrics(h *harness.T, component string, more ...string) {
+	h.T.Helper()
+	out := h.Kubectl("-n", helmNS, "get", "pods", "-l", "app.kubernetes.io/component="+component, "-o",
+		`jsonpath={range .items[*]}{.spec.nodeName} {.status.podIP} {.spec.containers[0].ports[?(@.name=="metrics")].containerPort}{"\n"}{end}`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(h.Layout.Nodes) {
+		h.T.Fatalf("%s pods (node, IP, metrics port): %q", component, out)
+	}
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			h.T.Fatalf("%s pod without a port \"metrics\": %q", component, line)
+		}
+		url := "http://" + net.JoinHostPort(f[1], f[2]) + "/metrics"
+		page, err := harness.HTTPGetFrom(h.Layout.Client, url)
+		if err != nil {
+			h.T.Fatalf("%s: GET %s from the LAN client: %v", f[0], url, err)
+		}
+		synced := sample(page, "herald_proxy_sync_proxy_rules_last_timestamp_seconds")
+		for _, want := range append([]string{`herald_build_info{component="proxy"`, "go_goroutines ",
+			"herald_proxy_sync_proxy_rules_iptables_restore_failures_total ", "herald_proxy_sync_proxy_rules_duration_seconds_bucket"}, more...) {
+			if !strings.Contains(page, want) {
+				h.T.Errorf("%s: %s has no %s", f[0], url, want)
+			}
+		}
+		if synced <= 0 {
+			h.T.Errorf("%s: %s: herald_proxy_sync_proxy_rules_last_timestamp_seconds %v, want a successful sync's time", f[0], url, synced)
+		}
+		h.T.Logf("%s: %s: GET %s from the LAN client: %d bytes, the proxy's last sync at %.0f", f[0], component, url, len(page), synced)
+		n, _ := h.Layout.Node(f[0])
+		if mode, err := harness.HTTPGetFrom(n.Netns, "http://127.0.0.1:10249/proxyMode"); err != nil || (mode != "iptables" && mode != "nftables") {
+			h.T.Errorf("%s: 127.0.0.1:10249/proxyMode: %q, %v", f[0], mode, err)
+		}
+	}
+}
+
+// sample is the value of an unlabelled series on a /metrics page, or -1.
+func sample(page, name string) float64 {
+	for _, line := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 // helmRunner runs helm against the lab with its own cache and config

@@ -55,9 +55,7 @@ func runSpeaker(ctx context.Context, c speakerCmd, log *slog.Logger) error {
 		return speaker.Run(ctx, c.speaker, log)
 	}
 	plog := log.With("component", "proxy")
-	p := proxy.New(c.proxy)
-	c.speaker.Ready = p.Healthy
-	c.speaker.ProxyRules = p
+	p := c.withProxy()
 	g := guardUninstall(ctx, c.proxy, plog)
 	pctx, stopProxy := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -71,6 +69,19 @@ func runSpeaker(ctx context.Context, c speakerCmd, log *slog.Logger) error {
 		g.finish(p)
 	}
 	return err
+}
+
+// withProxy makes the in-process proxy and ties it to the speaker: the
+// speaker's readiness includes the proxy's health, its addresses wait for
+// the proxy's rules, and its --metrics-addr serves the proxy's metrics
+// too (the proxy's --metrics-bind-address, the loopback by default, keeps
+// serving them for kube-proxy's tools).
+func (c *speakerCmd) withProxy() *proxy.Proxy {
+	p := proxy.New(c.proxy)
+	c.speaker.Ready = p.Healthy
+	c.speaker.ProxyRules = p
+	c.speaker.ProxyMetrics = p.Metrics().Registry
+	return p
 }
 
 // keepRunning runs the proxy, starting it again after a failure (another

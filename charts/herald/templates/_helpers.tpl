@@ -50,7 +50,7 @@ The proxy's flags, for the speaker or the proxy-only DaemonSet.
 */}}
 {{- define "herald.proxyArgs" -}}
 - --healthz-bind-address={{ .Values.proxy.healthzBindAddress }}
-- --metrics-bind-address={{ .Values.proxy.metricsBindAddress }}
+- --metrics-bind-address={{ include "herald.proxyMetricsBindAddress" . }}
 {{- range .Values.proxy.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -64,13 +64,31 @@ The proxy's health port, from its bind address.
 {{- end }}
 
 {{/*
-The proxy's metrics port when Prometheus can reach it (not bound to the
-loopback), else nothing.
+The proxy's --metrics-bind-address: proxy.metricsBindAddress, else
+kube-proxy's loopback default where the proxy runs in the speakers'
+process (their metrics port serves the proxy's metrics too), and every
+address for the standalone proxy, whose own port is then what Prometheus
+scrapes.
+*/}}
+{{- define "herald.proxyMetricsBindAddress" -}}
+{{- if .Values.proxy.metricsBindAddress -}}
+{{ .Values.proxy.metricsBindAddress }}
+{{- else if eq .Values.proxy.mode "standalone" -}}
+0.0.0.0:10249
+{{- else -}}
+127.0.0.1:10249
+{{- end -}}
+{{- end }}
+
+{{/*
+The standalone proxy's metrics port when Prometheus can reach it (not
+bound to the loopback), else nothing.
 */}}
 {{- define "herald.proxyMetricsPort" -}}
-{{- $host := regexReplaceAll ":[0-9]+$" .Values.proxy.metricsBindAddress "" -}}
-{{- if not (or (hasPrefix "127." $host) (eq $host "[::1]")) -}}
-{{ regexFind "[0-9]+$" .Values.proxy.metricsBindAddress }}
+{{- $addr := include "herald.proxyMetricsBindAddress" . -}}
+{{- $host := regexReplaceAll ":[0-9]+$" $addr "" -}}
+{{- if and (eq .Values.proxy.mode "standalone") (not (or (hasPrefix "127." $host) (eq $host "[::1]"))) -}}
+{{ regexFind "[0-9]+$" $addr }}
 {{- end -}}
 {{- end }}
 
