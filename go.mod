@@ -18,6 +18,7 @@ require (
 	k8s.io/apimachinery v0.34.13
 	k8s.io/apiserver v0.34.13
 	k8s.io/client-go v0.34.13
+	k8s.io/pod-security-admission v0.34.13
 	sigs.k8s.io/kustomize/api v0.20.1
 	sigs.k8s.io/kustomize/kyaml v0.20.1
 	sigs.k8s.io/yaml v1.6.0

@@ -36,11 +36,12 @@ var commands = map[string]command{
 		longRunning("proxy", proxy.ParseFlags, func(o proxy.Options) (logging.Format, slog.Level) { return o.LogFormat, slog.LevelInfo }, runProxy)},
 	"speaker": {"announce LoadBalancer IPs over layer 2 and BGP, and run the proxy",
 		longRunning("speaker", parseSpeaker, func(c speakerCmd) (logging.Format, slog.Level) { return c.speaker.LogFormat, c.speaker.LogLevel }, runSpeaker)},
-	"status":  {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
-	"migrate": {"translate MetalLB's configuration into herald's", runMigrate},
+	"status":          {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
+	"migrate":         {"translate MetalLB's configuration into herald's", runMigrate},
+	"label-namespace": {"set a namespace's Pod Security labels (the Helm chart's install hook runs it)", runLabelNamespace},
 }
 
-var order = []string{"controller", "speaker", "proxy", "status", "validate", "migrate", "version"}
+var order = []string{"controller", "speaker", "proxy", "status", "validate", "migrate", "label-namespace", "version"}
 
 // Main runs the subcommand named by args[0] and returns the exit code.
 func Main(args []string) int {
@@ -64,8 +65,12 @@ func Main(args []string) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: herald COMMAND [flags]\n\ncommands:")
+	width := 0
 	for _, name := range order {
-		fmt.Fprintf(w, "  %-11s %s\n", name, commands[name].summary)
+		width = max(width, len(name))
+	}
+	for _, name := range order {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, name, commands[name].summary)
 	}
 	fmt.Fprintln(w, "\n`herald COMMAND -h` describes a command and its flags.")
 }
