@@ -152,6 +152,7 @@ func TestKustomizations(t *testing.T) {
 			for _, p := range CheckPrivileges(objs) {
 				t.Error(p)
 			}
+			checkNamespaceLabels(t, objs)
 			for _, o := range objs {
 				if c := containerOf(o.Obj); c != nil && c.Image != "ghcr.io/herald-lb/herald:dev" {
 					t.Errorf("%s: image %s, want the base's ghcr.io/herald-lb/herald:dev", o, c.Image)

@@ -163,7 +163,8 @@ func checkNodeAgent(name string, p Privileges) []string {
 }
 
 // checkController: the controller runs as nobody, with no capability, on
-// a read-only root filesystem, in the pod network.
+// a read-only root filesystem, with RuntimeDefault seccomp, in the pod
+// network.
 func checkController(name string, p Privileges) []string {
 	var bad []string
 	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
@@ -172,7 +173,8 @@ func checkController(name string, p Privileges) []string {
 		add("%s: hostNetwork %v, volumes %v", name, p.HostNetwork, p.Volumes)
 	}
 	nobody, yes, no := int64(65534), true, false
-	wantPod := &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &nobody, RunAsGroup: &nobody}
+	wantPod := &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &nobody, RunAsGroup: &nobody,
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 	if !reflect.DeepEqual(p.SecurityContext, wantPod) {
 		add("%s: pod securityContext:\n%s", name, diff.Diff(wantPod, p.SecurityContext))
 	}
