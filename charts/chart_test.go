@@ -14,6 +14,7 @@ import (
 
 	"github.com/herald-lb/herald/config/manifests"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -119,6 +120,8 @@ func podSpec(obj any) corev1.PodSpec {
 		return w.Spec.Template.Spec
 	case *appsv1.DaemonSet:
 		return w.Spec.Template.Spec
+	case *batchv1.Job:
+		return w.Spec.Template.Spec
 	}
 	return corev1.PodSpec{}
 }
@@ -198,6 +201,7 @@ var valueSets = []valueSet{
 	{name: "servicemonitor", check: checkServiceMonitor},
 	{name: "custom", like: []string{"config/default"}, check: checkCustom},
 	{name: "lab", check: checkLab},
+	{name: "pod-security-off", like: []string{"config/default"}},
 }
 
 // TestValueSets: every file in testdata/values has a valueSet here.
@@ -267,7 +271,10 @@ func TestGolden(t *testing.T) {
 			for _, p := range manifests.CheckPrivileges(objs) {
 				t.Error(p)
 			}
+			checkPodSecurity(t, valuesFile(vs.name), objs)
 			if vs.like != nil {
+				// The kustomizations have no Helm hooks to compare with.
+				release, _ := manifests.SplitHooks(objs)
 				var like []manifests.Object
 				for _, dir := range vs.like {
 					if kustomized[dir] == nil {
@@ -281,7 +288,7 @@ func TestGolden(t *testing.T) {
 					}
 					like = append(like, kustomized[dir]...)
 				}
-				for _, p := range manifests.ComparePrivileges(like, objs, false) {
+				for _, p := range manifests.ComparePrivileges(like, release, false) {
 					t.Errorf("helm template with %s, compared with kustomize %s: %s", valuesFile(vs.name), strings.Join(vs.like, " + "), p)
 				}
 			}
@@ -399,6 +406,7 @@ func TestRefused(t *testing.T) {
 		{[]string{"speaker.bgp=false"}, "/speaker/bgp"},
 		{[]string{"speakr.enabled=false"}, "'speakr' not allowed"},
 		{[]string{"apiServer.port=0"}, "/apiServer/port"},
+		{[]string{"podSecurity.labelNamespace=yes"}, "/podSecurity/labelNamespace"},
 	} {
 		args := []string{"template", "herald", "charts/herald", "--namespace", "herald-system"}
 		for _, s := range tc.set {
@@ -580,11 +588,8 @@ func checkLab(t *testing.T, objs []manifests.Object) {
 		}
 		return m
 	}
-	for _, name := range []string{"herald-controller", "herald-speaker"} {
-		kind := "DaemonSet"
-		if name == "herald-controller" {
-			kind = "Deployment"
-		}
+	for _, name := range []string{"herald-controller", "herald-speaker", manifests.LabelNamespaceHook} {
+		kind := map[string]string{"herald-controller": "Deployment", "herald-speaker": "DaemonSet", manifests.LabelNamespaceHook: "Job"}[name]
 		e := env(container(t, objs, kind, name))
 		if e["KUBERNETES_SERVICE_HOST"] != "192.0.2.1" || e["KUBERNETES_SERVICE_PORT"] != "6443" {
 			t.Errorf("%s: env %v", name, e)

@@ -324,6 +324,23 @@ func Workloads(objs []Object) map[string]kruntime.Object {
 	return out
 }
 
+// HookAnnotation marks a Helm hook: Helm creates it before or after the
+// release's objects and does not keep it in the release.
+const HookAnnotation = "helm.sh/hook"
+
+// SplitHooks separates a chart's Helm hooks from the objects its release
+// keeps.
+func SplitHooks(objs []Object) (release, hooks []Object) {
+	for _, o := range objs {
+		if m, err := metaOf(o.Obj); err == nil && m.GetAnnotations()[HookAnnotation] != "" {
+			hooks = append(hooks, o)
+		} else {
+			release = append(release, o)
+		}
+	}
+	return release, hooks
+}
+
 // LineDiff describes where two texts first differ, with a few lines of
 // context, for golden-file failures.
 func LineDiff(want, got string) string {

@@ -18,6 +18,10 @@ const (
 	Proxy      = "DaemonSet herald-system/herald-proxy"
 )
 
+// LabelNamespaceHook names the Helm chart's Pod Security hook: its Job,
+// ServiceAccount, Role and RoleBinding.
+const LabelNamespaceHook = "herald-label-namespace"
+
 // CheckPrivileges checks the least-privilege rules of docs/install.md
 // ("Privileges") on every workload and grant of a set of manifests and
 // returns what breaks them. Workloads are named "Kind herald-system/name"
@@ -40,6 +44,9 @@ func CheckPrivileges(objs []Object) []string {
 		}
 		if c := p.Containers[0]; len(c.Command) != 0 {
 			add("%s: command %q: the image's entrypoint runs herald", name, c.Command)
+		}
+		if p.ServiceAccount == LabelNamespaceHook {
+			add("%s: runs as the Pod Security hook's ServiceAccount, which may patch the namespace", name)
 		}
 		switch name {
 		case Speaker, Proxy:
@@ -96,6 +103,20 @@ func checkRule(name string, r rbacv1.PolicyRule) []string {
 			slices.Equal(r.ResourceNames, []string{agent}) && slices.Equal(r.Verbs, []string{"get", "list", "watch"}):
 		default:
 			add("%s: pods or DaemonSets beyond getting pods and reading %s: %+v", name, agent, r)
+		}
+	}
+	// Namespaces: the controller lists and watches them (their labels feed
+	// serviceAllocation.namespaceSelectors); only the chart's Pod Security
+	// hook gets and patches one, its own, by name, while it runs.
+	if slices.Contains(r.Resources, "namespaces") {
+		hookNS, isHook := strings.CutSuffix(strings.TrimPrefix(name, "Role "), "/"+LabelNamespaceHook)
+		switch {
+		case name == "ClusterRole herald-controller" && slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"namespaces"}) &&
+			len(r.ResourceNames) == 0 && slices.Equal(r.Verbs, []string{"list", "watch"}):
+		case isHook && strings.HasPrefix(name, "Role ") && slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"namespaces"}) &&
+			slices.Equal(r.ResourceNames, []string{hookNS}) && slices.Equal(r.Verbs, []string{"get", "patch"}):
+		default:
+			add("%s: namespaces beyond the controller's list and watch, and the Pod Security hook's get and patch of its own: %+v", name, r)
 		}
 	}
 	if !slices.Contains(r.Resources, "secrets") {

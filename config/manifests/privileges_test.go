@@ -32,3 +32,31 @@ func TestCheckRulePodsAndDaemonSets(t *testing.T) {
 		}
 	}
 }
+
+// The grants on Namespaces: exactly these pass.
+func TestCheckRuleNamespaces(t *testing.T) {
+	rule := func(verbs []string, names ...string) rbacv1.PolicyRule {
+		return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: names, Verbs: verbs}
+	}
+	getPatch, listWatch := []string{"get", "patch"}, []string{"list", "watch"}
+	for _, tc := range []struct {
+		grant string
+		rule  rbacv1.PolicyRule
+		ok    bool
+	}{
+		{"ClusterRole herald-controller", rule(listWatch), true},
+		{"ClusterRole herald-controller", rule([]string{"list", "watch", "patch"}), false},
+		{"ClusterRole herald-speaker", rule(listWatch), false},
+		{"Role herald-system/herald-label-namespace", rule(getPatch, "herald-system"), true},
+		{"Role lb/herald-label-namespace", rule(getPatch, "lb"), true},
+		{"Role herald-system/herald-label-namespace", rule(getPatch, "kube-system"), false},
+		{"Role herald-system/herald-label-namespace", rule(getPatch), false},
+		{"Role herald-system/herald-label-namespace", rule([]string{"get", "patch", "delete"}, "herald-system"), false},
+		{"ClusterRole herald-label-namespace", rule(getPatch, "herald-system"), false},
+		{"Role herald-system/herald-controller", rule(getPatch, "herald-system"), false},
+	} {
+		if bad := checkRule(tc.grant, tc.rule); (len(bad) == 0) != tc.ok {
+			t.Errorf("%s %+v: %v, want ok=%v", tc.grant, tc.rule, bad, tc.ok)
+		}
+	}
+}

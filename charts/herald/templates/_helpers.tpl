@@ -115,6 +115,37 @@ The pod network for the proxy, when configured.
 {{- end }}
 
 {{/*
+The least Pod Security level herald's pods need in the release's namespace:
+privileged with a speaker or the standalone proxy (host network, NET_ADMIN
+and NET_RAW, the node's /run/xtables.lock); nothing with the controller
+alone, which meets restricted, the level every namespace admits.
+*/}}
+{{- define "herald.podSecurityLevel" -}}
+{{- if or .Values.speaker.enabled (eq .Values.proxy.mode "standalone") }}privileged{{ end }}
+{{- end }}
+
+{{/*
+Whether the Pod Security hook labels the namespace: podSecurity.labelNamespace,
+true when absent (helm upgrade --reuse-values keeps the values of a release
+made before the key existed).
+*/}}
+{{- define "herald.labelNamespace" -}}
+{{- $v := true }}
+{{- with .Values.podSecurity }}{{ if hasKey . "labelNamespace" }}{{ $v = .labelNamespace }}{{ end }}{{ end }}
+{{- if $v }}true{{ end }}
+{{- end }}
+
+{{/*
+The annotations of the Pod Security hook's objects, at a weight (RBAC
+before the Job): run before install and upgrade, deleted once run.
+*/}}
+{{- define "herald.podSecurityHook" -}}
+helm.sh/hook: pre-install,pre-upgrade
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded,hook-failed
+{{- end }}
+
+{{/*
 Refuse combinations that cannot work, with a message saying why.
 */}}
 {{- define "herald.validate" -}}
