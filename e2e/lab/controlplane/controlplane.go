@@ -10,7 +10,8 @@
 //	kubeconfig/         admin, controller-manager and scheduler kubeconfigs
 //	etcd/               etcd data
 //	logs/               one log file per process
-//	run/                scratch directories of the components
+//	run/                scratch directories of the components, and
+//	                    admission.json (Pod Security admission's defaults)
 //
 // Up writes the state file before it starts the first process and after
 // each one, so Down can stop what an interrupted or crashed Up (or a
@@ -21,6 +22,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -104,6 +106,11 @@ type Config struct {
 	NodeCIDRMaskSize   int
 	NodeCIDRMaskSizeV6 int
 
+	// PodSecurity is Pod Security admission's cluster-wide default for
+	// namespaces without pod-security.kubernetes.io labels. Nil:
+	// DefaultPodSecurity().
+	PodSecurity *PodSecurity
+
 	// Extra*Args are appended to the components' generated flags (a later
 	// flag wins).
 	ExtraEtcdArgs, ExtraAPIServerArgs, ExtraControllerManagerArgs, ExtraSchedulerArgs []string
@@ -116,6 +123,52 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Log receives progress lines. Nil: discard.
 	Log io.Writer
+}
+
+// PodSecurity is the PodSecurity admission plugin's configuration: the
+// levels of namespaces without pod-security.kubernetes.io labels.
+type PodSecurity struct {
+	// Enforce is the level enforced there: privileged, baseline or
+	// restricted (audit and warn stay privileged, Kubernetes' default).
+	Enforce string
+	// ExemptNamespaces are not checked at all.
+	ExemptNamespaces []string
+}
+
+// DefaultPodSecurity is the lab's: baseline enforced, as on many clusters,
+// so that herald's node agents run only where their namespace's labels say
+// privileged; kube-system (kube-proxy, cluster DNS) and default (the
+// lab's own test pods, some on the host network or with NET_RAW) exempt.
+// Namespaces the upstream e2e framework makes carry their own labels.
+func DefaultPodSecurity() PodSecurity {
+	return PodSecurity{Enforce: "baseline", ExemptNamespaces: []string{"kube-system", "default"}}
+}
+
+// admissionConfig is kube-apiserver's --admission-control-config-file
+// content (JSON, which it reads as YAML) for p.
+func (p PodSecurity) admissionConfig() ([]byte, error) {
+	switch p.Enforce {
+	case "privileged", "baseline", "restricted":
+	default:
+		return nil, fmt.Errorf("controlplane: PodSecurity.Enforce %q: want privileged, baseline or restricted", p.Enforce)
+	}
+	exempt := p.ExemptNamespaces
+	if exempt == nil {
+		exempt = []string{}
+	}
+	return json.MarshalIndent(map[string]any{
+		"apiVersion": "apiserver.config.k8s.io/v1",
+		"kind":       "AdmissionConfiguration",
+		"plugins": []any{map[string]any{
+			"name": "PodSecurity",
+			"configuration": map[string]any{
+				"apiVersion": "pod-security.admission.config.k8s.io/v1",
+				"kind":       "PodSecurityConfiguration",
+				"defaults":   map[string]string{"enforce": p.Enforce, "enforce-version": "latest"},
+				"exemptions": map[string]any{"namespaces": exempt},
+			},
+		}},
+	}, "", "  ")
 }
 
 // State is the content of the state file.
@@ -258,6 +311,13 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Log == nil {
 		c.Log = io.Discard
+	}
+	if c.PodSecurity == nil {
+		ps := DefaultPodSecurity()
+		c.PodSecurity = &ps
+	}
+	if _, err := c.PodSecurity.admissionConfig(); err != nil {
+		return err
 	}
 	if _, err := os.Stat(c.EtcdPath); err != nil {
 		return fmt.Errorf("controlplane: etcd not installed (%w): apt-get install etcd-server", err)
@@ -423,8 +483,16 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 
-	// kube-apiserver.
+	// kube-apiserver, with Pod Security admission's defaults.
 	pkiFile := func(n string) string { return filepath.Join(cp.pkiDir, n) }
+	admission, err := cfg.PodSecurity.admissionConfig()
+	if err != nil {
+		return nil, err
+	}
+	admissionFile := filepath.Join(cfg.StateDir, "run", "admission.json")
+	if err := os.WriteFile(admissionFile, admission, 0o644); err != nil {
+		return nil, err
+	}
 	apiArgs := []string{
 		"--etcd-servers=" + cp.state.EtcdURL,
 		"--bind-address=" + cfg.Address,
@@ -446,6 +514,7 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		"--service-account-signing-key-file=" + pkiFile("sa.key"),
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
+		"--admission-control-config-file=" + admissionFile,
 	}
 	if addr, _ := netip.ParseAddr(cfg.Address); addr.IsLoopback() {
 		apiArgs = append(apiArgs, "--endpoint-reconciler-type=none")
