@@ -1,7 +1,7 @@
 // Command herald-lab drives the lab: a Kubernetes cluster on one machine,
 // nodes and pods as network namespaces (package lab/cluster).
 //
-//	herald-lab up [--nodes N] [--bare] [--image-mode] [--proxy herald|kube-proxy]
+//	herald-lab up [--nodes N] [--bare] [--image-mode] [--real-nodes] [--proxy herald|kube-proxy]
 //	                                       build what is missing, bring a lab up, return
 //	herald-lab status                       what runs, what is missing
 //	herald-lab exec TARGET -- CMD [ARG...]  run CMD in node1.., client, router, remote, pod/[NS/]NAME
@@ -38,7 +38,7 @@ const defaultState = "/tmp/herald-lab/controlplane"
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
-  herald-lab up [--nodes N] [--bare] [--image-mode] [--proxy herald|kube-proxy]
+  herald-lab up [--nodes N] [--bare] [--image-mode] [--real-nodes] [--proxy herald|kube-proxy]
                 [--prefix P] [--state DIR] [--e2e DIR] [--wait] [--reuse]
   herald-lab status [--state DIR]
   herald-lab exec [--state DIR] TARGET -- CMD [ARG...]

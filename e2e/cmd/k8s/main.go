@@ -4,9 +4,9 @@
 //go:debug default=go1.24
 
 // Command k8s is the lab's multi-call Kubernetes binary: kube-apiserver,
-// kube-controller-manager, kube-scheduler, kube-proxy and kubectl from the
-// k8s.io/kubernetes release pinned in e2e/go.mod, built with the upstream
-// command constructors.
+// kube-controller-manager, kube-scheduler, kube-proxy, kubelet (for real
+// nodes) and kubectl from the k8s.io/kubernetes release pinned in
+// e2e/go.mod, built with the upstream command constructors.
 //
 // The component is chosen by the name the binary is invoked as (a symlink
 // named kube-apiserver, kubectl, ...) or, when invoked as k8s, by the first
@@ -21,6 +21,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,6 +40,7 @@ import (
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 
 	_ "k8s.io/client-go/plugin/pkg/client/auth" // kubectl's client auth plugins
 )
@@ -50,6 +52,7 @@ var components = map[string]func() int{
 	"kube-controller-manager": func() int { return cli.Run(controllermanager.NewControllerManagerCommand()) },
 	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
 	"kube-proxy":              func() int { return cli.Run(proxy.NewProxyCommand()) },
+	"kubelet":                 func() int { return cli.Run(kubelet.NewKubeletCommand(context.Background())) },
 	"kubectl":                 runKubectl,
 }
 

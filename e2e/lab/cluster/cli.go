@@ -15,6 +15,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Nodes, "nodes", DefaultNodes, fmt.Sprintf("number of nodes (1-%d)", topology.MaxNodes))
 	fs.BoolVar(&o.Bare, "bare", false, "a cluster without herald (CRDs are still installed; with --proxy=herald no service proxy runs)")
 	fs.BoolVar(&o.ImageMode, "image-mode", false, "run herald's pods from its image (podman's local storage, built by make image) under runc instead of the host's binary; also "+ImageModeEnv+"=1")
+	fs.BoolVar(&o.RealNodes, "real-nodes", false, "run each node as users run theirs: the real kubelet with its own containerd, runc and CNI plugins; pods from images (make image, make e2e-images); also "+RealNodesEnv+"=1")
 	fs.BoolVar(&o.DNS, "dns", false, "run the cluster DNS (CoreDNS as kubeadm installs it, Service kube-system/kube-dns) and point pods at it; needs --image-mode")
 	fs.Func("proxy", "the service proxy: "+ProxyHerald+" (herald's own, in its speakers) or "+ProxyKubeProxy+
 		" (kube-proxy as a DaemonSet, herald's speakers with --proxy=false); default $"+ProxyEnv+", else "+ProxyHerald, func(s string) (err error) {

@@ -23,6 +23,7 @@ import (
 	"github.com/herald-lb/herald/e2e/lab/labbin"
 	"github.com/herald-lb/herald/e2e/lab/pki"
 	"github.com/herald-lb/herald/e2e/lab/proc"
+	"github.com/herald-lb/herald/e2e/lab/realnode"
 	"github.com/herald-lb/herald/e2e/lab/router"
 	"github.com/herald-lb/herald/e2e/lab/statefile"
 	"github.com/herald-lb/herald/e2e/lab/topology"
@@ -73,6 +74,11 @@ type Options struct {
 	// DNS runs the cluster DNS (CoreDNS as kubeadm installs it, from its
 	// image: image mode only) and points the pods' resolv.conf at it.
 	DNS bool
+	// RealNodes runs the real kubelet with containerd, runc and CNI
+	// plugins on each node (package realnode) instead of the lab kubelet.
+	// Pods then always run from images. HERALD_LAB_REAL_NODES=1 in the
+	// environment turns it on.
+	RealNodes bool
 	// KillWithParent ties every process to the caller (tests); the CLI
 	// leaves it off so the lab outlives `herald-lab up`.
 	KillWithParent bool
@@ -93,6 +99,7 @@ type State struct {
 	Bare      bool      `json:"bare"`
 	ImageMode bool      `json:"imageMode,omitempty"`
 	DNS       bool      `json:"dns,omitempty"`
+	RealNodes bool      `json:"realNodes,omitempty"`
 	Proxy     string    `json:"proxy,omitempty"` // Options.Proxy; see ProxyOf
 	StateDir  string    `json:"stateDir"`
 	CreatedAt time.Time `json:"createdAt"`
@@ -111,6 +118,11 @@ type State struct {
 	// FRR are its daemons.
 	FRRDir string        `json:"frrDir,omitempty"`
 	FRR    []proc.Record `json:"frr,omitempty"`
+	// RealNodeStates are the real nodes (Options.RealNodes); Sysctls the
+	// kernel tunables the lab changed for their kubelets, with the
+	// values Down puts back.
+	RealNodeStates []realnode.State  `json:"realNodeStates,omitempty"`
+	Sysctls        map[string]string `json:"sysctls,omitempty"`
 }
 
 // RouterASN is the lab router's AS; it accepts BGP sessions from any
@@ -151,6 +163,8 @@ type Lab struct {
 	Bins         *labbin.Bins
 	Kubectl      *kubectl.Kubectl
 	Kubelets     []*Kubelet
+	// Real are the real nodes (Options.RealNodes), instead of Kubelets.
+	Real []*realnode.Node
 	// Router is FRR in the router namespace.
 	Router *router.FRR
 	// Timings of Up's steps.
@@ -204,6 +218,9 @@ func (o *Options) setDefaults() error {
 	if os.Getenv(ImageModeEnv) == "1" {
 		o.ImageMode = true
 	}
+	if os.Getenv(RealNodesEnv) == "1" {
+		o.RealNodes = true
+	}
 	proxy, err := resolveProxy(o.Proxy, os.Getenv(ProxyEnv))
 	if err != nil {
 		return err
@@ -234,11 +251,11 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	}
 	l := &Lab{log: opts.Log, killWithParent: opts.KillWithParent}
 	l.Prefix, l.Nodes, l.Bare, l.StateDir, l.ModuleDir = opts.Prefix, opts.Nodes, opts.Bare, opts.StateDir, opts.ModuleDir
-	l.ImageMode, l.Proxy, l.DNS = opts.ImageMode, opts.Proxy, opts.DNS
+	l.ImageMode, l.Proxy, l.DNS, l.RealNodes = opts.ImageMode, opts.Proxy, opts.DNS, opts.RealNodes
 	if l.DNS && !l.ImageMode {
 		return nil, errors.New("the cluster DNS (Options.DNS) runs from CoreDNS's image: it needs image mode")
 	}
-	if l.ImageMode && !l.Bare {
+	if (l.ImageMode || l.RealNodes) && !l.Bare {
 		if err := checkImage(ctx, kubelet.HeraldImageName); err != nil {
 			return nil, err
 		}
@@ -252,7 +269,7 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	if l.K8s, err = k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log}); err != nil {
 		return nil, err
 	}
-	if l.Bins, err = labbin.Ensure(ctx, labbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log}); err != nil {
+	if l.Bins, err = labbin.Ensure(ctx, labbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log, RealNodes: opts.RealNodes}); err != nil {
 		return nil, err
 	}
 	if l.DNS {
@@ -345,15 +362,21 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	l.Timings.ControlPlane = since(start)
 	l.logf("control plane ready in %s at %s", l.Timings.ControlPlane, l.APIServerURL)
 
-	if l.CreatedDirs, err = kubelet.EnsureMountPoints(); err != nil {
-		return nil, err
-	}
-	if err := l.save(); err != nil {
-		return nil, err
-	}
 	start = time.Now()
-	if err := l.startKubelets(); err != nil {
-		return nil, err
+	if l.RealNodes {
+		if err := l.startRealNodes(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		if l.CreatedDirs, err = kubelet.EnsureMountPoints(); err != nil {
+			return nil, err
+		}
+		if err := l.save(); err != nil {
+			return nil, err
+		}
+		if err := l.startKubelets(); err != nil {
+			return nil, err
+		}
 	}
 	if err := l.waitNodesReady(ctx, 2*time.Minute); err != nil {
 		return nil, err
@@ -490,6 +513,15 @@ func (l *Lab) waitNodesReady(ctx context.Context, timeout time.Duration) error {
 				return fmt.Errorf("kubelet of %s exited: %v\n%s", kl.Config.NodeName, kl.Process.Err(), b.String())
 			}
 		}
+		for _, n := range l.Real {
+			for _, p := range []*proc.Process{n.Containerd, n.Kubelet} {
+				if p != nil && p.Exited() {
+					var b strings.Builder
+					proc.WriteTail(&b, p.LogPath, 30)
+					return fmt.Errorf("%s exited: %v\n%s", p.Name, p.Err(), b.String())
+				}
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -549,6 +581,9 @@ func (l *Lab) InstallHerald(ctx context.Context) error {
 }
 
 func (l *Lab) installHerald(ctx context.Context) error {
+	if l.RealNodes {
+		return l.installHeraldChart(ctx)
+	}
 	apply, dir := []string{"apply", "-f"}, DeployDir(l.ModuleDir)
 	if l.Proxy == ProxyKubeProxy {
 		apply, dir = []string{"apply", "-k"}, NoProxyDir(l.ModuleDir)

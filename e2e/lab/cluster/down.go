@@ -59,6 +59,9 @@ func Down(ctx context.Context, dir string, opts DownOptions) error {
 		// Whatever a killed kubelet could not tear down.
 		step("pods of "+k.Node, kubelet.Down(k.StateDir, kubelet.DownOptions{KeepLogs: opts.KeepLogs, Log: log}))
 	}
+	for _, err := range downRealNodes(s, opts.KeepLogs, func(f string, a ...any) { fmt.Fprintf(log, f+"\n", a...) }) {
+		step("real nodes", err)
+	}
 	if len(s.FRR) > 0 {
 		fmt.Fprintf(log, "lab: stopping FRR in the router namespace\n")
 		step("router", router.StopRecorded(s.FRR, router.StopGrace))
@@ -139,6 +142,11 @@ func Unhealthy(s State) []string {
 	for _, p := range s.FRR {
 		if !p.Alive() {
 			bad = append(bad, "router "+p.Name+" gone")
+		}
+	}
+	for _, p := range s.realNodeProcesses() {
+		if !p.Alive() {
+			bad = append(bad, p.Name+" gone")
 		}
 	}
 	return bad

@@ -21,7 +21,21 @@ const (
 	RegressionIssue74839 = "regression-issue-74839"
 	DistrolessIptables   = "distroless-iptables"
 	JessieDnsutils       = "jessie-dnsutils"
+	// EchoServer is the image of the tutorial "Using Source IP", which
+	// real lab nodes run (the lab kubelet runs the program directly).
+	EchoServer = "echoserver"
 )
+
+// EchoServerRef is the tutorial's echoserver image.
+const EchoServerRef = "registry.k8s.io/echoserver:1.4"
+
+// LabRefs are the images real lab nodes need beyond the framework's: the
+// framework's pause (their sandbox), busybox and agnhost, and the
+// tutorial's echoserver.
+func LabRefs() Refs {
+	f := FrameworkRefs()
+	return Refs{Pause: f[Pause], BusyBox: f[BusyBox], Agnhost: f[Agnhost], EchoServer: EchoServerRef}
+}
 
 // Refs maps an image's name to the reference the e2e framework puts in
 // its pod specs.
@@ -149,6 +163,7 @@ var makers = []struct {
 	{RegressionIssue74839, regressionSpec},
 	{DistrolessIptables, iptablesSpec},
 	{JessieDnsutils, dnsutilsSpec},
+	{EchoServer, echoserverSpec},
 }
 
 // Specs are the images to build for refs (FrameworkRefs in use); a name
@@ -242,6 +257,25 @@ ENTRYPOINT ["/pause"]
 		Binaries:      []Binary{{File: "pause", Package: "github.com/herald-lb/herald/e2e/cmd/pause", LDFlags: "-s -w"}},
 		Differs:       []string{"/pause is a Go program of ours (e2e/cmd/pause) rather than pause.c; it behaves the same: signals, reaping, -v"},
 		UsedBy:        []string{"Service latency ([sig-network] Service endpoints latency) and the framework's pause pods"},
+	}
+}
+
+func echoserverSpec(ref string) Spec {
+	const upstream = "echoserver 1.4 (kubernetes/contrib's ingress echoheaders): nginx with a Lua handler answering CLIENT VALUES (client_address=...), SERVER VALUES and HEADERS RECEIVED on :8080"
+	cf := header(ref, upstream) + `FROM scratch
+# e2e/cmd/echoserver: the same answer on :8080, hostname from the pod.
+COPY echoserver /echoserver
+EXPOSE 8080
+ENTRYPOINT ["/echoserver"]
+`
+	return Spec{
+		Name:          EchoServer,
+		Ref:           ref,
+		Upstream:      upstream,
+		Containerfile: cf,
+		Binaries:      []Binary{{File: "echoserver", Package: "github.com/herald-lb/herald/e2e/cmd/echoserver", LDFlags: "-s -w"}},
+		Differs:       []string{"a Go program of ours (e2e/cmd/echoserver) instead of nginx with Lua; its answer has the fields the tutorial reads"},
+		UsedBy:        []string{"the tutorial \"Using Source IP\" on real lab nodes (herald-lab walkthrough)"},
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package k8sbin builds and caches the lab's multi-call Kubernetes binary
 // (e2e/cmd/k8s: kube-apiserver, kube-controller-manager, kube-scheduler,
-// kube-proxy, kubectl).
+// kube-proxy, kubelet, kubectl).
 //
 // The binary lives under <e2e>/_cache/k8s/<key>/, where key is the pinned
 // k8s.io/kubernetes version plus a hash of e2e/go.mod, e2e/go.sum, the
@@ -43,6 +43,7 @@ var Components = []string{
 	"kube-controller-manager",
 	"kube-scheduler",
 	"kube-proxy",
+	"kubelet",
 	"kubectl",
 }
 

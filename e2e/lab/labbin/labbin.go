@@ -25,22 +25,48 @@ const (
 	Kubelet    = "lab-kubelet"
 	EchoServer = "echoserver"
 	Herald     = "herald"
+	// Real nodes' programs: the runc wrapper, and containerd with its
+	// runc shim and client from the e2e/containerd module.
+	LabRunc    = "lab-runc"
+	Containerd = "containerd"
+	Shim       = "containerd-shim-runc-v2"
+	Ctr        = "ctr"
 )
+
+// ContainerdModule is the module directory, relative to the e2e module,
+// that pins containerd.
+const ContainerdModule = "containerd"
 
 // Target is one program to build.
 type Target struct {
 	Name string
-	// Root selects the repository's root module instead of the e2e module.
-	Root bool
+	// Root selects the repository's root module instead of the e2e module;
+	// Module, a module below the e2e module (ContainerdModule).
+	Root   bool
+	Module string
 	// Package is the main package relative to its module, e.g. ./cmd/herald.
 	Package string
+	// RealNode marks the programs only real nodes run (Options.RealNodes).
+	RealNode bool
+	// Static builds without cgo, as containerd's release builds are
+	// (and with its build tags for what needs cgo left out).
+	Static bool
+	Tags   string
 }
+
+// containerdTags leave out the snapshotters that need cgo or tools the
+// lab does not have; real nodes use overlayfs.
+const containerdTags = "no_btrfs no_devmapper no_zfs"
 
 // Targets are the lab's programs.
 var Targets = []Target{
 	{Name: Kubelet, Package: "./cmd/lab-kubelet"},
 	{Name: EchoServer, Package: "./cmd/echoserver"},
 	{Name: Herald, Root: true, Package: "./cmd/herald"},
+	{Name: LabRunc, Package: "./cmd/lab-runc", RealNode: true},
+	{Name: Containerd, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/containerd", RealNode: true, Static: true, Tags: containerdTags},
+	{Name: Shim, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", RealNode: true, Static: true, Tags: containerdTags},
+	{Name: Ctr, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/ctr", RealNode: true, Static: true, Tags: containerdTags},
 }
 
 // Options say where the modules are and where the binaries go.
@@ -51,8 +77,11 @@ type Options struct {
 	BinDir string
 	// Log receives one line per build. Nil: discard.
 	Log io.Writer
-	// Only limits the build to these program names. Empty: all Targets.
+	// Only limits the build to these program names. Empty: all Targets
+	// (those of real nodes only with RealNodes).
 	Only []string
+	// RealNodes builds the real nodes' programs too.
+	RealNodes bool
 }
 
 // Bins are built programs.
@@ -89,15 +118,18 @@ func Ensure(ctx context.Context, opts Options) (*Bins, error) {
 	}
 	bins := &Bins{Dir: opts.BinDir, Paths: map[string]string{}}
 	for _, t := range Targets {
-		if len(opts.Only) > 0 && !contains(opts.Only, t.Name) {
+		if len(opts.Only) > 0 && !contains(opts.Only, t.Name) || len(opts.Only) == 0 && t.RealNode && !opts.RealNodes {
 			continue
 		}
 		dir := mod
-		if t.Root {
+		switch {
+		case t.Root:
 			dir = filepath.Dir(mod)
+		case t.Module != "":
+			dir = filepath.Join(mod, t.Module)
 		}
 		out := filepath.Join(opts.BinDir, t.Name)
-		if err := build(ctx, dir, t.Package, out, opts.Log); err != nil {
+		if err := build(ctx, dir, t, out, opts.Log); err != nil {
 			return nil, err
 		}
 		bins.Paths[t.Name] = out
@@ -107,11 +139,19 @@ func Ensure(ctx context.Context, opts Options) (*Bins, error) {
 
 // build runs go build into a temporary file and renames it into place, so
 // a concurrent user of the old binary is not disturbed.
-func build(ctx context.Context, dir, pkg, out string, log io.Writer) error {
+func build(ctx context.Context, dir string, t Target, out string, log io.Writer) error {
 	start := time.Now()
+	pkg := t.Package
 	tmp := fmt.Sprintf("%s.tmp%d", out, os.Getpid())
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, pkg)
+	args := []string{"build", "-o", tmp}
+	if t.Tags != "" {
+		args = append(args, "-tags", t.Tags)
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	cmd.Dir = dir
+	if t.Static {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	}
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	if err := cmd.Run(); err != nil {
