@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/herald-lb/herald/e2e/harness"
-	"github.com/herald-lb/herald/e2e/lab/kubelet"
 )
 
 // TestFaultsControlPlaneAPIServerDown takes kube-apiserver away (etcd
@@ -86,7 +85,7 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 	svc := ctl{h}.service("default", l2Name)
 	clusterIP, nodePort := svc.Spec.ClusterIP, int(svc.Spec.Ports[0].NodePort)
 	victimIP := f.nodeIP(victim)
-	podNS := kubelet.PodNetnsName(h.Layout.Prefix, "default", clientName)
+	podNS := h.PodNetns("default", clientName)
 	for _, c := range []struct{ ns, ip string }{{h.Layout.Client, l2IP}, {h.Layout.Remote, bgpIP}, {podNS, clusterIP}} {
 		f.Poll(30*time.Second, "an answer from "+c.ip+" in "+c.ns, func() (bool, string) {
 			ok, err := harness.EchoGet(c.ns, c.ip, time.Second)

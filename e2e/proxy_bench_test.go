@@ -24,7 +24,6 @@ import (
 
 	"github.com/herald-lb/herald/e2e/harness"
 	"github.com/herald-lb/herald/e2e/lab/kubeconfig"
-	"github.com/herald-lb/herald/e2e/lab/kubelet"
 	"github.com/herald-lb/herald/e2e/lab/labbin"
 	"github.com/herald-lb/herald/e2e/lab/netns"
 	"github.com/herald-lb/herald/e2e/lab/proc"
@@ -817,8 +816,8 @@ spec:
 		t.Fatal(err)
 	}
 	np := strconv.Itoa(int(svc.Spec.Ports[0].NodePort))
-	clientNS := kubelet.PodNetnsName(h.Layout.Prefix, pxtNS, "client")
-	echoNS := kubelet.PodNetnsName(h.Layout.Prefix, pxtNS, echo.Name)
+	clientNS := h.PodNetns(pxtNS, "client")
+	echoNS := h.PodNetns(pxtNS, echo.Name)
 	podAddr := net.JoinHostPort(echo.Status.PodIP, "8080")
 	type path struct {
 		name, ns, addr string

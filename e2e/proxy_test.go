@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/herald-lb/herald/e2e/harness"
-	"github.com/herald-lb/herald/e2e/lab/kubelet"
 	"github.com/herald-lb/herald/e2e/lab/labbin"
 	"github.com/herald-lb/herald/e2e/lab/netns"
 	"github.com/herald-lb/herald/e2e/lab/topology"
@@ -694,7 +693,7 @@ func cleanupProxyObjects(h *harness.T) {
 }
 
 func podNetns(h *harness.T, pod string) string {
-	return kubelet.PodNetnsName(h.Layout.Prefix, "default", pod)
+	return h.PodNetns("default", pod)
 }
 
 func clusterIP(h *harness.T, svc string) string {

@@ -24,7 +24,9 @@ func TestSourceIPWalkthroughNFTables(t *testing.T) {
 }
 
 func walkthroughIn(t *testing.T, lab *harness.T, mode string) {
-	results := walkthrough.Run(lab.Ctx, walkthrough.Env{Layout: lab.Layout, Kubectl: lab.K, Out: t.Output(), ProxyMode: mode})
+	env := lab.Lab.WalkthroughEnv(lab.Layout, t.Output())
+	env.Kubectl, env.ProxyMode = lab.K, mode
+	results := walkthrough.Run(lab.Ctx, env)
 	pass, fail, notYet := walkthrough.Summary(results)
 	for _, r := range results {
 		t.Logf("%-8s %-22s %s", r.Verdict, r.Step, r.Detail)

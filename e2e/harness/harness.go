@@ -532,3 +532,14 @@ func Trials(t *testing.T, def int) int {
 	}
 	return n
 }
+
+// PodNetns names the pod's network namespace for netns.Do and `ip netns
+// exec`, on lab kubelets and real nodes alike (cluster.Lab.PodNetns).
+func (h *T) PodNetns(namespace, pod string) string {
+	h.T.Helper()
+	name, err := h.Lab.PodNetns(h.Ctx, namespace, pod)
+	if err != nil {
+		h.T.Fatalf("the network namespace of pod %s/%s: %v", namespace, pod, err)
+	}
+	return name
+}

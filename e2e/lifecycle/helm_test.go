@@ -59,7 +59,9 @@ func TestHelm(t *testing.T) {
 
 	// The acceptance story on what helm installed: every step of "Using
 	// Source IP" passes (none may wait for a missing component).
-	results := walkthrough.Run(h.Ctx, walkthrough.Env{Layout: h.Layout, Kubectl: h.K, Out: t.Output()})
+	env := h.Lab.WalkthroughEnv(h.Layout, t.Output())
+	env.Kubectl = h.K
+	results := walkthrough.Run(h.Ctx, env)
 	pass, fail, notYet := walkthrough.Summary(results)
 	for _, r := range results {
 		if r.Verdict != walkthrough.Pass {

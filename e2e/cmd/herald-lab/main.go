@@ -361,7 +361,7 @@ func walk(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	results := walkthrough.Run(ctx, walkthrough.Env{Layout: l, Kubectl: s.KubectlClient(), Out: os.Stdout})
+	results := walkthrough.Run(ctx, s.WalkthroughEnv(l, os.Stdout))
 	pass, fail, notYet := walkthrough.Summary(results)
 	fmt.Printf("\nUsing Source IP in the lab: %d passed, %d failed, %d not yet possible\n", pass, fail, notYet)
 	for _, r := range results {

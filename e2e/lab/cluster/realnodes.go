@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"github.com/herald-lb/herald/e2e/lab/proc"
 	"github.com/herald-lb/herald/e2e/lab/realnode"
 	"github.com/herald-lb/herald/e2e/lab/topology"
+	"github.com/herald-lb/herald/e2e/lab/walkthrough"
 )
 
 // RealNodesEnv=1 gives the e2e tests' labs real nodes (Options.RealNodes).
@@ -42,7 +44,7 @@ func (l *Lab) realNodeConfig(n topology.Node) realnode.Config {
 		CgroupParent: cgroupBase + "/" + l.Prefix + "-" + n.Name,
 		Runc:         l.Bins.Path(labbin.LabRunc),
 		CNIBinDir:    cniBinDir(),
-		SandboxImage: e2eimages.LabRefs()[e2eimages.Pause],
+		SandboxImage: e2eimages.LabRefs("")[e2eimages.Pause],
 	}
 	if l.DNS {
 		c.ClusterDNS = []string{clusterdns.ServiceIP(topology.ServiceCIDR).String()}
@@ -181,7 +183,11 @@ spec:
 // tutorial's echoserver, and unless the lab is bare herald's), and
 // returns an archive of each for the nodes' runtimes.
 func (l *Lab) realNodeImages(ctx context.Context) ([]string, error) {
-	res, err := e2eimages.Ensure(ctx, e2eimages.Options{ModuleDir: l.ModuleDir, Refs: e2eimages.LabRefs(), Log: l.log})
+	kubeProxy := ""
+	if l.Proxy == ProxyKubeProxy {
+		kubeProxy = l.K8s.Version
+	}
+	res, err := e2eimages.Ensure(ctx, e2eimages.Options{ModuleDir: l.ModuleDir, Refs: e2eimages.LabRefs(kubeProxy), Log: l.log})
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +265,13 @@ func downRealNodes(s State, keepLogs bool, log func(string, ...any)) []error {
 	}
 	if len(s.RealNodeStates) > 0 {
 		realnode.RemoveEmptyCgroup(cgroupBase)
+		// The pods' namespaces PodNetns named.
+		handles, _ := filepath.Glob(filepath.Join(realnode.NetnsDir, s.Prefix+"-pod-*"))
+		for _, h := range handles {
+			if err := realnode.DetachNetns(filepath.Base(h)); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	if len(s.Sysctls) > 0 {
 		if err := realnode.RestoreSysctls(realnode.SysctlDir, s.Sysctls); err != nil {
@@ -357,4 +370,39 @@ func splitHostPort(rawURL string) (host, port string, err error) {
 		return "", "", fmt.Errorf("the API server URL %q has no host and port", rawURL)
 	}
 	return u.Hostname(), u.Port(), nil
+}
+
+// WalkthroughEnv is the source-IP walkthrough's environment for this lab.
+func (s State) WalkthroughEnv(l topology.Layout, out io.Writer) walkthrough.Env {
+	return walkthrough.Env{Layout: l, Kubectl: s.KubectlClient(), Out: out, RealNodes: s.RealNodes, BusyBox: e2eimages.LabRefs("")[e2eimages.BusyBox]}
+}
+
+// PodNetns is the name of a named network namespace (ip netns) that is
+// pod's, for tests that open sockets from inside a pod. The lab kubelet
+// names every pod's namespace so; on real nodes the runtime keeps them
+// under its state directory, and the pod's namespace is attached under
+// the same name (`ip netns attach`) from a process of the pod, found in
+// the pod's cgroup; again if the pod's sandbox changed since.
+func (l *Lab) PodNetns(ctx context.Context, namespace, pod string) (string, error) {
+	name := kubelet.PodNetnsName(l.Prefix, namespace, pod)
+	if !l.RealNodes {
+		return name, nil
+	}
+	out, err := l.kubectlClient().Output(ctx, "-n", namespace, "get", "pod", pod, "-o", "jsonpath={.metadata.uid} {.spec.nodeName}")
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		return "", fmt.Errorf("pod %s/%s is not scheduled yet", namespace, pod)
+	}
+	n, ok := l.Layout.Node(f[1])
+	if !ok {
+		return "", fmt.Errorf("pod %s/%s runs on %s, not a lab node", namespace, pod, f[1])
+	}
+	pid, err := realnode.PodPID(l.realNodeConfig(n).PodsCgroup(), f[0])
+	if err != nil {
+		return "", fmt.Errorf("pod %s/%s: %w", namespace, pod, err)
+	}
+	return name, realnode.AttachNetns(name, pid)
 }

@@ -3,6 +3,9 @@ package e2eimages
 import (
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/herald-lb/herald/e2e/lab/k8sbin"
 
 	imageutils "k8s.io/kubernetes/test/utils/image"
 )
@@ -24,17 +27,24 @@ const (
 	// EchoServer is the image of the tutorial "Using Source IP", which
 	// real lab nodes run (the lab kubelet runs the program directly).
 	EchoServer = "echoserver"
+	// KubeProxy is kube-proxy of the pinned release, for real nodes' labs
+	// with kube-proxy as the service proxy.
+	KubeProxy = "kube-proxy"
 )
 
 // EchoServerRef is the tutorial's echoserver image.
 const EchoServerRef = "registry.k8s.io/echoserver:1.4"
 
 // LabRefs are the images real lab nodes need beyond the framework's: the
-// framework's pause (their sandbox), busybox and agnhost, and the
-// tutorial's echoserver.
-func LabRefs() Refs {
+// framework's pause (their sandbox), busybox and agnhost, the tutorial's
+// echoserver, and with kubeProxyVersion set kube-proxy of that release.
+func LabRefs(kubeProxyVersion string) Refs {
 	f := FrameworkRefs()
-	return Refs{Pause: f[Pause], BusyBox: f[BusyBox], Agnhost: f[Agnhost], EchoServer: EchoServerRef}
+	r := Refs{Pause: f[Pause], BusyBox: f[BusyBox], Agnhost: f[Agnhost], EchoServer: EchoServerRef}
+	if kubeProxyVersion != "" {
+		r[KubeProxy] = "registry.k8s.io/kube-proxy:" + kubeProxyVersion
+	}
+	return r
 }
 
 // Refs maps an image's name to the reference the e2e framework puts in
@@ -164,6 +174,7 @@ var makers = []struct {
 	{DistrolessIptables, iptablesSpec},
 	{JessieDnsutils, dnsutilsSpec},
 	{EchoServer, echoserverSpec},
+	{KubeProxy, kubeProxySpec},
 }
 
 // Specs are the images to build for refs (FrameworkRefs in use); a name
@@ -276,6 +287,27 @@ ENTRYPOINT ["/echoserver"]
 		Binaries:      []Binary{{File: "echoserver", Package: "github.com/herald-lb/herald/e2e/cmd/echoserver", LDFlags: "-s -w"}},
 		Differs:       []string{"a Go program of ours (e2e/cmd/echoserver) instead of nginx with Lua; its answer has the fields the tutorial reads"},
 		UsedBy:        []string{"the tutorial \"Using Source IP\" on real lab nodes (herald-lab walkthrough)"},
+	}
+}
+
+func kubeProxySpec(ref string) Spec {
+	const upstream = "registry.k8s.io/kube-proxy: distroless-iptables (iptables, nftables, conntrack, ipset on a distroless Debian) with /usr/local/bin/kube-proxy"
+	cf := header(ref, upstream) + `FROM ` + DebianBase + `
+` + aptInstall("iptables", "nftables", "conntrack", "ipset", "kmod") + `
+COPY kube-proxy /usr/local/bin/kube-proxy
+ENTRYPOINT ["/usr/local/bin/kube-proxy"]
+`
+	return Spec{
+		Name:          KubeProxy,
+		Ref:           ref,
+		Upstream:      upstream,
+		Containerfile: cf,
+		// Stamped with the release like upstream's build (k8sbin.LDFlags),
+		// dated at the epoch so the image stays the same build to build.
+		Binaries: []Binary{{File: "kube-proxy", Package: "k8s.io/kubernetes/cmd/kube-proxy", LDFlags: k8sbin.LDFlags(tag(ref), time.Unix(0, 0))}},
+		Bases:    []string{DebianBase},
+		Differs:  []string{"not distroless: a whole bookworm-slim userland around the same netfilter tools"},
+		UsedBy:   []string{"real lab nodes with kube-proxy as the service proxy (the conformance run's baseline, TestProxy's comparisons)"},
 	}
 }
 

@@ -81,6 +81,10 @@ func Prepare(c Config) error {
 			return err
 		}
 	}
+	// kubelet makes kubepods below its cgroupRoot but wants the root.
+	if err := MakeCgroup(c.PodsCgroup()); err != nil {
+		return err
+	}
 	return MakeCgroup(c.RuntimeCgroup())
 }
 

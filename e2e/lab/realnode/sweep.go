@@ -274,3 +274,91 @@ func UnmountUnder(dir string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// PodPID is a process of the pod with that UID, from its cgroup under
+// podsCgroup (kubelet's cgroupRoot): kubepods[/<qos>]/pod<uid>.
+func PodPID(podsCgroup, uid string) (int, error) {
+	hs, err := CgroupHierarchies()
+	if err != nil {
+		return 0, err
+	}
+	want := "pod" + uid
+	for _, h := range hs {
+		var found string
+		_ = filepath.WalkDir(filepath.Join(h, podsCgroup), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || found != "" || !d.IsDir() {
+				return nil
+			}
+			if d.Name() == want {
+				found = p
+				return filepath.SkipAll
+			}
+			return nil
+		})
+		if found == "" {
+			continue
+		}
+		var pid int
+		_ = filepath.WalkDir(found, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || pid != 0 || !d.IsDir() {
+				return nil
+			}
+			data, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			if fs := strings.Fields(string(data)); len(fs) > 0 {
+				pid, _ = strconv.Atoi(fs[0])
+			}
+			return nil
+		})
+		if pid != 0 {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process of pod %s under %s", uid, podsCgroup)
+}
+
+// NetnsDir is where `ip netns` keeps named namespaces.
+const NetnsDir = "/var/run/netns"
+
+// AttachNetns names pid's network namespace (ip netns attach), replacing
+// a handle of that name that leads elsewhere.
+func AttachNetns(name string, pid int) error {
+	handle := filepath.Join(NetnsDir, name)
+	target := fmt.Sprintf("/proc/%d/ns/net", pid)
+	var want, have syscall.Stat_t
+	if err := syscall.Stat(target, &want); err != nil {
+		return err
+	}
+	if syscall.Stat(handle, &have) == nil {
+		if have.Ino == want.Ino && have.Dev == want.Dev {
+			return nil
+		}
+		if err := DetachNetns(name); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(NetnsDir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(handle, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if err := syscall.Mount(target, handle, "none", syscall.MS_BIND, ""); err != nil {
+		_ = os.Remove(handle)
+		return fmt.Errorf("attaching %s as netns %s: %w", target, name, err)
+	}
+	return nil
+}
+
+// DetachNetns removes a named namespace handle.
+func DetachNetns(name string) error {
+	handle := filepath.Join(NetnsDir, name)
+	if err := syscall.Unmount(handle, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Remove(handle); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -53,6 +53,13 @@ type Env struct {
 	Timeout time.Duration
 	// ProxyMode is the mode /proxyMode must answer; default iptables.
 	ProxyMode string
+	// RealNodes: the nodes run the real kubelet and containerd, so the
+	// client pod is the tutorial's busybox and is reached with kubectl
+	// exec (the lab kubelet's pods are network namespaces the walkthrough
+	// curls from directly).
+	RealNodes bool
+	// BusyBox is the busybox image real nodes have (the upstream suite's).
+	BusyBox string
 }
 
 // Components the tutorial's steps rely on; Detect finds which are there.
@@ -251,9 +258,14 @@ func (r *run) app() Result {
 	if _, err := r.kubectl("create", "deployment", "source-ip-app", "--image=registry.k8s.io/echoserver:1.4"); err != nil {
 		return Result{Verdict: Fail, Detail: err.Error()}
 	}
-	// The tutorial's client pod (busybox there; the lab runs the echo
-	// server image, whose netns the walkthrough curls from).
-	if _, err := r.kubectl("run", "source-ip-client", "--image=registry.k8s.io/echoserver:1.4", "--labels=app=source-ip-client"); err != nil {
+	// The tutorial's client pod: busybox on real nodes, reached with
+	// kubectl exec; with the lab kubelet, the echo server image, whose
+	// network namespace the walkthrough curls from.
+	run := []string{"run", "source-ip-client", "--image=registry.k8s.io/echoserver:1.4", "--labels=app=source-ip-client"}
+	if r.RealNodes {
+		run = []string{"run", "source-ip-client", "--image=" + r.BusyBox, "--labels=app=source-ip-client", "--command", "--", "sleep", "3600"}
+	}
+	if _, err := r.kubectl(run...); err != nil {
 		return Result{Verdict: Fail, Detail: err.Error()}
 	}
 	// "IP node" of the first Ready pod matching sel.
@@ -275,7 +287,7 @@ func (r *run) app() Result {
 	r.podIP, r.podNode, r.client = app[0], app[1], client[0]
 	r.kubectl("get", "pods", "-o", "wide")
 	// The echo server itself, reached directly from the client pod.
-	page, err := r.curlShown("pod source-ip-client", r.podNetns("source-ip-client"), "http://"+r.podIP+":8080/")
+	page, err := r.clientGetShown("http://" + r.podIP + ":8080/")
 	if err != nil || !strings.Contains(page, "CLIENT VALUES:") {
 		return Result{Verdict: Fail, Detail: "the echo server does not answer on its pod IP"}
 	}
@@ -287,6 +299,32 @@ func (r *run) app() Result {
 
 func (r *run) podNetns(name string) string {
 	return kubelet.PodNetnsName(r.Layout.Prefix, "default", name)
+}
+
+// clientGet fetches url from the client pod: with busybox's wget through
+// kubectl exec on real nodes, as the tutorial does, else with curl in
+// the pod's network namespace.
+func (r *run) clientGet(url string, timeoutSec int) (string, error) {
+	if !r.RealNodes {
+		return curl(r.ctx, r.podNetns("source-ip-client"), url, timeoutSec)
+	}
+	return r.Kubectl.Output(r.ctx, "exec", "source-ip-client", "--", "timeout", strconv.Itoa(timeoutSec), "wget", "-qO", "-", url)
+}
+
+// clientGetShown is clientGet with the command and the client_address
+// line shown.
+func (r *run) clientGetShown(url string) (string, error) {
+	if !r.RealNodes {
+		return r.curlShown("pod source-ip-client", r.podNetns("source-ip-client"), url)
+	}
+	r.say("$ kubectl exec source-ip-client -- wget -qO - %s | grep client_address\n", url)
+	out, err := r.clientGet(url, 2)
+	if err != nil {
+		r.say("    (no answer: %v)\n", err)
+		return "", err
+	}
+	r.say("%s", indent(clientLine(out)))
+	return out, nil
 }
 
 func (r *run) proxyMode() Result {
@@ -315,11 +353,11 @@ func (r *run) clusterIP() Result {
 	r.kubectl("get", "svc", "clusterip")
 	if r.have.Proxy {
 		r.settle(func() bool {
-			page, err := curl(r.ctx, r.podNetns("source-ip-client"), "http://"+ip+"/", 1)
+			page, err := r.clientGet("http://"+ip+"/", 1)
 			return err == nil && clientAddress(page) == r.client
 		})
 	}
-	page, err := r.curlShown("pod source-ip-client", r.podNetns("source-ip-client"), "http://"+ip+"/")
+	page, err := r.clientGetShown("http://" + ip + "/")
 	if !r.have.Proxy {
 		return Result{Verdict: NotYet, Detail: "ClusterIPs need herald's service proxy (issue #5)"}
 	}
