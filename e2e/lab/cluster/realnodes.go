@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -86,17 +85,23 @@ func (l *Lab) startRealNodes(ctx context.Context) error {
 	}
 	l.logf("images for real nodes ready in %s: %d archives", since(start), len(archives))
 
-	// Recorded before anything changes, so a crash in between still
-	// restores what was there.
-	saved, err := realnode.SetSysctls(realnode.SysctlDir, realnode.KubeletSysctls)
+	// Recorded before anything changes, so that a crash in between
+	// still restores what was there.
+	old, err := realnode.SysctlsToChange(realnode.SysctlDir, realnode.KubeletSysctls)
+	if err != nil {
+		return err
+	}
 	if l.Sysctls == nil {
 		l.Sysctls = map[string]string{}
 	}
-	for k, v := range saved {
+	for k, v := range old {
 		l.Sysctls[k] = v
 	}
-	if serr := l.save(); serr != nil || err != nil {
-		return errors.Join(err, serr)
+	if err := l.save(); err != nil {
+		return err
+	}
+	if err := realnode.SetSysctls(realnode.SysctlDir, realnode.KubeletSysctls); err != nil {
+		return err
 	}
 	if err := l.createNodes(ctx); err != nil {
 		return err

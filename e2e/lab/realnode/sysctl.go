@@ -27,32 +27,41 @@ var KubeletSysctls = map[string]int{
 // SysctlDir is where the kernel's tunables are read and written.
 const SysctlDir = "/proc/sys"
 
-// SetSysctls gives each tunable under root (SysctlDir) its value and
-// returns the values the machine had, for RestoreSysctls (only those it
-// changed).
-func SetSysctls(root string, want map[string]int) (map[string]string, error) {
-	saved := map[string]string{}
-	keys := make([]string, 0, len(want))
-	for k := range want {
+// SysctlsToChange reads the tunables under root (SysctlDir) and returns
+// the current values of those that differ from want: what SetSysctls
+// will replace and RestoreSysctls put back. The lab records them before
+// changing anything.
+func SysctlsToChange(root string, want map[string]int) (map[string]string, error) {
+	old := map[string]string{}
+	for _, k := range sortedKeys(want) {
+		cur, err := os.ReadFile(filepath.Join(root, k))
+		if err != nil {
+			return nil, fmt.Errorf("sysctl %s: %w", strings.ReplaceAll(k, "/", "."), err)
+		}
+		if v := strings.TrimSpace(string(cur)); v != strconv.Itoa(want[k]) {
+			old[k] = v
+		}
+	}
+	return old, nil
+}
+
+// SetSysctls gives each tunable under root its value.
+func SetSysctls(root string, want map[string]int) error {
+	for _, k := range sortedKeys(want) {
+		if err := os.WriteFile(filepath.Join(root, k), []byte(strconv.Itoa(want[k])), 0o644); err != nil {
+			return fmt.Errorf("sysctl %s=%d: %w", strings.ReplaceAll(k, "/", "."), want[k], err)
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	for _, k := range keys {
-		path := filepath.Join(root, k)
-		cur, err := os.ReadFile(path)
-		if err != nil {
-			return saved, fmt.Errorf("sysctl %s: %w", strings.ReplaceAll(k, "/", "."), err)
-		}
-		v := strings.TrimSpace(string(cur))
-		if v == strconv.Itoa(want[k]) {
-			continue
-		}
-		if err := os.WriteFile(path, []byte(strconv.Itoa(want[k])), 0o644); err != nil {
-			return saved, fmt.Errorf("sysctl %s=%d: %w", strings.ReplaceAll(k, "/", "."), want[k], err)
-		}
-		saved[k] = v
-	}
-	return saved, nil
+	return keys
 }
 
 // RestoreSysctls writes back what SetSysctls replaced.

@@ -16,8 +16,12 @@ func TestSysctlsSetAndRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	saved, err := SetSysctls(dir, map[string]int{"vm/overcommit_memory": 1, "kernel/panic": 10})
+	want := map[string]int{"vm/overcommit_memory": 1, "kernel/panic": 10}
+	saved, err := SysctlsToChange(dir, want)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SetSysctls(dir, want); err != nil {
 		t.Fatal(err)
 	}
 	if len(saved) != 1 || saved["vm/overcommit_memory"] != "0" {
@@ -32,7 +36,7 @@ func TestSysctlsSetAndRestore(t *testing.T) {
 	if v, _ := os.ReadFile(filepath.Join(dir, "vm/overcommit_memory")); string(v) != "0" {
 		t.Errorf("restored overcommit_memory = %q", v)
 	}
-	if _, err := SetSysctls(dir, map[string]int{"no/such": 1}); err == nil {
+	if _, err := SysctlsToChange(dir, map[string]int{"no/such": 1}); err == nil {
 		t.Error("a missing tunable: no error")
 	}
 }
