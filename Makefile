@@ -44,7 +44,7 @@ STATICCHECK := $(BIN)/staticcheck
 HELM_VERSION ?= v3.22.0
 HELM := $(BIN)/helm
 
-.PHONY: help deps toolchain tools helm build generate manifests test unit-test chart-test e2e-test e2e-image-test conformance lab lab-down bench lint fuzz fuzz-short image clean
+.PHONY: help deps toolchain tools helm build generate manifests test unit-test chart-test e2e-test e2e-image-test e2e-real-test conformance lab lab-down bench lint fuzz fuzz-short image clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /  make \1\t/' | expand -t 22
@@ -108,10 +108,11 @@ generate: toolchain ## regenerate deepcopy code and CRDs (config/crd/bases, the 
 manifests: toolchain ## render config/default and the proxy-only overlay into config/deploy and config/proxy-only
 	$(GO) test -count=1 -run '^TestRenderings$$' ./config/manifests -update
 
-test: unit-test ## unit tests (the chart's included), every fuzz target for 10s, the e2e suite (root), then its image-mode pass
+test: unit-test ## unit tests (the chart's included), every fuzz target for 10s, the e2e suite (root), its image-mode pass, then the user-facing tests on real nodes
 	@$(MAKE) fuzz-short
 	@$(MAKE) e2e-test
 	@$(MAKE) e2e-image-test
+	@$(MAKE) e2e-real-test
 
 # unit-test gives the chart's tests the pinned Helm, so under make they run
 # rather than skip (a bare `go test ./...` without Helm skips them, saying so).
@@ -157,6 +158,19 @@ e2e-image-test: toolchain ## (root) make image, then the walkthrough, the L2, BG
 	@$(MAKE) e2e-images
 	(cd e2e && $(GO) run ./cmd/herald-lab build)
 	cd e2e && HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 50m -run '$(E2E_IMAGE_TESTS)' .
+
+# e2e-real-test runs the user-facing tests on real nodes: each lab node
+# runs the real kubelet of the pinned release with its own containerd
+# (built from its Go module), Debian's runc and CNI plugins, and herald is
+# installed with its Helm chart from the image `make image` built
+# (HERALD_LAB_REAL_NODES=1; package e2e/lab/realnode, docs/testing.md).
+E2E_REAL_TESTS ?= ^(TestSourceIPWalkthrough|TestProxy)$$
+E2E_REAL_LIFECYCLE_TESTS ?= ^TestHelm$$
+e2e-real-test: toolchain helm ## (root) make image, then the walkthrough, the proxy and Helm e2e tests on real nodes (kubelet, containerd, runc, CNI plugins)
+	@$(MAKE) image
+	(cd e2e && $(GO) run ./cmd/herald-lab build)
+	cd e2e && HERALD_LAB_REAL_NODES=1 HERALD_HELM=$(HELM) $(GO) test -count=1 -timeout 40m -run '$(E2E_REAL_TESTS)' .
+	cd e2e && HERALD_LAB_REAL_NODES=1 HERALD_HELM=$(HELM) $(GO) test -count=1 -timeout 20m -run '$(E2E_REAL_LIFECYCLE_TESTS)' ./lifecycle
 
 # e2e-images makes the images Kubernetes' upstream e2e suite runs (agnhost,
 # pause, busybox, nginx, regression-issue-74839, distroless-iptables,

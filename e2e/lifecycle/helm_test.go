@@ -107,9 +107,12 @@ func TestHelm(t *testing.T) {
 	// helm upgrade to another tag while both VIPs are probed every 20 ms.
 	// In binary mode every tag is this tree's binary; image mode runs real
 	// tags, so the tag is given to the image under test.
-	if h.Lab.ImageMode {
+	if h.Lab.ImageMode || h.Lab.RealNodes {
 		podman(t, ctx, "tag", kubelet.HeraldImageName, kubelet.HeraldRepository+":"+upgradeTag)
 		t.Cleanup(func() { podman(t, context.Background(), "untag", kubelet.HeraldRepository+":"+upgradeTag) })
+		if err := h.Lab.LoadImages(ctx, kubelet.HeraldRepository+":"+upgradeTag); err != nil {
+			t.Fatal(err)
+		}
 	}
 	l2Probe, bgpProbe := harness.StartProbe(h.Layout.Client, l2IP), harness.StartProbe(h.Layout.Remote, bgpIP)
 	ipChanges := watchIPs(h, map[string]string{"helm-l2": l2IP, "helm-bgp": bgpIP})

@@ -411,3 +411,29 @@ func (l *Lab) PodNetns(ctx context.Context, namespace, pod string) (string, erro
 	}
 	return name, realnode.AttachNetns(name, pid)
 }
+
+// LoadImages loads images from podman's storage into every real node's
+// runtime (a test's new tag of herald's image, say). Labs of lab kubelets
+// read podman's storage themselves: nothing to do there.
+func (l *Lab) LoadImages(ctx context.Context, refs ...string) error {
+	if !l.RealNodes {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "herald-lab-images-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	archive := filepath.Join(dir, "images.tar")
+	if out, err := exec.CommandContext(ctx, "podman", append([]string{"save", "-q", "--format", "oci-archive", "-o", archive}, refs...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("podman save %s: %w: %s", strings.Join(refs, " "), err, strings.TrimSpace(string(out)))
+	}
+	for _, n := range l.Layout.Nodes {
+		c := l.realNodeConfig(n)
+		cmd := exec.CommandContext(ctx, l.Bins.Path(labbin.Ctr), "--address", c.Socket(), "--namespace", "k8s.io", "images", "import", archive)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("loading %s into %s: %w: %s", strings.Join(refs, " "), n.Name, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
