@@ -191,9 +191,14 @@ func Down(s State, keepLogs bool) error {
 		}
 	}
 	if s.Network != "" {
-		// libcni's cache of the pods' network results, machine-wide,
-		// keyed by network name: only this node's entries.
+		// libcni's cache of the pods' network results, machine-wide:
+		// this node's network's entries, and the loopback network's of
+		// this node's sandboxes (containerd names that one cni-loopback).
 		matches, _ := filepath.Glob(filepath.Join(CNICacheDir, "results", s.Network+"-*"))
+		sandboxes, _ := filepath.Glob(filepath.Join(s.Dir, "containerd", "*", "io.containerd.grpc.v1.cri", "sandboxes", "*"))
+		for _, sb := range sandboxes {
+			matches = append(matches, filepath.Join(CNICacheDir, "results", "cni-loopback-"+filepath.Base(sb)+"-lo"))
+		}
 		for _, m := range matches {
 			if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
