@@ -18,8 +18,8 @@ import (
 
 // checkPodSecurity: the chart makes no Namespace (it would clash with
 // helm install --create-namespace); when its pods need more than
-// restricted, its only hook, run before install and upgrade, labels the
-// release's namespace with the least level they need (unless
+// restricted, its only hook, run before install, upgrade and rollback,
+// labels the release's namespace with the least level they need (unless
 // podSecurity.labelNamespace is false), from a pod that restricted admits,
 // with the right to get and patch that namespace only.
 func checkPodSecurity(t *testing.T, values string, objs []manifests.Object) {
@@ -56,7 +56,7 @@ func checkPodSecurity(t *testing.T, values string, objs []manifests.Object) {
 		if h.Kind == "Job" {
 			weight = "0" // after its RBAC
 		}
-		if a[manifests.HookAnnotation] != "pre-install,pre-upgrade" || a["helm.sh/hook-weight"] != weight ||
+		if a[manifests.HookAnnotation] != "pre-install,pre-upgrade,pre-rollback" || a["helm.sh/hook-weight"] != weight ||
 			a["helm.sh/hook-delete-policy"] != "before-hook-creation,hook-succeeded,hook-failed" {
 			t.Errorf("%s: hook annotations %v", h, a)
 		}

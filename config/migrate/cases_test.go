@@ -56,20 +56,30 @@ func TestConverterOutput(t *testing.T) {
 	// BFD: what herald does anyway is noted; echo, passive mode and a
 	// minimum TTL change behaviour and are reported.
 	wantLines(t, "report", problems(res.Problems),
-		"BFDProfile metallb-system/bfdprofile2: spec.echoMode: true left out, with echoInterval: herald's BFD has no echo function",
+		"BFDProfile metallb-system/bfdprofile2: spec.echoMode: true left out, and echoInterval 80 with it: herald's BFD has no echo function",
 		"BFDProfile metallb-system/bfdprofile2: spec.passiveMode: true left out",
 		"BFDProfile metallb-system/bfdprofile2: spec.minimumTtl: 150 left out",
 		// The keepalive message names the peer's own hold time.
 		"BGPPeer metallb-system/peer2: spec.keepaliveTime: 0s left out: MetalLB writes 0s for an unset keepaliveTime; herald's default applies (a third of holdTime 1m30s)",
 	)
 	wantLines(t, "notes", notesText(res.Notes),
-		"BFDProfile metallb-system/bfdprofile1: spec.echoInterval: 62 left out: it has no effect without echoMode",
+		"BFDProfile metallb-system/bfdprofile1: spec.echoInterval: 62 left out: without echoMode it has no effect in MetalLB either",
 		"BFDProfile metallb-system/bfdprofile1: spec.minimumTtl: 254 left out",
 	)
 	for _, gone := range []string{"echoInterval", "echoMode", "passiveMode", "minimumTtl", "status"} {
 		if strings.Contains(out, gone) {
 			t.Errorf("output still has %s", gone)
 		}
+	}
+	// echoMode alone: the warning names no echoInterval.
+	tr := New(Options{})
+	if err := tr.Load("echo.yaml", strings.NewReader("apiVersion: metallb.io/v1beta1\nkind: BFDProfile\nmetadata: {name: echo}\nspec: {echoMode: true}\n")); err != nil {
+		t.Fatal(err)
+	}
+	got := problems(tr.Result().Problems)
+	wantLines(t, "report", got, "BFDProfile echo: spec.echoMode: true left out: herald's BFD has no echo function")
+	if strings.Contains(got, "echoInterval") {
+		t.Errorf("the report names an echoInterval the profile does not have:\n%s", got)
 	}
 }
 

@@ -88,9 +88,9 @@ func clean(obj any) (map[string]any, error) {
 
 // Report writes what did not carry over, one line each, as herald
 // migrate prints it on standard error: the documents skipped, the
-// problems (errors left an object out, warnings a field), the notes,
-// and a count; or, when the input held no MetalLB configuration at all,
-// why nothing was written.
+// problems (errors left an object or alias out, warnings a setting), the
+// notes, and a count; or, when the input held no MetalLB configuration at
+// all, why nothing was written.
 func Report(w io.Writer, r Result, input string) error {
 	var b strings.Builder
 	for _, s := range r.Skipped {
@@ -112,10 +112,19 @@ func Report(w io.Writer, r Result, input string) error {
 		fmt.Fprintln(&b)
 	case r.Objects() == 0:
 		fmt.Fprintf(&b, "no herald object could be made from the MetalLB configuration in %s: nothing written\n", input)
+	case len(r.Problems) == 0:
+		fmt.Fprintf(&b, "%d herald %s written; no warnings or errors", r.Objects(), plural(r.Objects(), "object", "objects"))
+		if len(r.Notes) > 0 {
+			b.WriteString(" (the notes are changes that keep MetalLB's behaviour)")
+		}
+		fmt.Fprintln(&b)
 	default:
-		fmt.Fprintf(&b, "%d herald %s written; %d %s not translated (%d MetalLB %s left out)\n",
-			r.Objects(), plural(r.Objects(), "object", "objects"), len(r.Problems), plural(len(r.Problems), "thing", "things"),
-			r.Problems.Errors(), plural(r.Problems.Errors(), "object", "objects"))
+		// Only warnings' lines say what they are ("(warning)"), so the
+		// count says what each kind means.
+		errs := r.Problems.Errors()
+		warns := len(r.Problems) - errs
+		fmt.Fprintf(&b, "%d herald %s written; above, %d %s (a setting left out or changed) and %d %s (an object or alias left out): read them before you apply the output\n",
+			r.Objects(), plural(r.Objects(), "object", "objects"), warns, plural(warns, "warning", "warnings"), errs, plural(errs, "error", "errors"))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

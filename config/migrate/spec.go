@@ -294,16 +294,21 @@ func (o *object) community(spec map[string]any) bool {
 // change behaviour, and are reported.
 func (o *object) bfd(spec map[string]any) {
 	echo, _ := spec["echoMode"].(bool)
-	if v, ok := spec["echoInterval"]; ok {
+	interval, hasInterval := spec["echoInterval"]
+	if hasInterval {
 		delete(spec, "echoInterval")
 		if !echo {
-			o.notef("spec.echoInterval", "%v left out: it has no effect without echoMode (MetalLB's ConfigMap converter writes it regardless)", v)
+			o.notef("spec.echoInterval", "%v left out: without echoMode it has no effect in MetalLB either", interval)
 		}
 	}
 	if v, ok := spec["echoMode"]; ok {
 		delete(spec, "echoMode")
 		if echo {
-			o.warnf("spec.echoMode", "true left out, with echoInterval: herald's BFD has no echo function; the session is checked by control packets at receiveInterval and transmitInterval only")
+			also := ""
+			if hasInterval {
+				also = fmt.Sprintf(", and echoInterval %v with it", interval)
+			}
+			o.warnf("spec.echoMode", "true left out%s: herald's BFD has no echo function; the session is checked by control packets at receiveInterval and transmitInterval only", also)
 		} else if v != false {
 			o.warnf("spec.echoMode", "is %s, not true or false: left out", describeValue(v))
 		}

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,7 +29,9 @@ const psaPrefix = "hlpsa"
 //     helm install --wait succeeds: the hook's pod passes restricted and
 //     labels the namespace, keeping the owner's other labels;
 //   - helm upgrade relabels a namespace whose label was lowered to
-//     baseline since, before the speakers roll;
+//     baseline since, before the speakers roll: no speaker pod is refused;
+//   - so does helm rollback (the hook runs pre-rollback too): the
+//     speakers roll back to the first revision's pods, none refused;
 //   - helm uninstall leaves the namespace and its labels;
 //   - helm install --create-namespace into a new namespace just works;
 //   - the hook leaves no Job, ServiceAccount, Role or RoleBinding behind.
@@ -89,12 +92,53 @@ func TestHelmPodSecurity(t *testing.T) {
 			}
 		}
 	}
+	// refusals are the messages of the speaker DaemonSet's FailedCreate
+	// events in ns that Pod Security caused: a pod created before the
+	// namespace was labelled.
+	refusals := func(ns string) (string, error) {
+		out, err := h.K.Output(h.Ctx, "-n", ns, "get", "events", "--field-selector", "involvedObject.name=herald-speaker,reason=FailedCreate",
+			"-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+		if err != nil {
+			return "", err
+		}
+		var refused []string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "violates PodSecurity") {
+				refused = append(refused, l)
+			}
+		}
+		return strings.Join(refused, "\n"), nil
+	}
 	speakersReady := func(ns string) {
 		t.Helper()
 		h.Kubectl("-n", ns, "rollout", "status", "--timeout=180s", "daemonset/herald-speaker")
 		if n := strings.Count(h.Kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=speaker", "-o", "name"), "pod/"); n != len(h.Layout.Nodes) {
 			t.Errorf("%s: %d speaker pods, want %d", ns, n, len(h.Layout.Nodes))
 		}
+	}
+	// rolled waits for the speakers of psa-own to roll out after a helm
+	// command run without --wait (so that a pod Pod Security refuses ends
+	// the test at once, with the API server's reason), then checks that
+	// none was refused (the hook relabelled the namespace first), that
+	// the new pods run with logLevel, and that the hook is gone.
+	rolled := func(after, logLevel string) {
+		t.Helper()
+		h.Poll(3*time.Minute, "the speakers rolled out after "+after, func() (bool, string) {
+			if r, err := refusals("psa-own"); err == nil && r != "" {
+				t.Fatalf("%s: the API server refused the speaker's new pods (namespace labels %v):\n%s", after, psaLabels("psa-own"), r)
+			}
+			out, err := h.K.Output(h.Ctx, "-n", "psa-own", "rollout", "status", "--watch=false", "daemonset/herald-speaker")
+			return err == nil && strings.Contains(out, "successfully rolled out"), out
+		})
+		privileged("psa-own", "team", "network")
+		speakersReady("psa-own")
+		if args := h.Kubectl("-n", "psa-own", "get", "daemonset", "herald-speaker", "-o", "jsonpath={.spec.template.spec.containers[0].args}"); !strings.Contains(args, "--log-level="+logLevel) {
+			t.Errorf("%s did not reach the speaker's pods: args %s, want --log-level=%s", after, args, logLevel)
+		}
+		if r, err := refusals("psa-own"); err != nil || r != "" {
+			t.Errorf("%s: the API server refused speaker pods, created before the namespace was relabelled (%v):\n%s", after, err, r)
+		}
+		noHookLeft("psa-own")
 	}
 
 	// 1. No hook: the namespace as --create-namespace makes it, refused.
@@ -105,10 +149,10 @@ func TestHelmPodSecurity(t *testing.T) {
 	}
 	var refusal string
 	h.Poll(2*time.Minute, "the speaker DaemonSet's pods refused by Pod Security", func() (bool, string) {
-		out, err := h.K.Output(h.Ctx, "-n", "psa-off", "get", "events", "--field-selector", "involvedObject.name=herald-speaker,reason=FailedCreate",
-			"-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
-		refusal = strings.TrimSpace(out)
-		return err == nil && refusal != "", out
+		var err error
+		refusal, err = refusals("psa-off")
+		refusal = strings.TrimSpace(refusal)
+		return err == nil && refusal != "", fmt.Sprintf("refusals %q, error %v", refusal, err)
 	})
 	for _, want := range []string{`violates PodSecurity "baseline:latest"`, "host namespaces (hostNetwork=true)", `hostPath volumes (volume "xtables-lock")`,
 		`container "speaker" must not include "NET_ADMIN", "NET_RAW" in securityContext.capabilities.add`, "hostPort"} {
@@ -137,20 +181,23 @@ func TestHelmPodSecurity(t *testing.T) {
 	// 3. Lowered since: helm upgrade relabels before the speakers roll.
 	h.Kubectl("label", "namespace", "psa-own", "--overwrite", "pod-security.kubernetes.io/enforce=baseline")
 	start = time.Now()
-	helm("upgrade", helmRelease, chart, "-n", "psa-own", "-f", values, "--set", "speaker.logLevel=info", "--wait", "--timeout", "5m")
-	t.Logf("TIMING helm upgrade --wait, a new speaker pod per node: %s", time.Since(start).Round(time.Millisecond))
-	privileged("psa-own", "team", "network")
-	speakersReady("psa-own")
-	if args := h.Kubectl("-n", "psa-own", "get", "daemonset", "herald-speaker", "-o", "jsonpath={.spec.template.spec.containers[0].args}"); !strings.Contains(args, "--log-level=info") {
-		t.Errorf("the upgrade did not reach the speaker's pods: args %s", args)
-	}
-	noHookLeft("psa-own")
+	helm("upgrade", helmRelease, chart, "-n", "psa-own", "-f", values, "--set", "speaker.logLevel=info", "--timeout", "5m")
+	rolled("helm upgrade", "info")
+	t.Logf("TIMING helm upgrade, a new speaker pod per node: %s", time.Since(start).Round(time.Millisecond))
 
-	// 4. helm uninstall keeps the namespace and its labels.
+	// 4. Lowered again: helm rollback to the install's revision relabels
+	// too (the hook runs pre-rollback) before the speakers roll back.
+	h.Kubectl("label", "namespace", "psa-own", "--overwrite", "pod-security.kubernetes.io/enforce=baseline")
+	start = time.Now()
+	helm("rollback", helmRelease, "1", "-n", "psa-own", "--timeout", "5m")
+	rolled("helm rollback", "debug")
+	t.Logf("TIMING helm rollback, a new speaker pod per node: %s", time.Since(start).Round(time.Millisecond))
+
+	// 5. helm uninstall keeps the namespace and its labels.
 	helm("uninstall", helmRelease, "-n", "psa-own", "--wait", "--timeout", "2m")
 	privileged("psa-own", "team", "network")
 
-	// 5. A new namespace, --create-namespace: the hook labels it.
+	// 6. A new namespace, --create-namespace: the hook labels it.
 	start = time.Now()
 	helm("install", helmRelease, chart, "-n", "psa-new", "--create-namespace", "-f", values, "--wait", "--timeout", "5m")
 	t.Logf("TIMING helm install --create-namespace --wait: %s", time.Since(start).Round(time.Millisecond))

@@ -40,9 +40,10 @@ func parseLabelNamespace(args []string, out io.Writer, podNamespace string) (lab
 
 Sets the labels pod-security.kubernetes.io/enforce, audit and warn of the
 namespace to LEVEL, leaving its other labels alone, and prints what it
-changed. The Helm chart runs it before install and upgrade, because
-helm install --create-namespace makes a namespace without labels and the
-speaker's pods need the privileged level (docs/install.md, "Pod Security").`)
+changed. The Helm chart runs it before install, upgrade and rollback,
+because helm install --create-namespace makes a namespace without labels
+and the speaker's pods need the privileged level (docs/install.md, "Pod
+Security").`)
 		flagusage.PrintDefaults(fs.Output(), fs)
 	}
 	if err := fs.Parse(args); err != nil {

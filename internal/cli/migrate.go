@@ -48,9 +48,10 @@ for kubectl apply. Only what MetalLB reads is translated: objects in
 --metallb-namespace (or without a namespace), each name once. Standard
 error reports every field that did not translate, naming the MetalLB
 object and field, then what herald validate finds in the output. Exit
-status: 0 when everything translated and validates, 1 when anything was
-reported or no MetalLB configuration was found (nothing is written then),
-2 when the input could not be read.`)
+status: 0 when everything translated and validates (notes are changes
+that keep MetalLB's behaviour), 1 when a warning or an error was reported
+or no MetalLB configuration was found (nothing is written then), 2 when
+the input could not be read.`)
 		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {

@@ -316,15 +316,6 @@ type mlsCluster struct {
 	deaths   chan mlsDeath
 }
 
-func (c *mlsCluster) childOf(i int) *mlsChild {
-	for _, ch := range c.children {
-		if i >= ch.from && i < ch.to {
-			return ch
-		}
-	}
-	return nil
-}
-
 func startMLSCluster(t *testing.T, profile string, n int) *mlsCluster {
 	c := &mlsCluster{t: t, n: n, deaths: make(chan mlsDeath, 1<<20)}
 	procs := min(mlsProcesses, n)

@@ -137,10 +137,12 @@ made before the key existed).
 
 {{/*
 The annotations of the Pod Security hook's objects, at a weight (RBAC
-before the Job): run before install and upgrade, deleted once run.
+before the Job): run before install, upgrade and rollback (a rollback
+recreates the speakers' pods too, and the namespace's labels may have been
+lowered since), deleted once run.
 */}}
 {{- define "herald.podSecurityHook" -}}
-helm.sh/hook: pre-install,pre-upgrade
+helm.sh/hook: pre-install,pre-upgrade,pre-rollback
 helm.sh/hook-weight: {{ . | quote }}
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded,hook-failed
 {{- end }}
