@@ -165,7 +165,8 @@ func (c ctl) leaseHolder() string {
 	return ""
 }
 
-// containerID returns the controller container's ID, lab://NETNS/PID.
+// containerID returns the controller container's ID (a new one after a
+// restart).
 func containerID(p *v1.Pod) string {
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.Name == "controller" {
@@ -176,18 +177,13 @@ func containerID(p *v1.Pod) string {
 }
 
 // signalController sends sig to the controller process of the pod, found
-// from its container ID, after checking that the PID is that program.
+// from its container's status, after checking that the PID is that
+// program.
 func (c ctl) signalController(pod *v1.Pod, sig syscall.Signal) {
 	c.T.T.Helper()
-	id := containerID(pod)
-	rest, ok := strings.CutPrefix(id, "lab://")
-	i := strings.LastIndexByte(rest, '/')
-	if !ok || i < 0 {
-		c.T.T.Fatalf("pod %s: container ID %q is not lab://NETNS/PID", pod.Name, id)
-	}
-	pid, err := strconv.Atoi(rest[i+1:])
+	pid, err := c.T.ContainerPID(pod, "controller")
 	if err != nil {
-		c.T.T.Fatalf("pod %s: container ID %q: %v", pod.Name, id, err)
+		c.T.T.Fatal(err)
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil || !strings.Contains(string(cmdline), "herald\x00controller") {

@@ -229,7 +229,7 @@ func (s l2) speakersInCluster(timeout time.Duration) {
 			case !harness.PodReady(&p):
 				bad = append(bad, node+": not ready")
 			default:
-				if err := speakerAlive(p); err != nil {
+				if err := speakerAlive(s.T, p); err != nil {
 					bad = append(bad, node+": "+err.Error())
 				} else if v, err := s.speakerMetric(node, "herald_speaker_members"); err != nil || int(v) != n {
 					bad = append(bad, fmt.Sprintf("%s: %v members (%v)", node, v, err))
@@ -242,8 +242,8 @@ func (s l2) speakersInCluster(timeout time.Duration) {
 
 // speakerAlive tells whether the process the pod's status names is a
 // running herald speaker (the status lags behind a kill).
-func speakerAlive(p v1.Pod) error {
-	pid, err := speakerContainerPID(p)
+func speakerAlive(h *harness.T, p v1.Pod) error {
+	pid, err := h.ContainerPID(&p, "speaker")
 	if err != nil {
 		return err
 	}

@@ -80,11 +80,11 @@ func (s l2) readySpeakers(timeout time.Duration) map[string]v1.Pod {
 	return pods
 }
 
-// speakerPID is the speaker process of a pod, from its container ID
-// lab://NETNS/PID, checked against /proc.
+// speakerPID is the speaker process of a pod, from its container's
+// status (harness.T.ContainerPID), checked against /proc.
 func (s l2) speakerPID(p v1.Pod) int {
 	s.T.T.Helper()
-	pid, err := speakerContainerPID(p)
+	pid, err := s.T.ContainerPID(&p, "speaker")
 	if err != nil {
 		s.T.T.Fatal(err)
 	}
@@ -93,23 +93,6 @@ func (s l2) speakerPID(p v1.Pod) int {
 		s.T.T.Fatalf("pod %s: pid %d is not herald speaker (cmdline %q, %v)", p.Name, pid, cmdline, err)
 	}
 	return pid
-}
-
-// speakerContainerPID is the PID in the speaker container's ID, which
-// the lab kubelet writes as lab://NETNS/PID.
-func speakerContainerPID(p v1.Pod) (int, error) {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name != "speaker" {
-			continue
-		}
-		rest, ok := strings.CutPrefix(cs.ContainerID, "lab://")
-		i := strings.LastIndexByte(rest, '/')
-		if !ok || i < 0 {
-			return 0, fmt.Errorf("pod %s: container ID %q is not lab://NETNS/PID", p.Name, cs.ContainerID)
-		}
-		return strconv.Atoi(rest[i+1:])
-	}
-	return 0, fmt.Errorf("pod %s: no speaker container status", p.Name)
 }
 
 // killSpeaker sends SIGKILL to the speaker of node and returns the pod

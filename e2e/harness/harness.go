@@ -543,3 +543,14 @@ func (h *T) PodNetns(namespace, pod string) string {
 	}
 	return name
 }
+
+// ContainerPID is the main process of pod's container (by name), on lab
+// kubelets and real nodes alike (cluster.Lab.ContainerPID).
+func (h *T) ContainerPID(pod *v1.Pod, container string) (int, error) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container {
+			return h.Lab.ContainerPID(pod.Spec.NodeName, cs.ContainerID)
+		}
+	}
+	return 0, fmt.Errorf("pod %s: no status of container %s", pod.Name, container)
+}

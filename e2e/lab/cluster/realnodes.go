@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -436,4 +437,31 @@ func (l *Lab) LoadImages(ctx context.Context, refs ...string) error {
 		}
 	}
 	return nil
+}
+
+// ContainerPID is the main process of a container, from the ID in its
+// status: the lab kubelet writes lab://NETNS/PID; on real nodes it is
+// containerd://ID, whose process the runc shim records in the task's
+// init.pid under the node's containerd state.
+func (l *Lab) ContainerPID(node, containerID string) (int, error) {
+	if rest, ok := strings.CutPrefix(containerID, "lab://"); ok {
+		i := strings.LastIndexByte(rest, '/')
+		if i < 0 {
+			return 0, fmt.Errorf("container ID %q is not lab://NETNS/PID", containerID)
+		}
+		return strconv.Atoi(rest[i+1:])
+	}
+	id, ok := strings.CutPrefix(containerID, "containerd://")
+	if !ok || !l.RealNodes || id == "" {
+		return 0, fmt.Errorf("container ID %q: neither lab://NETNS/PID nor a real node's containerd://ID", containerID)
+	}
+	n, ok := l.Layout.Node(node)
+	if !ok {
+		return 0, fmt.Errorf("container %s: %s is not a lab node", id, node)
+	}
+	data, err := os.ReadFile(filepath.Join(l.realNodeConfig(n).ContainerdState(), "io.containerd.runtime.v2.task", "k8s.io", id, "init.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("container %s on %s: %w", id, node, err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(data)))
 }
