@@ -52,6 +52,17 @@ func TestHelm(t *testing.T) {
 	values := labValues(t, h.Lab.APIServerURL)
 	chart := filepath.Join(root, "charts", "herald")
 
+	// What is not herald's on the nodes (kubelet's chains, on real nodes
+	// the CNI plugins' with a host-port pod): install and uninstall must
+	// leave it as it was.
+	if h.Lab.RealNodes {
+		startHostPort(h)
+	}
+	foreign := map[string][]string{}
+	for _, n := range h.Layout.Nodes {
+		foreign[n.Name] = foreignRules(h, n)
+	}
+
 	start := time.Now()
 	helm("install", helmRelease, chart, "-n", helmNS, "--create-namespace", "-f", values, "--wait", "--timeout", "5m")
 	t.Logf("TIMING helm install --wait: %s", time.Since(start).Round(time.Millisecond))
@@ -102,6 +113,11 @@ func TestHelm(t *testing.T) {
 			t.Fatalf("%s: no herald chains after the install: the uninstall check below would prove nothing", n.Name)
 		}
 	}
+	// herald's rules live in the iptables backend kubelet chose.
+	checkSameBackend(h)
+	// The speakers' last words at the upgrade and the uninstall: a real
+	// kubelet removes a deleted pod's logs, so they are followed.
+	speakerLogs := h.FollowLogs(helmNS, "app.kubernetes.io/component=speaker", "speaker")
 	scrapeMetrics(h, "speaker", "herald_speaker_members ", `herald_build_info{component="speaker"`)
 
 	// helm upgrade to another tag while both VIPs are probed every 20 ms.
@@ -146,7 +162,7 @@ func TestHelm(t *testing.T) {
 	// helm uninstall: each node's last speaker removes its rules, the
 	// ones the upgrade replaced kept them.
 	uninstallAndCheck(h, helm, nodeIPs)
-	removed, kept := decisions(h, "speaker")
+	removed, kept := decisions(h, "speaker", speakerLogs.Stop())
 	if removed != len(h.Layout.Nodes) || kept != len(h.Layout.Nodes) {
 		t.Errorf("the proxies removed their rules %d times and kept them %d times; want %d and %d (uninstall, upgrade)",
 			removed, kept, len(h.Layout.Nodes), len(h.Layout.Nodes))
@@ -165,6 +181,7 @@ func TestHelm(t *testing.T) {
 	// --proxy=false) removes its rules at uninstall too.
 	helm("install", helmRelease, chart, "-n", helmNS, "-f", values, "--set", "proxy.mode=standalone", "--wait", "--timeout", "5m")
 	h.Kubectl("-n", helmNS, "rollout", "status", "--timeout=120s", "daemonset/herald-proxy")
+	proxyLogs := h.FollowLogs(helmNS, "app.kubernetes.io/component=proxy", "proxy")
 	h.Poll(time.Minute, "the standalone proxies' rules on every node", func() (bool, string) {
 		for _, n := range h.Layout.Nodes {
 			if len(heraldRules(h, n)) == 0 {
@@ -175,8 +192,21 @@ func TestHelm(t *testing.T) {
 	})
 	scrapeMetrics(h, "proxy")
 	uninstallAndCheck(h, helm, nodeIPs)
-	if removed, kept := decisions(h, "proxy"); removed != len(h.Layout.Nodes) || kept != 0 {
+	if removed, kept := decisions(h, "proxy", proxyLogs.Stop()); removed != len(h.Layout.Nodes) || kept != 0 {
 		t.Errorf("the standalone proxies removed their rules %d times and kept them %d times; want %d and 0", removed, kept, len(h.Layout.Nodes))
+	}
+
+	// Nothing that is not herald's was touched, and the host port still
+	// works.
+	for _, n := range h.Layout.Nodes {
+		gone, added := diffRules(foreign[n.Name], foreignRules(h, n))
+		t.Logf("%s: %d rules and chains not herald's before the install; after the uninstalls %d gone, %d added", n.Name, len(foreign[n.Name]), len(gone), len(added))
+		if len(gone) > 0 || len(added) > 0 {
+			t.Errorf("%s: rules not herald's changed across install and uninstall:\ngone:\n%s\nadded:\n%s", n.Name, strings.Join(gone, "\n"), strings.Join(added, "\n"))
+		}
+	}
+	if h.Lab.RealNodes {
+		checkHostPort(h)
 	}
 }
 
@@ -515,10 +545,19 @@ func heraldRules(h *harness.T, n topology.Node) []string {
 	return out
 }
 
-// decisions counts the proxies' decisions at stop in the logs the lab
-// kubelets keep of every pod of component (speaker or proxy), current or
-// deleted, and logs them.
-func decisions(h *harness.T, component string) (removed, kept int) {
+// decisions counts the proxies' decisions at stop in the logs of every
+// pod of component (speaker or proxy), current or deleted, and logs them:
+// on real nodes those followed, else those the lab kubelets keep.
+func decisions(h *harness.T, component string, followed map[string]string) (removed, kept int) {
+	if h.Lab.RealNodes {
+		for pod, log := range followed {
+			l := grepLines(log, "uninstall:", "restart: keeping rules")
+			h.T.Logf("%s %s's proxy when it stopped:\n%s", component, pod, l)
+			removed += strings.Count(l, "uninstall: removing herald's rules")
+			kept += strings.Count(l, "restart: keeping rules")
+		}
+		return removed, kept
+	}
 	for _, k := range h.Lab.Kubelets {
 		files, _ := filepath.Glob(filepath.Join(k.Config.StateDir, kubelet.PodsDir, helmNS+"_herald-"+component+"-*", component+".log"))
 		for _, f := range files {
