@@ -56,6 +56,12 @@ func TestBenchL2Failover(t *testing.T) {
 		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
 		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "l2advertisement,ipaddresspool", name, "--ignore-not-found")
 	})
+	// Pod start on this kind of node (lab kubelet, or real kubelet and
+	// containerd), creation to Ready, 10 pods at once.
+	podStarts, err := h.PodStarts("bl2-start", "registry.k8s.io/echoserver:1.4", 10, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.Apply(l2Objects(name, "198.51.100.230-198.51.100.239", "2001:db8:0:1::230-2001:db8:0:1::239", "node1"))
 	h.Kubectl("-n", heraldNS, "patch", "l2advertisement", name, "--type=merge", "-p",
 		`{"spec":{"nodeSelectors":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":["node1"]}]}]}}`)
@@ -181,7 +187,13 @@ func TestBenchL2Failover(t *testing.T) {
 	s.speakersInCluster(3 * time.Minute)
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "BENCH L2 failover, %d nodes (node1 holds the pod and never announces), a request every 10 ms for 10 s, failure at 2 s\n", len(h.Layout.Nodes))
+	kind := "lab kubelet"
+	if h.Lab.RealNodes {
+		kind = "real nodes (kubelet, containerd, runc, CNI)"
+	}
+	fmt.Fprintf(&b, "BENCH L2 failover, %d nodes, %s (node1 holds the pod and never announces), a request every 10 ms for 10 s, failure at 2 s\n", len(h.Layout.Nodes), kind)
+	fmt.Fprintf(&b, "BENCH pod start, creation -> Ready, 10 pods created together: p50 %s  max %s  (all: %v)\n",
+		podStarts[len(podStarts)/2].Round(time.Millisecond), podStarts[len(podStarts)-1].Round(time.Millisecond), roundAll(podStarts))
 	fmt.Fprintf(&b, "BENCH Service create -> first successful request: p50 %s over %d Services (all: %v); create -> IP in status: p50 %s\n",
 		createToCurl[len(createToCurl)/2].Round(time.Millisecond), len(createToCurl), roundAll(createToCurl), createToIP[len(createToIP)/2].Round(time.Millisecond))
 	for _, kind := range []string{"hard", "graceful"} {
@@ -208,7 +220,11 @@ func TestBenchL2Failover(t *testing.T) {
 		fmt.Fprintf(&b, "BENCH speakers run with the extra flags %s\n", strings.Join(extra, " "))
 		args = "HERALD_BENCH_SPEAKER_ARGS='" + strings.Join(extra, " ") + "' "
 	}
-	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 %s%sHERALD_BENCH_TRIALS=%d go test -count=1 -timeout 90m -run 'TestBenchL2Failover$' -v .\n", nodes, args, trials)
+	real := ""
+	if h.Lab.RealNodes {
+		real = "HERALD_LAB_REAL_NODES=1 "
+	}
+	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 %s%s%sHERALD_BENCH_TRIALS=%d go test -count=1 -timeout 90m -run 'TestBenchL2Failover$' -v .\n", real, nodes, args, trials)
 	t.Log("\n" + b.String())
 }
 

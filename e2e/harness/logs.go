@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/herald-lb/herald/e2e/lab/kubectl"
 )
 
 // LogFollower keeps the logs of every pod matching a selector, from the
@@ -26,11 +28,12 @@ type LogFollower struct {
 func (h *T) FollowLogs(namespace, selector, container string) *LogFollower {
 	ctx, cancel := context.WithCancel(h.Ctx)
 	f := &LogFollower{cancel: cancel, logs: map[string]*bytes.Buffer{}}
+	quiet := kubectl.Kubectl{Path: h.K.Path, Kubeconfig: h.K.Kubeconfig} // no transcript of the polling
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
 		for ctx.Err() == nil {
-			out, err := h.K.Output(ctx, "-n", namespace, "get", "pods", "-l", selector, "-o",
+			out, err := quiet.Output(ctx, "-n", namespace, "get", "pods", "-l", selector, "-o",
 				`jsonpath={range .items[*]}{.metadata.name} {.status.containerStatuses[?(@.name=="`+container+`")].containerID}{"\n"}{end}`)
 			if err == nil {
 				for _, line := range strings.Split(strings.TrimSpace(out), "\n") {

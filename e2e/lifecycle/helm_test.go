@@ -549,12 +549,18 @@ func heraldRules(h *harness.T, n topology.Node) []string {
 // pod of component (speaker or proxy), current or deleted, and logs them:
 // on real nodes those followed, else those the lab kubelets keep.
 func decisions(h *harness.T, component string, followed map[string]string) (removed, kept int) {
+	count := func(pod, log string) {
+		l := grepLines(log, "uninstall:", "restart: keeping rules")
+		h.T.Logf("%s %s's proxy when it stopped:\n%s", component, pod, l)
+		removed += strings.Count(l, `msg="uninstall: removing herald's rules"`)
+		kept += strings.Count(l, "restart: keeping rules")
+		if strings.Contains(l, "removing herald's rules failed") {
+			h.T.Errorf("%s %s: removing herald's rules at uninstall failed", component, pod)
+		}
+	}
 	if h.Lab.RealNodes {
 		for pod, log := range followed {
-			l := grepLines(log, "uninstall:", "restart: keeping rules")
-			h.T.Logf("%s %s's proxy when it stopped:\n%s", component, pod, l)
-			removed += strings.Count(l, "uninstall: removing herald's rules")
-			kept += strings.Count(l, "restart: keeping rules")
+			count(pod, log)
 		}
 		return removed, kept
 	}
@@ -566,10 +572,7 @@ func decisions(h *harness.T, component string, followed map[string]string) (remo
 				h.T.Errorf("%s log: %v", component, err)
 				continue
 			}
-			l := grepLines(string(data), "uninstall:", "restart: keeping rules")
-			h.T.Logf("%s %s's proxy when it stopped:\n%s", component, filepath.Base(filepath.Dir(f)), l)
-			removed += strings.Count(l, "uninstall: removing herald's rules")
-			kept += strings.Count(l, "restart: keeping rules")
+			count(filepath.Base(filepath.Dir(f)), string(data))
 		}
 	}
 	return removed, kept
