@@ -37,6 +37,7 @@ type Node struct {
 type State struct {
 	Name         string        `json:"name"`
 	Network      string        `json:"network"`
+	ShimDir      string        `json:"shimDir"`
 	Dir          string        `json:"dir"`
 	CgroupParent string        `json:"cgroupParent"`
 	Processes    []proc.Record `json:"processes,omitempty"`
@@ -44,7 +45,7 @@ type State struct {
 
 // State is the node's record.
 func (n *Node) State() State {
-	s := State{Name: n.Config.Name, Network: n.Config.NetworkName(), Dir: n.Config.Dir, CgroupParent: n.Config.CgroupParent}
+	s := State{Name: n.Config.Name, Network: n.Config.NetworkName(), ShimDir: n.Config.ShimSocketDir(), Dir: n.Config.Dir, CgroupParent: n.Config.CgroupParent}
 	for _, p := range []*proc.Process{n.Kubelet, n.Containerd} {
 		if p != nil {
 			s.Processes = append(s.Processes, p.Record)
@@ -57,7 +58,7 @@ func (n *Node) State() State {
 // kubelet's configuration, the CNI network, a resolv.conf.
 func Prepare(c Config) error {
 	for _, d := range []string{filepath.Dir(c.ContainerdConfig()), c.ContainerdRoot(), c.ContainerdState(), c.CNIConfDir(), c.IPAMDir(),
-		c.KubeletRoot(), c.PodLogs(), filepath.Join(c.Dir, "pki")} {
+		c.KubeletRoot(), c.PodLogs(), filepath.Join(c.Dir, "pki"), c.ShimSocketDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -204,6 +205,15 @@ func Down(s State, keepLogs bool) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if s.ShimDir != "" {
+		// The sockets of shims that were killed; the directory's parent
+		// is shared with the other nodes, and goes when it is empty.
+		if err := os.RemoveAll(s.ShimDir); err != nil {
+			errs = append(errs, err)
+		}
+		_ = os.Remove(filepath.Dir(s.ShimDir))
+		_ = os.Remove(filepath.Dir(filepath.Dir(s.ShimDir)))
 	}
 	if s.Dir != "" {
 		if err := UnmountUnder(s.Dir); err != nil {

@@ -66,6 +66,11 @@ func (c Config) ServingKey() string       { return filepath.Join(c.Dir, "kubelet
 func (c Config) ClientCA() string         { return filepath.Join(c.Dir, "client-ca.crt") }
 func (c Config) ResolvConf() string       { return filepath.Join(c.Dir, "resolv.conf") }
 
+// ShimSocketDir holds the runc shims' sockets, which containerd otherwise
+// puts in the machine's /run/containerd/s (and a killed shim leaves
+// there). containerd allows at most 42 characters.
+func (c Config) ShimSocketDir() string { return "/run/herald-lab/s/" + c.Lab + "-" + c.Name }
+
 // NetworkName is the node's CNI network, unique on the machine.
 func (c Config) NetworkName() string { return "herald-lab-" + c.Lab + "-" + c.Name }
 
@@ -100,6 +105,8 @@ oom_score = 0
   address = ""
 
 [plugins]
+  [plugins.'io.containerd.shim.v1.manager']
+    socket_dir = %s
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -120,7 +127,7 @@ oom_score = 0
       bin_dirs = [%s]
       conf_dir = %s
 `, c.Name, q(c.ContainerdRoot()), q(c.ContainerdState()), q(c.Socket()), q(c.Socket()+".ttrpc"),
-		q(c.SandboxImage), q(c.Runc), q(filepath.Join(c.Dir, "containerd", "runc")), q(c.CNIBinDir), q(c.CNIConfDir()))
+		q(c.ShimSocketDir()), q(c.SandboxImage), q(c.Runc), q(filepath.Join(c.Dir, "containerd", "runc")), q(c.CNIBinDir), q(c.CNIConfDir()))
 	return b.String()
 }
 

@@ -30,6 +30,7 @@ func TestContainerdTOML(t *testing.T) {
 		`SystemdCgroup = false`,
 		`netns_mounts_under_state_dir = true`,
 		`conf_dir = "/tmp/herald-lab/hlab/nodes/node1/cni/net.d"`,
+		`socket_dir = "/run/herald-lab/s/hlab-node1"`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("containerd config lacks %q:\n%s", want, got)
@@ -38,9 +39,19 @@ func TestContainerdTOML(t *testing.T) {
 	// Nothing machine-wide: every path is the node's.
 	for _, line := range strings.Split(got, "\n") {
 		if strings.Contains(line, `"/`) && !strings.Contains(line, "/tmp/herald-lab/hlab/nodes/node1") &&
-			!strings.Contains(line, "/usr/lib/cni") && !strings.Contains(line, "/e2e/_cache") {
+			!strings.Contains(line, "/usr/lib/cni") && !strings.Contains(line, "/e2e/_cache") && !strings.Contains(line, "/run/herald-lab/s/hlab-node1") {
 			t.Errorf("a path outside the node's directory: %s", line)
 		}
+	}
+}
+
+func TestShimSocketDirFits(t *testing.T) {
+	// containerd refuses a socket_dir over 42 characters: the longest
+	// lab prefix (5) and node name (node10) must fit.
+	c := testConfig()
+	c.Lab, c.Name = "abcde", "node10"
+	if n := len(c.ShimSocketDir()); n > 42 {
+		t.Errorf("%s: %d characters, containerd allows 42", c.ShimSocketDir(), n)
 	}
 }
 
