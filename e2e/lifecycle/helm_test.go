@@ -125,7 +125,11 @@ func TestHelm(t *testing.T) {
 	// tags, so the tag is given to the image under test.
 	if h.Lab.ImageMode || h.Lab.RealNodes {
 		podman(t, ctx, "tag", kubelet.HeraldImageName, kubelet.HeraldRepository+":"+upgradeTag)
-		t.Cleanup(func() { podman(t, context.Background(), "untag", kubelet.HeraldRepository+":"+upgradeTag) })
+		// untag with the name twice: with the image alone, podman removes
+		// every name it has, :dev included.
+		t.Cleanup(func() {
+			podman(t, context.Background(), "untag", kubelet.HeraldRepository+":"+upgradeTag, kubelet.HeraldRepository+":"+upgradeTag)
+		})
 		if err := h.Lab.LoadImages(ctx, kubelet.HeraldRepository+":"+upgradeTag); err != nil {
 			t.Fatal(err)
 		}
