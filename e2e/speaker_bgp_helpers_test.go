@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/herald-lb/herald/e2e/harness"
 	"github.com/herald-lb/herald/e2e/lab/cluster"
-	"github.com/herald-lb/herald/e2e/lab/kubelet"
 	"github.com/herald-lb/herald/e2e/lab/router"
 	"github.com/herald-lb/herald/e2e/lab/topology"
 )
@@ -798,8 +796,7 @@ next:
 
 // speakerLogs is the speaker log of a node (every container run).
 func (b bgpLab) speakerLogs(node string) string {
-	k := b.Kubelet(node)
-	files, _ := filepath.Glob(filepath.Join(k.Config.StateDir, kubelet.PodsDir, heraldNS+"_"+speakerDS+"-*", "speaker*.log"))
+	files := b.Lab.PodLogFiles(node, heraldNS, speakerDS+"-", "speaker")
 	var s strings.Builder
 	for _, f := range files {
 		data, _ := os.ReadFile(f)

@@ -30,7 +30,6 @@ import (
 	"github.com/herald-lb/herald/e2e/lab/controlplane"
 	"github.com/herald-lb/herald/e2e/lab/kubeconfig"
 	"github.com/herald-lb/herald/e2e/lab/kubectl"
-	"github.com/herald-lb/herald/e2e/lab/kubelet"
 	"github.com/herald-lb/herald/e2e/lab/netns"
 	"github.com/herald-lb/herald/e2e/lab/proc"
 	"github.com/herald-lb/herald/e2e/lab/topology"
@@ -314,11 +313,13 @@ func (h *T) DumpLogs() {
 	if h.Lab.Router != nil {
 		h.Lab.Router.WriteLogTails(&b, 40)
 	}
-	for _, k := range h.Lab.Kubelets {
-		proc.WriteTail(&b, k.Log, 200)
-		files, _ := filepath.Glob(filepath.Join(k.Config.StateDir, kubelet.PodsDir, "*", "*.log"))
-		for _, f := range files {
-			proc.WriteTail(&b, f, 40)
+	for _, n := range h.Layout.Nodes {
+		for i, f := range h.Lab.NodeLogs(n.Name) {
+			lines := 40
+			if i == 0 {
+				lines = 200 // the kubelet's
+			}
+			proc.WriteTail(&b, f, lines)
 		}
 	}
 	h.T.Log("logs of the lab:\n" + b.String())

@@ -468,3 +468,48 @@ func (l *Lab) ContainerPID(node, containerID string) (int, error) {
 	}
 	return strconv.Atoi(strings.TrimSpace(string(data)))
 }
+
+// PodLogFiles are the log files the node keeps of container in the pods
+// of namespace whose names start with podPrefix: the lab kubelet keeps
+// one file per container (every run, deleted pods too) under its
+// state; a real kubelet one file per run under its pod log directory,
+// for the pods that still exist.
+func (l *Lab) PodLogFiles(node, namespace, podPrefix, container string) []string {
+	n, ok := l.Layout.Node(node)
+	if !ok {
+		return nil
+	}
+	if l.RealNodes {
+		files, _ := filepath.Glob(filepath.Join(l.realNodeConfig(n).PodLogs(), namespace+"_"+podPrefix+"*", container, "*.log"))
+		return files
+	}
+	for _, k := range l.Kubelets {
+		if k.Config.NodeName == node {
+			files, _ := filepath.Glob(filepath.Join(k.Config.StateDir, kubelet.PodsDir, namespace+"_"+podPrefix+"*", container+"*.log"))
+			return files
+		}
+	}
+	return nil
+}
+
+// NodeLogs are every log file of a node: its kubelet's (and runtime's)
+// and its containers'.
+func (l *Lab) NodeLogs(node string) []string {
+	n, ok := l.Layout.Node(node)
+	if !ok {
+		return nil
+	}
+	if l.RealNodes {
+		c := l.realNodeConfig(n)
+		files := []string{filepath.Join(c.Dir, "kubelet.log"), filepath.Join(c.Dir, "containerd.log")}
+		more, _ := filepath.Glob(filepath.Join(c.PodLogs(), "*", "*", "*.log"))
+		return append(files, more...)
+	}
+	for _, k := range l.Kubelets {
+		if k.Config.NodeName == node {
+			files, _ := filepath.Glob(filepath.Join(k.Config.StateDir, kubelet.PodsDir, "*", "*.log"))
+			return append([]string{k.Log}, files...)
+		}
+	}
+	return nil
+}
