@@ -7,7 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 )
 
 // PodStarts creates n pods of image (spread by the scheduler), watches
@@ -17,11 +16,6 @@ import (
 // container through containerd and runc.
 func (h *T) PodStarts(name, image string, n int, timeout time.Duration) ([]time.Duration, error) {
 	h.T.Helper()
-	w, err := h.CS.CoreV1().Pods("default").Watch(h.Ctx, metav1.ListOptions{LabelSelector: "podstart=" + name})
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
 	created := map[string]time.Time{}
 	defer func() {
 		_, _ = h.K.Run(h.Ctx, "delete", "pods", "-l", "podstart="+name, "--wait=false")
@@ -38,24 +32,27 @@ func (h *T) PodStarts(name, image string, n int, timeout time.Duration) ([]time.
 			return nil, err
 		}
 	}
+	// Polled every 50 ms rather than watched: a watch can end early, and
+	// the resolution is ample for starts of seconds.
 	var out []time.Duration
 	ready := map[string]bool{}
-	deadline := time.After(timeout)
+	deadline := time.Now().Add(timeout)
 	for len(ready) < n {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, fmt.Errorf("pod watch ended with %d of %d Ready", len(ready), n)
+		list, err := h.CS.CoreV1().Pods("default").List(h.Ctx, metav1.ListOptions{LabelSelector: "podstart=" + name})
+		if err != nil {
+			return nil, err
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if !ready[p.Name] && PodReady(p) {
+				ready[p.Name] = true
+				out = append(out, time.Since(created[p.Name]))
 			}
-			p, isPod := ev.Object.(*v1.Pod)
-			if !isPod || ev.Type == watch.Deleted || ready[p.Name] || !PodReady(p) {
-				continue
-			}
-			ready[p.Name] = true
-			out = append(out, time.Since(created[p.Name]))
-		case <-deadline:
+		}
+		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%d of %d pods Ready after %s", len(ready), n, timeout)
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	slices.Sort(out)
 	return out, nil

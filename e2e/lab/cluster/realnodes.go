@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/herald-lb/herald/e2e/lab/clusterdns"
@@ -115,44 +117,73 @@ func (l *Lab) startRealNodes(ctx context.Context) error {
 		Containerd: l.Bins.Path(labbin.Containerd), Shim: l.Bins.Path(labbin.Shim), Ctr: l.Bins.Path(labbin.Ctr),
 		Kubelet: l.K8s.Tool("kubelet"),
 	}
-	for _, n := range l.Layout.Nodes {
-		c := l.realNodeConfig(n)
-		node := &realnode.Node{Config: c}
-		l.RealNodeStates = append(l.RealNodeStates, node.State())
-		if err := l.save(); err != nil {
-			return err
-		}
-		if err := realnode.Prepare(c); err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		if err := kubelet.WriteNodeKubeconfig(c.Kubeconfig(), n.Name, l.APIServerURL, ca); err != nil {
-			return err
-		}
-		kc := kubelet.ForNode(l.Layout, n)
-		kc.TLSCertFile, kc.TLSKeyFile, kc.ClientCAFile = c.ServingCert(), c.ServingKey(), c.ClientCA()
-		if err := kubelet.WriteServingCert(kc, ca); err != nil {
-			return err
-		}
-		opts := realnode.StartOptions{Bins: bins, Images: archives, KillWithParent: l.killWithParent, Log: l.log}
-		t0 := time.Now()
-		if node.Containerd, err = realnode.StartRuntime(ctx, c, opts); err != nil {
-			return err
-		}
-		l.setRealNode(node)
-		if err := l.save(); err != nil {
-			return err
-		}
-		tRuntime := since(t0)
-		if node.Kubelet, err = realnode.StartKubelet(c, opts); err != nil {
-			return err
-		}
-		l.setRealNode(node)
-		l.Real = append(l.Real, node)
-		if err := l.save(); err != nil {
-			return err
-		}
-		l.logf("real node %s: containerd up with %d images in %s, kubelet started", n.Name, len(archives), tRuntime)
+	// Every node's state is recorded before any of them starts, so Down
+	// finds them all whatever fails; then the nodes start at once (each
+	// containerd takes seconds to start and load the images).
+	nodes := make([]*realnode.Node, len(l.Layout.Nodes))
+	for i, n := range l.Layout.Nodes {
+		nodes[i] = &realnode.Node{Config: l.realNodeConfig(n)}
+		l.RealNodeStates = append(l.RealNodeStates, nodes[i].State())
 	}
+	if err := l.save(); err != nil {
+		return err
+	}
+	var mu sync.Mutex // l's state and its file
+	record := func(node *realnode.Node) error {
+		mu.Lock()
+		defer mu.Unlock()
+		l.setRealNode(node)
+		return l.save()
+	}
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range l.Layout.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = l.startRealNode(ctx, n, nodes[i], ca, bins, archives, record)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	l.Real = nodes
+	return nil
+}
+
+// startRealNode writes node n's files and starts its containerd, then
+// its kubelet, recording each process as it starts.
+func (l *Lab) startRealNode(ctx context.Context, n topology.Node, node *realnode.Node, ca *pki.CA, bins realnode.Bins, archives []string, record func(*realnode.Node) error) error {
+	c := node.Config
+	if err := realnode.Prepare(c); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	if err := kubelet.WriteNodeKubeconfig(c.Kubeconfig(), n.Name, l.APIServerURL, ca); err != nil {
+		return err
+	}
+	kc := kubelet.ForNode(l.Layout, n)
+	kc.TLSCertFile, kc.TLSKeyFile, kc.ClientCAFile = c.ServingCert(), c.ServingKey(), c.ClientCA()
+	if err := kubelet.WriteServingCert(kc, ca); err != nil {
+		return err
+	}
+	opts := realnode.StartOptions{Bins: bins, Images: archives, KillWithParent: l.killWithParent, Log: l.log}
+	t0 := time.Now()
+	var err error
+	if node.Containerd, err = realnode.StartRuntime(ctx, c, opts); err != nil {
+		return err
+	}
+	if err := record(node); err != nil {
+		return err
+	}
+	tRuntime := since(t0)
+	if node.Kubelet, err = realnode.StartKubelet(c, opts); err != nil {
+		return err
+	}
+	if err := record(node); err != nil {
+		return err
+	}
+	l.logf("real node %s: containerd up with %d images in %s, kubelet started", n.Name, len(archives), tRuntime)
 	return nil
 }
 
