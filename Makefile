@@ -164,7 +164,7 @@ e2e-image-test: toolchain ## (root) make image, then the walkthrough, the L2, BG
 # (built from its Go module), Debian's runc and CNI plugins, and herald is
 # installed with its Helm chart from the image `make image` built
 # (HERALD_LAB_REAL_NODES=1; package e2e/lab/realnode, docs/testing.md).
-E2E_REAL_TESTS ?= ^(TestSourceIPWalkthrough|TestProxy)$$
+E2E_REAL_TESTS ?= ^(TestSourceIPWalkthrough|TestProxy|TestProxyNFTables)$$
 E2E_REAL_LIFECYCLE_TESTS ?= ^TestHelm$$
 e2e-real-test: toolchain helm ## (root) make image, then the walkthrough, the proxy and Helm e2e tests on real nodes (kubelet, containerd, runc, CNI plugins)
 	@$(MAKE) image
