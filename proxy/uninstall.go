@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/herald-lb/herald/internal/daemon"
 )
 
 // OwnerAPI is what the uninstall check asks the API server: the proxy's
@@ -83,16 +85,6 @@ func DecideUninstall(f UninstallFacts) Decision {
 	return keep("DaemonSet %s in place", f.Owner.Name)
 }
 
-// daemonSetOwner is the pod's controlling DaemonSet, or nil.
-func daemonSetOwner(p *corev1.Pod) *metav1.OwnerReference {
-	for _, r := range p.OwnerReferences {
-		if r.Kind == "DaemonSet" && r.Controller != nil && *r.Controller {
-			return &r
-		}
-	}
-	return nil
-}
-
 // UninstallCheck follows the pod's DaemonSet while the proxy runs and
 // decides at stop. The watch matters: `helm uninstall` deletes the
 // DaemonSet and, milliseconds later, the Role and the ServiceAccount, so
@@ -147,7 +139,7 @@ func (c *UninstallCheck) resolve(ctx context.Context) bool {
 		c.podErr = err
 		return false
 	}
-	c.owner, c.podErr = daemonSetOwner(p), nil
+	c.owner, c.podErr = daemon.DaemonSetOwner(p), nil
 	return true
 }
 

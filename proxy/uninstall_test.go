@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/herald-lb/herald/internal/daemon"
 )
 
 var (
@@ -64,11 +66,11 @@ func TestDaemonSetOwner(t *testing.T) {
 	notController := *owner
 	notController.Controller = &no
 	for _, refs := range [][]metav1.OwnerReference{nil, {rs}, {notController}} {
-		if o := daemonSetOwner(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: refs}}); o != nil {
+		if o := daemon.DaemonSetOwner(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: refs}}); o != nil {
 			t.Errorf("%v: owner %v", refs, o)
 		}
 	}
-	if o := daemonSetOwner(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{rs, *owner}}}); o == nil || o.UID != "u1" {
+	if o := daemon.DaemonSetOwner(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{rs, *owner}}}); o == nil || o.UID != "u1" {
 		t.Errorf("owner %v", o)
 	}
 }

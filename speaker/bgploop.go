@@ -52,9 +52,20 @@ func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.A
 	if s.d.Metrics != nil {
 		s.d.Metrics.observeBGP(plan.Unadvertised)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err := s.d.BGP.Apply(ctx, plan)
-	cancel()
+	var err error
+	if len(plan.Sessions) > 0 && len(unprogrammed) > 0 && len(s.d.BGP.Sessions()) == 0 {
+		// The first sessions open with every route the proxy is ready
+		// for: a router keeping this node's routes from before a restart
+		// drops those missing from the first End-of-RIB. The wait is
+		// bounded by the proxy's (MaxProxyWait).
+		s.logOnce("bgp/proxywait", "waiting", func() {
+			s.d.Log.Info("waiting for the proxy's rules before opening the BGP sessions", "addresses", len(unprogrammed))
+		})
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = s.d.BGP.Apply(ctx, plan)
+		cancel()
+	}
 	if err != nil {
 		s.logOnce("bgp/apply", err.Error(), func() {
 			s.d.Log.Error("applying BGP sessions and routes; retrying", "err", err)

@@ -69,6 +69,11 @@ type Options struct {
 	// speaker declared dead listens for the latter still answering for
 	// it on the LAN before it answers itself; 0 turns the check off.
 	TakeoverCheck time.Duration
+	// RestartHold is how long the others keep electing a speaker that
+	// left saying it restarts in place (a rolling update on a node that
+	// stays; its proxy rules stay in the kernel) before they take its
+	// addresses over; 0: take them over at once, as after any leave.
+	RestartHold time.Duration
 	// Proxy: the service proxy runs in this process too (the command line
 	// starts it next to the speaker; the speaker only reports it).
 	Proxy bool
@@ -111,6 +116,7 @@ func DefaultOptions() Options {
 		HeartbeatPeriod: time.Second,
 		RecoveryHold:    30 * time.Second,
 		TakeoverCheck:   DefaultTakeoverCheckWait,
+		RestartHold:     DefaultRestartHold,
 		PodNamespace:    os.Getenv("POD_NAMESPACE"),
 		PodName:         os.Getenv("POD_NAME"),
 		PodUID:          os.Getenv("POD_UID"),
@@ -152,6 +158,7 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
 	fs.BoolVar(&o.BGP, "bgp", o.BGP, "peer with the BGPPeers selecting this node and advertise the LoadBalancer IPs of BGPAdvertisements (embedded GoBGP)")
 	fs.DurationVar(&o.HeartbeatPeriod, "heartbeat-period", o.HeartbeatPeriod, "how often the speakers' heartbeat Lease "+heartbeat.LeaseName+" is renewed; a speaker whose memberlist view is a minority of the speakers it knows of holds back its claims while one outside its view renewed it within 3 periods, and for 3 periods after it found itself in a minority")
+	fs.DurationVar(&o.RestartHold, "restart-hold", o.RestartHold, "when another node's speaker stops for a restart in place (its pod deleted by a rolling update while the node stays schedulable and Ready, and its DaemonSet stays), how long this speaker keeps electing it instead of taking its addresses over: the node keeps forwarding, so the addresses do not move twice; after the hold without the new speaker, they are taken over (0: at once)")
 	fs.DurationVar(&o.RecoveryHold, "recovery-hold", o.RecoveryHold, "after memberlist declared this speaker dead (it was paused or cut off, and came back) or it was isolated, how long it leaves its addresses with the other nodes and wins only those no other node can announce; each new such event starts the hold over, so a flapping speaker does not move addresses back and forth (0: claim them back at once)")
 	fs.DurationVar(&o.TakeoverCheck, "takeover-check", o.TakeoverCheck, "before answering for an address won from a speaker memberlist declared dead (not one that left), how long to listen for that speaker still answering for it on the LAN (an ARP or NDP probe, sent twice); while it does (memberlist cut between nodes, the LAN working) the address is not answered here, for up to "+MaxTakeoverHold.String()+"; every failover from a dead node takes this much longer (0: no check)")
 	fs.DurationVar(&o.BGPShutdownWait, "bgp-shutdown-wait", o.BGPShutdownWait, "on a graceful stop, how long to wait for the withdrawals to be sent before closing the BGP sessions")
@@ -244,6 +251,9 @@ func (o Options) Validate() error {
 	}
 	if o.HeartbeatPeriod < 100*time.Millisecond || o.HeartbeatPeriod > time.Minute {
 		bad("heartbeat-period", "must be between 100ms and 1m, got %s", o.HeartbeatPeriod)
+	}
+	if o.RestartHold < 0 || o.RestartHold > 10*time.Minute {
+		bad("restart-hold", "must be between 0s and 10m, got %s", o.RestartHold)
 	}
 	if o.RecoveryHold < 0 || o.RecoveryHold > time.Hour {
 		bad("recovery-hold", "must be between 0s and 1h, got %s", o.RecoveryHold)

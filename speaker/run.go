@@ -165,7 +165,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		Node: o.NodeName, Options: view.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
 		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
 		Status: statusWriters{writer, nodeWriter}, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
-		Recovery: recovery.NewTracker(o.RecoveryHold, nil),
+		Recovery: recovery.NewTracker(o.RecoveryHold, nil), RestartHold: o.RestartHold,
 	}.withProxy(o.ProxyRules).withTakeoverCheck(o.TakeoverCheck))
 	spMu.Unlock()
 	if o.ProxyRules != nil {
@@ -253,18 +253,32 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	<-ctx.Done()
 	stopLoop()
 	<-loopDone
+	rctx, cancelFacts := context.WithTimeout(context.Background(), restartFactsTimeout)
+	restart := DecideRestart(gatherRestartFacts(rctx, kube, o, nodeInf.Lister()))
+	cancelFacts()
 	if bgpMgr != nil {
 		// Withdraw first: routers move the traffic to the other nodes
-		// while this one still forwards it.
-		log.Info("stopping: withdrawing the BGP routes, then closing the sessions", "wait", o.BGPShutdownWait)
+		// while this one still forwards it. A restart in place leaves
+		// the sessions with graceful restart to the routers' helper.
+		if restart.InPlace {
+			log.Info("stopping: withdrawing the BGP routes from the peers without graceful restart; the others keep this node's routes until the new speaker sends them", "wait", o.BGPShutdownWait)
+		} else {
+			log.Info("stopping: withdrawing the BGP routes, then closing the sessions", "wait", o.BGPShutdownWait)
+		}
 		bctx, cancel := context.WithTimeout(context.Background(), o.BGPShutdownWait+5*time.Second)
-		if err := bgpMgr.Shutdown(bctx, o.BGPShutdownWait); err != nil {
+		if err := bgpMgr.Shutdown(bctx, o.BGPShutdownWait, restart.InPlace); err != nil {
 			log.Warn("stopping BGP", "err", err)
 		}
 		cancel()
 	}
-	log.Info("stopping: leaving the memberlist cluster so the others take this node's IPs over")
-	if err := cluster.Close(); err != nil {
+	if restart.InPlace {
+		log.Info("stopping: restarting in place, the others keep this node's IPs with it", "reason", restart.Reason, "theirHold", o.RestartHold)
+		err = cluster.Restart()
+	} else {
+		log.Info("stopping: leaving the memberlist cluster so the others take this node's IPs over", "reason", restart.Reason)
+		err = cluster.Close()
+	}
+	if err != nil {
 		log.Warn("leaving the cluster", "err", err)
 	}
 	sp.StopResponders()

@@ -109,6 +109,9 @@ type Deps struct {
 	// from a member declared dead, that the member no longer answers
 	// for it on the LAN (see takeover.go); nil: answer at once.
 	Takeover TakeoverCheck
+	// RestartHold is how long a member that left restarting in place
+	// stays elected (restart.go); 0: its addresses move at once.
+	RestartHold time.Duration
 }
 
 // ProxyGate tells whether this node's proxy has the rules for a
@@ -188,6 +191,9 @@ type Speaker struct {
 	// leave gracefully since: the others a partition may hide. Written
 	// by the loop and the memberlist callback.
 	known map[string]bool
+	// held are the members that left restarting in place, still elected
+	// until their hold ends (restart.go).
+	held map[string]heldMember
 
 	// Owned by the loop.
 	state   l2plan.State
@@ -237,6 +243,7 @@ func New(d Deps) *Speaker {
 		logged:     map[string]string{},
 		proxyWait:  map[netip.Addr]time.Time{},
 		known:      map[string]bool{},
+		held:       map[string]heldMember{},
 		takeovers:  map[netip.Addr]*takeover{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -272,6 +279,9 @@ func (s *Speaker) MemberEvent(ev members.Event) {
 		s.knownMu.Lock()
 		delete(s.known, ev.Member.Name)
 		s.knownMu.Unlock()
+		if ev.Member.Meta.Restarting {
+			s.holdRestarting(ev.Member)
+		}
 	case ev.Type == members.EventLeave:
 		// A death may be a partition. Its other side declares this side's
 		// members dead one by one, and between two deaths it is briefly
@@ -467,6 +477,14 @@ func (s *Speaker) Sync() {
 	if !liveNames[s.d.Node] {
 		in.Members = append(in.Members, l2plan.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces, Recovering: ownRecovering})
 	}
+	// Members restarting in place keep their addresses; their status
+	// objects stay as well.
+	held := s.heldMembers(liveNames, time.Now())
+	in.Members = append(in.Members, held...)
+	present := maps.Clone(liveNames)
+	for _, h := range held {
+		present[h.Name] = true
+	}
 	in.Isolated = isolated
 	in.Unprogrammed = s.unprogrammed(snap.Services, time.Now())
 	in.Contested = s.contested(standing.Known, liveNames, time.Now())
@@ -503,7 +521,7 @@ func (s *Speaker) Sync() {
 	s.d.Status.Set(append(slices.Clone(st.Announcements), bgpAnns...))
 	s.d.Status.SetNode(summary)
 	s.events(ch)
-	s.sweep(liveNames)
+	s.sweep(present)
 	s.logChanges(st, ch)
 	s.d.Metrics.observe(st, ch, len(live), in.Isolated, ownRecovering)
 	s.d.Metrics.known.Set(float64(len(standing.Known)))

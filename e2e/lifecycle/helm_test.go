@@ -154,6 +154,12 @@ func TestHelm(t *testing.T) {
 		sent, failed := p.p.Result()
 		t.Logf("TIMING upgrade, %s: %d requests every 20 ms, %d failed, max gap between answers %s %s",
 			p.name, sent, failed, p.p.MaxGap().Round(time.Millisecond), p.p.Failures())
+		// Each speaker restarts in place: its node keeps forwarding,
+		// the others keep electing it (L2) and the router keeps its
+		// routes (BGP graceful restart), so nothing moves.
+		if failed > 0 {
+			t.Errorf("upgrade, %s: %d of %d requests failed; a rolling update must not move an address or drop a request", p.name, failed, sent)
+		}
 	}
 	if len(changes) > 0 {
 		t.Errorf("IP changes during the upgrade: %v", changes)
@@ -166,10 +172,15 @@ func TestHelm(t *testing.T) {
 	// helm uninstall: each node's last speaker removes its rules, the
 	// ones the upgrade replaced kept them.
 	uninstallAndCheck(h, helm, nodeIPs)
-	removed, kept := decisions(h, "speaker", speakerLogs.Stop())
+	followed := speakerLogs.Stop()
+	removed, kept := decisions(h, "speaker", followed)
 	if removed != len(h.Layout.Nodes) || kept != len(h.Layout.Nodes) {
 		t.Errorf("the proxies removed their rules %d times and kept them %d times; want %d and %d (uninstall, upgrade)",
 			removed, kept, len(h.Layout.Nodes), len(h.Layout.Nodes))
+	}
+	if inPlace, handedOver := speakerStops(h, followed); inPlace != len(h.Layout.Nodes) || handedOver != len(h.Layout.Nodes) {
+		t.Errorf("the speakers restarted in place %d times and handed their addresses over %d times; want %d and %d (upgrade, uninstall)",
+			inPlace, handedOver, len(h.Layout.Nodes), len(h.Layout.Nodes))
 	}
 	crds := h.Kubectl("get", "crd", "-o", "name")
 	for _, c := range []string{"ipaddresspools", "l2advertisements", "bgpadvertisements", "bgppeers", "communities", "bfdprofiles", "serviceannouncements", "nodeannouncements"} {
@@ -427,7 +438,7 @@ spec: {ipAddressPools: [helm-bgp]}
 apiVersion: herald.io/v1beta1
 kind: BGPPeer
 metadata: {name: helm-router, namespace: %[1]s}
-spec: {myASN: %[2]d, peerASN: %[3]d, peerAddress: %[4]s, holdTime: 9s, keepaliveTime: 3s, connectTime: 1s}
+spec: {myASN: %[2]d, peerASN: %[3]d, peerAddress: %[4]s, holdTime: 9s, keepaliveTime: 3s, connectTime: 1s, enableGracefulRestart: true}
 `, helmNS, helmNodeASN, cluster.RouterASN, topology.RouterLANv4)
 }
 
@@ -550,10 +561,9 @@ func heraldRules(h *harness.T, n topology.Node) []string {
 }
 
 // decisions counts the proxies' decisions at stop in the logs of every
-// pod of component (speaker or proxy), current or deleted, and logs them:
-// on real nodes those followed, else those the lab kubelets keep.
+// pod of component (speaker or proxy), current or deleted, and logs them.
 func decisions(h *harness.T, component string, followed map[string]string) (removed, kept int) {
-	count := func(pod, log string) {
+	for pod, log := range podLogs(h, component, followed) {
 		l := grepLines(log, "uninstall:", "restart: keeping rules")
 		h.T.Logf("%s %s's proxy when it stopped:\n%s", component, pod, l)
 		removed += strings.Count(l, `msg="uninstall: removing herald's rules"`)
@@ -562,12 +572,28 @@ func decisions(h *harness.T, component string, followed map[string]string) (remo
 			h.T.Errorf("%s %s: removing herald's rules at uninstall failed", component, pod)
 		}
 	}
-	if h.Lab.RealNodes {
-		for pod, log := range followed {
-			count(pod, log)
-		}
-		return removed, kept
+	return removed, kept
+}
+
+// speakerStops counts how the speakers left the cluster: restarting in
+// place (the upgrade) or handing their addresses over (the uninstall).
+func speakerStops(h *harness.T, followed map[string]string) (inPlace, handedOver int) {
+	for pod, log := range podLogs(h, "speaker", followed) {
+		l := grepLines(log, "stopping: restarting in place", "stopping: leaving the memberlist cluster")
+		h.T.Logf("speaker %s when it stopped:\n%s", pod, l)
+		inPlace += strings.Count(l, "stopping: restarting in place")
+		handedOver += strings.Count(l, "stopping: leaving the memberlist cluster")
 	}
+	return inPlace, handedOver
+}
+
+// podLogs are the logs of every pod of component, current or deleted:
+// on real nodes those followed, else those the lab kubelets keep.
+func podLogs(h *harness.T, component string, followed map[string]string) map[string]string {
+	if h.Lab.RealNodes {
+		return followed
+	}
+	out := map[string]string{}
 	for _, k := range h.Lab.Kubelets {
 		files, _ := filepath.Glob(filepath.Join(k.Config.StateDir, kubelet.PodsDir, helmNS+"_herald-"+component+"-*", component+".log"))
 		for _, f := range files {
@@ -576,10 +602,10 @@ func decisions(h *harness.T, component string, followed map[string]string) (remo
 				h.T.Errorf("%s log: %v", component, err)
 				continue
 			}
-			count(filepath.Base(filepath.Dir(f)), string(data))
+			out[filepath.Base(filepath.Dir(f))] = string(data)
 		}
 	}
-	return removed, kept
+	return out
 }
 
 // grepLines keeps the lines holding any of words.

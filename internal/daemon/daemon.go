@@ -137,3 +137,13 @@ func OneObject(kube kubernetes.Interface, ns, name string) informers.SharedInfor
 	return informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name }))
 }
+
+// DaemonSetOwner is the pod's controlling DaemonSet, or nil.
+func DaemonSetOwner(p *corev1.Pod) *metav1.OwnerReference {
+	for _, r := range p.OwnerReferences {
+		if r.Kind == "DaemonSet" && r.Controller != nil && *r.Controller {
+			return &r
+		}
+	}
+	return nil
+}

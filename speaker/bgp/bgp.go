@@ -226,7 +226,15 @@ func (m *Manager) Apply(ctx context.Context, p bgpplan.Plan) error {
 // had routes moved), then closes the sessions and stops: routers move
 // traffic away before the node stops serving, rather than after a hold
 // time or on the Cease alone.
-func (m *Manager) Shutdown(ctx context.Context, wait time.Duration) error {
+//
+// With restarting (a restart in place: a new speaker follows at once on
+// this node, which keeps forwarding), the sessions of peers with graceful
+// restart keep their routes and stay open until the process exits: the
+// TCP connection then closes without a NOTIFICATION, so the router keeps
+// the routes as stale (RFC 4724) until the new speaker sends them again
+// and its End-of-RIB, and no flow is hashed elsewhere meanwhile. The
+// other peers' sessions are withdrawn and closed as above.
+func (m *Manager) Shutdown(ctx context.Context, wait time.Duration, restarting bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.started {
@@ -235,11 +243,16 @@ func (m *Manager) Shutdown(ctx context.Context, wait time.Duration) error {
 	var errs []error
 	before, _ := m.r.Peers(ctx)
 	pending := map[netip.Addr]uint64{}
+	kept := 0
 	for _, name := range sortedKeys(m.peers) {
+		p := m.peers[name]
+		if restarting && p.GracefulRestart {
+			kept++
+			continue
+		}
 		if len(m.routes[name]) == 0 {
 			continue
 		}
-		p := m.peers[name]
 		if err := m.r.SetRoutes(ctx, p, nil); err != nil {
 			errs = append(errs, fmt.Errorf("BGPPeer %s: withdrawing: %w", name, err))
 			continue
@@ -266,6 +279,17 @@ func (m *Manager) Shutdown(ctx context.Context, wait time.Duration) error {
 	}
 	if len(pending) > 0 {
 		m.log.Warn("closing BGP sessions before their withdrawals were seen sent", "peers", len(pending))
+	}
+	if kept > 0 {
+		for _, name := range sortedKeys(m.peers) {
+			if p := m.peers[name]; !p.GracefulRestart {
+				if err := m.r.DeletePeer(ctx, p); err != nil {
+					errs = append(errs, fmt.Errorf("BGPPeer %s: closing the session to %s: %w", name, p.Address, err))
+				}
+			}
+		}
+		m.log.Info("restarting in place: the sessions with graceful restart stay open until this process exits", "peers", kept)
+		return errors.Join(errs...)
 	}
 	if err := m.stop(ctx); err != nil {
 		errs = append(errs, err)

@@ -190,7 +190,7 @@ func TestShutdownWithdrawsFirst(t *testing.T) {
 	a, b := peer("a", "198.51.100.1"), peer("b", "198.51.100.2")
 	apply(t, m, plan(session(a, route("203.0.113.130/32")), session(b)))
 	f.TakeCalls()
-	if err := m.Shutdown(ctx, time.Second); err != nil {
+	if err := m.Shutdown(ctx, time.Second, false); err != nil {
 		t.Fatal(err)
 	}
 	// b had nothing to withdraw.
@@ -198,6 +198,38 @@ func TestShutdownWithdrawsFirst(t *testing.T) {
 	if f.Started() {
 		t.Error("still started")
 	}
+}
+
+// A restart in place keeps the routes of the peers with graceful
+// restart and their sessions open (the process exit closes them without
+// a NOTIFICATION); the others are withdrawn and closed.
+func TestShutdownRestartingKeepsGracefulRestartPeers(t *testing.T) {
+	f := NewFake()
+	m := NewManager(f, nil)
+	a, b := peer("a", "198.51.100.1"), peer("b", "198.51.100.2")
+	a.GracefulRestart = true
+	apply(t, m, plan(session(a, route("203.0.113.130/32")), session(b, route("203.0.113.130/32"))))
+	f.TakeCalls()
+	if err := m.Shutdown(ctx, time.Second, true); err != nil {
+		t.Fatal(err)
+	}
+	expectCalls(t, f, "routes b", "delete b")
+	if !f.Started() {
+		t.Error("stopped: the NOTIFICATIONs would end the routers' graceful restart")
+	}
+	if got := f.Routes(a.Address); len(got) != 1 {
+		t.Errorf("peer a has %+v, want its route kept", got)
+	}
+
+	// Without a peer with graceful restart, a restart stops as before.
+	f2 := NewFake()
+	m2 := NewManager(f2, nil)
+	apply(t, m2, plan(session(b, route("203.0.113.130/32"))))
+	f2.TakeCalls()
+	if err := m2.Shutdown(ctx, time.Second, true); err != nil {
+		t.Fatal(err)
+	}
+	expectCalls(t, f2, "routes b", "stop")
 }
 
 func TestSamePeerFields(t *testing.T) {

@@ -264,6 +264,25 @@ func TestClusterLoopback(t *testing.T) {
 	t.Logf("hard death detected (kill → leave event at each survivor): %s; estimate %v", summary(detect), DefaultTimers().DetectionEstimate(3))
 	t.Logf("restart seen (start → join event): %s", summary(rejoin))
 
+	// A restart in place: the leave carries Restarting too.
+	since = time.Now()
+	if err := c.m.Restart(); err != nil {
+		t.Errorf("Restart: %v", err)
+	}
+	waitEvent(t, "c restarting", since, leaveOf("node-c"), a, b)
+	for _, n := range []*node{a, b} {
+		if ev, ok := n.rec.first(since, leaveOf("node-c")); !ok || !ev.Member.Meta.Leaving || !ev.Member.Meta.Restarting {
+			t.Errorf("the restart's leave event at %s does not carry Leaving and Restarting: %+v", n.m.cfg.NodeName, ev)
+		}
+	}
+	since = time.Now()
+	c = mustStart(t, "node-c", cPort, lg, time.Hour)
+	if n, err := c.m.Join([]string{addr(a), addr(b)}); n != 2 || err != nil {
+		t.Fatalf("c after its restart in place joins: %d %v", n, err)
+	}
+	waitEvent(t, "c back", since, joinOf("node-c"), a, b)
+	waitUntil(t, "c sees everyone", func() bool { return reflect.DeepEqual(names(c.m), all) })
+
 	// Graceful leave.
 	since = time.Now()
 	if err := c.m.Close(); err != nil {
@@ -275,8 +294,8 @@ func TestClusterLoopback(t *testing.T) {
 	for _, n := range []*node{a, b} {
 		// The leave event carries the metadata that announced it, which
 		// tells it from a death.
-		if ev, ok := n.rec.first(since, leaveOf("node-c")); !ok || !ev.Member.Meta.Leaving {
-			t.Errorf("the graceful leave's event at %s does not carry Leaving: %+v", n.m.cfg.NodeName, ev)
+		if ev, ok := n.rec.first(since, leaveOf("node-c")); !ok || !ev.Member.Meta.Leaving || ev.Member.Meta.Restarting {
+			t.Errorf("the graceful leave's event at %s does not carry Leaving alone: %+v", n.m.cfg.NodeName, ev)
 		}
 	}
 	if err := c.m.Close(); err != nil {

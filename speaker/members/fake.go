@@ -11,12 +11,13 @@ import (
 // removes members, and events are delivered synchronously, in order, on
 // the calling goroutine.
 type Fake struct {
-	mu      sync.Mutex
-	self    string
-	members map[string]Member
-	peers   []string
-	closed  bool
-	onEvent func(Event)
+	mu        sync.Mutex
+	self      string
+	members   map[string]Member
+	peers     []string
+	closed    bool
+	restarted bool
+	onEvent   func(Event)
 	// JoinErr, when set, is what Join returns.
 	JoinErr error
 	// Keys are the key materials of the last SetKeys, primary first.
@@ -86,6 +87,33 @@ func (f *Fake) Close() error {
 	defer f.mu.Unlock()
 	f.closed = true
 	return nil
+}
+
+// Restart implements Cluster.
+func (f *Fake) Restart() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed, f.restarted = true, true
+	return nil
+}
+
+// Restarted tells whether Restart was called.
+func (f *Fake) Restarted() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.restarted
+}
+
+// LeaveRestarting drops a member as a restart in place does: its leave
+// event carries Leaving and Restarting.
+func (f *Fake) LeaveRestarting(name string) {
+	f.mu.Lock()
+	if m, ok := f.members[name]; ok {
+		m.Meta.Restarting = true
+		f.members[name] = m
+	}
+	f.mu.Unlock()
+	f.drop(name, true)
 }
 
 // Set adds a member (a join event) or replaces it (an update event).

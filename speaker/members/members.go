@@ -35,6 +35,9 @@ type Cluster interface {
 	SetKeys(primary Secret, extra []Secret) error
 	// Close leaves the cluster gracefully and stops.
 	Close() error
+	// Restart leaves as Close does, telling the others that a new
+	// speaker takes this one's place on the same node (Meta.Restarting).
+	Restart() error
 }
 
 // Member is one speaker in the cluster. memberlist does not expose a
@@ -340,13 +343,19 @@ func (m *Memberlist) UpdateMeta(meta Meta) error {
 // Close implements Cluster: it broadcasts the leave so peers move this
 // node's IPs at once rather than after failure detection, waits at most
 // LeaveTimeout for it, shuts down, and delivers the pending events.
-func (m *Memberlist) Close() error {
+func (m *Memberlist) Close() error { return m.leave(false) }
+
+// Restart implements Cluster: Close, with Restarting in the last
+// metadata the others receive.
+func (m *Memberlist) Restart() error { return m.leave(true) }
+
+func (m *Memberlist) leave(restarting bool) error {
 	m.closeOnce.Do(func() {
 		m.closed.Store(true)
 		close(m.stop)
 		m.loops.Wait()
 		var errs []error
-		if err := m.announceLeaving(); err != nil {
+		if err := m.announceLeaving(restarting); err != nil {
 			errs = append(errs, err)
 		}
 		if err := m.ml.Leave(m.cfg.LeaveTimeout); err != nil {
@@ -365,12 +374,12 @@ func (m *Memberlist) Close() error {
 // (at most half the leave timeout) for it to go out: memberlist's leave
 // itself looks like a death to the others, and its broadcast replaces
 // an unsent metadata update of the same member.
-func (m *Memberlist) announceLeaving() error {
+func (m *Memberlist) announceLeaving(restarting bool) error {
 	meta, err := DecodeMeta(*m.meta.Load())
 	if err != nil {
 		return err
 	}
-	meta.Leaving = true
+	meta.Leaving, meta.Restarting = true, restarting
 	b, err := EncodeMeta(meta)
 	if err != nil {
 		return err

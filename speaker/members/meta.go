@@ -33,6 +33,12 @@ type Meta struct {
 	// others then forget it instead of counting it among the speakers
 	// that may be alive behind a partition.
 	Leaving bool
+	// Restarting: set with Leaving when the speaker stops only to be
+	// replaced on the same node (a rolling update), whose proxy rules stay
+	// in the kernel. The others keep electing it for their restart hold
+	// instead of taking its addresses over, and moving them back when the
+	// new speaker joins.
+	Restarting bool
 }
 
 // wireMeta is compact because 512 bytes is little: with 15-character
@@ -46,6 +52,8 @@ type wireMeta struct {
 	Recovering bool `json:"r,omitempty"`
 	// Older speakers ignore it too: to them a leave is a leave.
 	Leaving bool `json:"l,omitempty"`
+	// Older speakers ignore it: to them a restart is a leave, as before.
+	Restarting bool `json:"rs,omitempty"`
 }
 
 // ErrMetaTooLarge is returned (wrapped) when the metadata does not fit.
@@ -76,7 +84,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 			}
 		}
 	}
-	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering, Leaving: m.Leaving})
+	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering, Leaving: m.Leaving, Restarting: m.Restarting})
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
 	}
@@ -113,5 +121,5 @@ func DecodeMeta(b []byte) (Meta, error) {
 		}
 		return normalize(out)
 	}
-	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering, Leaving: w.Leaving}, nil
+	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering, Leaving: w.Leaving, Restarting: w.Restarting}, nil
 }
