@@ -120,7 +120,11 @@ func TestBenchL2Failover(t *testing.T) {
 		sent, failed   int
 	}
 	var results []result
-	for _, kind := range []string{"hard", "graceful"} {
+	// hard: the winner's speaker killed and its link down; graceful: its
+	// node cordoned, then its pod deleted (the hand-over of a node being
+	// taken down); restart: its pod deleted on a healthy node (a rolling
+	// update: a restart in place, the address must stay).
+	for _, kind := range []string{"hard", "graceful", "restart"} {
 		for i := range trials {
 			s.speakersInCluster(3 * time.Minute)
 			w := settle()
@@ -142,7 +146,10 @@ func TestBenchL2Failover(t *testing.T) {
 						t.Error(err)
 					}
 				}
-			case "graceful":
+			case "graceful", "restart":
+				if kind == "graceful" {
+					h.Kubectl("cordon", w)
+				}
 				fail = func() {
 					pod := s.speakers()[w]
 					if err := h.CS.CoreV1().Pods(heraldNS).Delete(h.Ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
@@ -159,11 +166,28 @@ func TestBenchL2Failover(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if kind == "graceful" {
+				h.Kubectl("uncordon", w)
+			}
 			outage, sent, failed := log.outage()
 			macs, _ := s.arping(ip, 1, 1)
 			to := ""
 			if len(macs) == 1 {
 				to = nodeOf[macs[0]]
+			}
+			if kind == "restart" && to == "" {
+				// The new speaker may still be starting: nobody answers
+				// ARP meanwhile, while the node forwards.
+				h.Poll(time.Minute, "the restarted speaker answering ARP", func() (bool, string) {
+					macs, _ := s.arping(ip, 1, 1)
+					if len(macs) == 1 {
+						to = nodeOf[macs[0]]
+					}
+					return len(macs) == 1, fmt.Sprint(macs)
+				})
+			}
+			if kind == "restart" && to != w {
+				t.Errorf("restart trial #%d: the address moved from %s to %q although %s's speaker restarted in place", i+1, w, to, w)
 			}
 			results = append(results, result{kind, w, to, outage, sent, failed})
 			t.Logf("BENCH trial %s #%d: %s failed, %s took over: outage %s (%d requests, %d failed)", kind, i+1, w, to, outage.Round(time.Millisecond), sent, failed)
@@ -196,7 +220,7 @@ func TestBenchL2Failover(t *testing.T) {
 		podStarts[len(podStarts)/2].Round(time.Millisecond), podStarts[len(podStarts)-1].Round(time.Millisecond), roundAll(podStarts))
 	fmt.Fprintf(&b, "BENCH Service create -> first successful request: p50 %s over %d Services (all: %v); create -> IP in status: p50 %s\n",
 		createToCurl[len(createToCurl)/2].Round(time.Millisecond), len(createToCurl), roundAll(createToCurl), createToIP[len(createToIP)/2].Round(time.Millisecond))
-	for _, kind := range []string{"hard", "graceful"} {
+	for _, kind := range []string{"hard", "graceful", "restart"} {
 		var ds []time.Duration
 		for _, r := range results {
 			if r.kind == kind {
