@@ -256,31 +256,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	rctx, cancelFacts := context.WithTimeout(context.Background(), restartFactsTimeout)
 	restart := DecideRestart(gatherRestartFacts(rctx, kube, o, nodeInf.Lister()))
 	cancelFacts()
-	if bgpMgr != nil {
-		// Withdraw first: routers move the traffic to the other nodes
-		// while this one still forwards it. A restart in place leaves
-		// the sessions with graceful restart to the routers' helper.
-		if restart.InPlace {
-			log.Info("stopping: withdrawing the BGP routes from the peers without graceful restart; the others keep this node's routes until the new speaker sends them", "wait", o.BGPShutdownWait)
-		} else {
-			log.Info("stopping: withdrawing the BGP routes, then closing the sessions", "wait", o.BGPShutdownWait)
-		}
-		bctx, cancel := context.WithTimeout(context.Background(), o.BGPShutdownWait+5*time.Second)
-		if err := bgpMgr.Shutdown(bctx, o.BGPShutdownWait, restart.InPlace); err != nil {
-			log.Warn("stopping BGP", "err", err)
-		}
-		cancel()
-	}
-	if restart.InPlace {
-		log.Info("stopping: restarting in place, the others keep this node's IPs with it", "reason", restart.Reason, "theirHold", o.RestartHold)
-		err = cluster.Restart()
-	} else {
-		log.Info("stopping: leaving the memberlist cluster so the others take this node's IPs over", "reason", restart.Reason)
-		err = cluster.Close()
-	}
-	if err != nil {
-		log.Warn("leaving the cluster", "err", err)
-	}
+	leave(log, o, restart, bgpMgr, cluster)
 	sp.StopResponders()
 	// Nothing is announced any more; emptying the writer's wish list
 	// first keeps it from writing back what DeleteOwn removes.
@@ -298,6 +274,35 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	cancel()
 	stopInformers()
 	return nil
+}
+
+// leave takes this speaker out of BGP and of the memberlist cluster, as
+// the restart decision says: handing its addresses over, or keeping them
+// with it while its replacement starts on this node.
+func leave(log *slog.Logger, o Options, restart RestartDecision, bgpMgr *bgp.Manager, cluster members.Cluster) {
+	if bgpMgr != nil {
+		// Withdraw first: routers move the traffic to the other nodes
+		// while this one still forwards it. A restart in place leaves
+		// the sessions with graceful restart to the routers' helper.
+		if restart.InPlace {
+			log.Info("stopping: withdrawing the BGP routes from the peers without graceful restart; the others keep this node's routes until the new speaker sends them", "wait", o.BGPShutdownWait)
+		} else {
+			log.Info("stopping: withdrawing the BGP routes, then closing the sessions", "wait", o.BGPShutdownWait)
+		}
+		bctx, cancel := context.WithTimeout(context.Background(), o.BGPShutdownWait+5*time.Second)
+		if err := bgpMgr.Shutdown(bctx, o.BGPShutdownWait, restart.InPlace); err != nil {
+			log.Warn("stopping BGP", "err", err)
+		}
+		cancel()
+	}
+	leaveFn, msg := cluster.Close, "stopping: leaving the memberlist cluster so the others take this node's IPs over"
+	if restart.InPlace {
+		leaveFn, msg = cluster.Restart, "stopping: restarting in place, the others keep this node's IPs with it"
+	}
+	log.Info(msg, "reason", restart.Reason, "theirHold", o.RestartHold)
+	if err := leaveFn(); err != nil {
+		log.Warn("leaving the cluster", "err", err)
+	}
 }
 
 // join joins peers and logs the outcome; peers without a speaker (yet)
