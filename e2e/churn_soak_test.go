@@ -131,7 +131,7 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	for _, n := range h.Layout.Nodes {
 		captureIn = append(captureIn, n.Netns)
 	}
-	resets := startSoakRSTCapture(t, captureIn)
+	resets := harness.StartRSTCapture(t, captureIn)
 	for _, tg := range probes.targets {
 		h.Poll(2*time.Minute, tg[1]+" answering from "+tg[0], func() (bool, string) {
 			ok, err := harness.EchoGet(tg[0], tg[1], time.Second)
@@ -318,7 +318,7 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	}
 	details("failed requests", failures)
 	if failed > 0 {
-		t.Logf("TCP resets (tcpdump -e in the client's, the remote client's and every node's namespace):\n  %s", strings.Join(resets.near(probes.failedAt()), "\n  "))
+		t.Logf("TCP resets (tcpdump -e in the client's, the remote client's and every node's namespace):\n  %s", strings.Join(resets.Near(probes.failedAt()), "\n  "))
 	}
 	details("deleted pods still ready in a Service after the preStop sleep", late)
 	details("Service IP changes", ipLog)

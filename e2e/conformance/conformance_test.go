@@ -78,10 +78,10 @@ func TestCompareAndTable(t *testing.T) {
 }
 
 func TestLabSkips(t *testing.T) {
-	if r := LabSkipReason("[sig-network] Networking Granular Checks: Services should function for node-Service: sctp [Feature:SCTPConnectivity]"); r == "" {
+	if r := LabSkipReason("[sig-network] Networking Granular Checks: Services should function for node-Service: sctp [Feature:SCTPConnectivity]", true); r == "" {
 		t.Error("SCTP test not skipped")
 	}
-	if r := LabSkipReason("[sig-network] Services should serve a basic endpoint from pods [Conformance]"); r != "" {
+	if r := LabSkipReason("[sig-network] Services should serve a basic endpoint from pods [Conformance]", false); r != "" {
 		t.Errorf("a plain Services test is skipped: %s", r)
 	}
 	names := []string{
@@ -90,13 +90,25 @@ func TestLabSkips(t *testing.T) {
 		"[sig-apps] CronJob should not schedule jobs when suspended [Slow] [Conformance]",
 		"[sig-network] LoadBalancers should be able to change the type and ports of a TCP service [Slow]",
 	}
-	got, err := Select(names, Focus, SkipPattern())
+	got, err := Select(names, Focus, SkipPattern(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{names[0], names[3]}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("selected %q, want %q", got, want)
+	}
+	// hostPort is the CNI portmap plugin's: skipped on the lab kubelet,
+	// run on real nodes; SCTP stays skipped on both.
+	hostPort := "[sig-network] HostPort validates that there is no conflict between pods with same hostPort but different hostIP and protocol [LinuxOnly] [Conformance]"
+	if LabSkipReason(hostPort, false) == "" {
+		t.Error("the hostPort test runs on the lab kubelet")
+	}
+	if r := LabSkipReason(hostPort, true); r != "" {
+		t.Errorf("the hostPort test is skipped on real nodes: %s", r)
+	}
+	if got, err := Select([]string{hostPort}, Focus, SkipPattern(true)); err != nil || len(got) != 1 {
+		t.Errorf("real nodes' selection of the hostPort test: %q, %v", got, err)
 	}
 }
 

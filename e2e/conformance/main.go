@@ -27,6 +27,10 @@ type Options struct {
 	// Proxies to run, in order; the first is the reference.
 	Proxies []string
 	Nodes   int
+	// RealNodes runs the labs with real nodes (the real kubelet,
+	// containerd, runc and the CNI plugins) instead of the lab kubelet;
+	// the tests only the lab kubelet cannot run are not skipped then.
+	RealNodes bool
 	// Procs is the number of parallel ginkgo processes.
 	Procs       int
 	Focus, Skip string
@@ -53,12 +57,16 @@ func Main(ctx context.Context, args []string, ensure func(context.Context) error
 	fs.IntVar(&o.Nodes, "nodes", 3, "nodes in each lab")
 	fs.IntVar(&o.Procs, "procs", 6, "parallel ginkgo processes (the tests mostly wait on the cluster: 3 kept two cores 25% busy)")
 	fs.StringVar(&o.Focus, "focus", Focus, "ginkgo focus: the tests to run")
-	fs.StringVar(&o.Skip, "skip", SkipPattern(), "ginkgo skip: the tests the lab cannot run (see docs/testing.md)")
+	fs.BoolVar(&o.RealNodes, "real-nodes", os.Getenv(cluster.RealNodesEnv) == "1", "real nodes: the real kubelet with containerd, runc and the CNI plugins (default $"+cluster.RealNodesEnv+"=1), instead of the lab kubelet")
+	skip := fs.String("skip", "", "ginkgo skip: the tests the lab cannot run (default: the lab's skips for the kind of node, docs/testing.md)")
 	fs.DurationVar(&o.Timeout, "timeout", 90*time.Minute, "how long each proxy's run may take")
 	fs.StringVar(&o.OutDir, "out", "", "where reports and the table go (default e2e/_cache/conformance/<time>)")
 	fs.StringVar(&o.ModuleDir, "e2e", "", "the e2e module directory (default: found from the current directory)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if o.Skip = *skip; o.Skip == "" {
+		o.Skip = SkipPattern(o.RealNodes)
 	}
 	for _, p := range strings.Split(proxies, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -126,7 +134,7 @@ func RunAll(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	labSkipped := labSkipResults(focused, selection)
+	labSkipped := labSkipResults(focused, selection, o.RealNodes)
 	logf("%d tests selected, %d of them skipped for the lab (docs/testing.md); programs ready in %s", len(focused), len(labSkipped), time.Since(start).Round(time.Second))
 
 	var runs []Run
@@ -157,7 +165,7 @@ func RunAll(ctx context.Context, o Options) (int, error) {
 
 // labSkipResults are the focused tests the skip pattern removed, each
 // skipped with the lab's reason.
-func labSkipResults(focused, selection []string) []Result {
+func labSkipResults(focused, selection []string, realNodes bool) []Result {
 	in := map[string]bool{}
 	for _, n := range selection {
 		in[n] = true
@@ -167,7 +175,7 @@ func labSkipResults(focused, selection []string) []Result {
 		if in[n] {
 			continue
 		}
-		reason := LabSkipReason(n)
+		reason := LabSkipReason(n, realNodes)
 		if reason == "" {
 			reason = "matched -skip"
 		}
@@ -179,8 +187,12 @@ func labSkipResults(focused, selection []string) []Result {
 // runOne brings up a lab with proxy, runs the suite against it and takes
 // the lab down again (also when the run fails).
 func runOne(ctx context.Context, o Options, proxy, suite, ginkgo string) (_ []Result, _ time.Duration, err error) {
-	fmt.Fprintf(o.Log, "conformance: a %d-node lab in image mode with %s as the service proxy\n", o.Nodes, proxy)
-	lab, err := cluster.Up(ctx, cluster.Options{Nodes: o.Nodes, ImageMode: true, DNS: true, Proxy: proxy, Log: o.Log,
+	kind := "the lab kubelet"
+	if o.RealNodes {
+		kind = "real nodes"
+	}
+	fmt.Fprintf(o.Log, "conformance: a %d-node lab in image mode on %s with %s as the service proxy\n", o.Nodes, kind, proxy)
+	lab, err := cluster.Up(ctx, cluster.Options{Nodes: o.Nodes, ImageMode: true, DNS: true, RealNodes: o.RealNodes, Proxy: proxy, Log: o.Log,
 		// Another lab on the machine (a test's) is waited for, not an error.
 		WaitForOthers: true})
 	if err != nil {

@@ -32,31 +32,50 @@ var Focus = strings.Join([]string{
 type LabSkip struct {
 	Pattern string // a regexp on the test's full name
 	Reason  string
+	// LabKubelet: only the lab's own kubelet lacks what the test needs;
+	// on real nodes (the real kubelet, containerd, the CNI plugins) it
+	// runs.
+	LabKubelet bool
 }
 
 // LabSkips are the tests skipped for the lab's sake.
 var LabSkips = []LabSkip{
-	{`\[Feature:SCTPConnectivity\]`, "SCTP: this machine's kernel has none (an SCTP socket fails with EPROTONOSUPPORT, and there are no modules to load); upstream runs these only where the feature is declared"},
-	{`Services should work after restarting apiserver \[Disruptive\]`, "restarts the API server over SSH to the control-plane host; the lab has no SSH"},
-	{`Services should work after restarting kube-proxy \[Disruptive\]`, "restarts kube-proxy over SSH to a node; the lab has no SSH"},
-	{`Networking should recreate its iptables rules if they are deleted \[Disruptive\]`, "deletes iptables rules over SSH on a node; the lab has no SSH"},
-	{`Services should be rejected for evicted pods \(no endpoints exist\)`, "needs the kubelet to evict a pod that exceeds its ephemeral-storage limit; the lab kubelet enforces no resource limits"},
-	{`HostPort validates that there is no conflict between pods with same hostPort`, "hostPort is the CNI portmap plugin's DNAT, not the service proxy's; the lab's pod network has no CNI plugins"},
-	{`KubeProxy should set TCP CLOSE_WAIT timeout`, "its client reaches the server pod through a hostPort on the server's node IP (connection refused without one), and hostPort is the CNI portmap plugin's DNAT; the lab's pod network has no CNI plugins"},
+	{`\[Feature:SCTPConnectivity\]`, "SCTP: this machine's kernel has none (an SCTP socket fails with EPROTONOSUPPORT, and there are no modules to load); upstream runs these only where the feature is declared", false},
+	{`Services should work after restarting apiserver \[Disruptive\]`, "restarts the API server over SSH to the control-plane host; the lab has no SSH", false},
+	{`Services should work after restarting kube-proxy \[Disruptive\]`, "restarts kube-proxy over SSH to a node; the lab has no SSH", false},
+	{`Networking should recreate its iptables rules if they are deleted \[Disruptive\]`, "deletes iptables rules over SSH on a node; the lab has no SSH", false},
+	{`Services should be rejected for evicted pods \(no endpoints exist\)`, "needs the kubelet to evict a pod that exceeds its ephemeral-storage limit; the lab kubelet enforces no resource limits", true},
+	{`HostPort validates that there is no conflict between pods with same hostPort`, "hostPort is the CNI portmap plugin's DNAT, not the service proxy's; the lab kubelet's pod network has no CNI plugins", true},
+	{`KubeProxy should set TCP CLOSE_WAIT timeout`, "its client reaches the server pod through a hostPort on the server's node IP (connection refused without one), and hostPort is the CNI portmap plugin's DNAT; the lab kubelet's pod network has no CNI plugins", true},
 }
 
-// SkipPattern is the ginkgo skip pattern of LabSkips.
-func SkipPattern() string {
-	parts := make([]string, len(LabSkips))
-	for i, s := range LabSkips {
+// Skips are the lab skips that apply on one kind of node: every one on
+// the lab kubelet, those real nodes cannot run either on real nodes.
+func Skips(realNodes bool) []LabSkip {
+	var out []LabSkip
+	for _, s := range LabSkips {
+		if !realNodes || !s.LabKubelet {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// SkipPattern is the ginkgo skip pattern of the lab skips on that kind
+// of node.
+func SkipPattern(realNodes bool) string {
+	skips := Skips(realNodes)
+	parts := make([]string, len(skips))
+	for i, s := range skips {
 		parts[i] = s.Pattern
 	}
 	return strings.Join(parts, "|")
 }
 
-// LabSkipReason is why the lab skips the test, or "" when it runs.
-func LabSkipReason(name string) string {
-	for _, s := range LabSkips {
+// LabSkipReason is why the lab skips the test on that kind of node, or
+// "" when it runs.
+func LabSkipReason(name string, realNodes bool) string {
+	for _, s := range Skips(realNodes) {
 		if regexp.MustCompile(s.Pattern).MatchString(name) {
 			return s.Reason
 		}

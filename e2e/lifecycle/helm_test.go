@@ -134,6 +134,15 @@ func TestHelm(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A failed request is explained by a capture or it is herald's bug:
+	// every reset in the clients' and nodes' namespaces, and the L2
+	// client's whole exchange with the VIP (which MAC answered it).
+	captureIn := []string{h.Layout.Client, h.Layout.Remote}
+	for _, n := range h.Layout.Nodes {
+		captureIn = append(captureIn, n.Netns)
+	}
+	resets := harness.StartRSTCapture(t, captureIn)
+	l2Packets := harness.StartPacketCapture(t, h.Lab.ModuleDir, h.Layout.Client, l2IP)
 	l2Probe, bgpProbe := harness.StartProbe(h.Layout.Client, l2IP), harness.StartProbe(h.Layout.Remote, bgpIP)
 	ipChanges := watchIPs(h, map[string]string{"helm-l2": l2IP, "helm-bgp": bgpIP})
 	time.Sleep(time.Second)
@@ -159,6 +168,12 @@ func TestHelm(t *testing.T) {
 		// routes (BGP graceful restart), so nothing moves.
 		if failed > 0 {
 			t.Errorf("upgrade, %s: %d of %d requests failed; a rolling update must not move an address or drop a request", p.name, failed, sent)
+		}
+	}
+	if failedAt := append(l2Probe.FailedAt(), bgpProbe.FailedAt()...); len(failedAt) > 0 {
+		t.Logf("TCP resets (tcpdump -e in the clients' and every node's namespace):\n  %s", strings.Join(resets.Near(failedAt), "\n  "))
+		if at := l2Probe.FailedAt(); len(at) > 0 {
+			t.Logf("the L2 client's packets to and from %s within 300 ms of a failure:\n  %s", l2IP, strings.Join(l2Packets.Around(at, 300*time.Millisecond, 400), "\n  "))
 		}
 	}
 	if len(changes) > 0 {

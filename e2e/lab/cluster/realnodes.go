@@ -224,13 +224,28 @@ func (l *Lab) realNodeImages(ctx context.Context) ([]string, error) {
 	if l.Proxy == ProxyKubeProxy {
 		kubeProxy = l.K8s.Version
 	}
-	res, err := e2eimages.Ensure(ctx, e2eimages.Options{ModuleDir: l.ModuleDir, Refs: e2eimages.LabRefs(kubeProxy), Log: l.log})
+	refs := e2eimages.LabRefs(kubeProxy)
+	if l.ImageMode {
+		// Image mode on real nodes is for upstream's suite: every image
+		// of the pinned framework goes to the nodes, which pull nothing.
+		for name, ref := range e2eimages.FrameworkRefs() {
+			refs[name] = ref
+		}
+	}
+	res, err := e2eimages.Ensure(ctx, e2eimages.Options{ModuleDir: l.ModuleDir, Refs: refs, Log: l.log})
 	if err != nil {
 		return nil, err
 	}
 	var ids []string
 	for _, im := range res.Images {
 		ids = append(ids, im.ID)
+	}
+	if l.DNS {
+		id, err := podmanImageID(ctx, l.dnsImage)
+		if err != nil {
+			return nil, fmt.Errorf("the cluster DNS image %s: %w", l.dnsImage, err)
+		}
+		ids = append(ids, id)
 	}
 	// herald's image goes to the nodes even in a bare lab: its tests
 	// install herald themselves (helm install), and nodes pull nothing.
