@@ -202,6 +202,7 @@ var valueSets = []valueSet{
 	{name: "custom", like: []string{"config/default"}, check: checkCustom},
 	{name: "lab", check: checkLab},
 	{name: "pod-security-off", like: []string{"config/default"}},
+	{name: "conntrack", check: checkConntrack},
 }
 
 // TestValueSets: every file in testdata/values has a valueSet here.
@@ -575,6 +576,34 @@ func checkCustom(t *testing.T, objs []manifests.Object) {
 	}
 	if ds != nil && ds.Spec.Selector.MatchLabels["example.com/team"] != "" {
 		t.Errorf("speaker: pod labels in the (immutable) selector")
+	}
+}
+
+// checkConntrack: with proxy.conntrack.privilegedInit the speaker's pods
+// start with the privileged init container conntrack, given every
+// conntrack flag; the speaker gets only the one that differs from the
+// defaults.
+func checkConntrack(t *testing.T, objs []manifests.Object) {
+	ds, _ := manifests.Find(objs, "DaemonSet", "herald-speaker").(*appsv1.DaemonSet)
+	if ds == nil {
+		t.Fatal("no speaker DaemonSet")
+	}
+	spec := ds.Spec.Template.Spec
+	wantInit := []string{"conntrack", "--conntrack-max-per-core=32768", "--conntrack-min=131072", "--conntrack-tcp-timeout-established=24h0m0s",
+		"--conntrack-tcp-timeout-close-wait=2h0m0s", "--conntrack-tcp-be-liberal=false", "--conntrack-udp-timeout=0s", "--conntrack-udp-timeout-stream=0s"}
+	if len(spec.InitContainers) != 1 || !slices.Equal(spec.InitContainers[0].Args, wantInit) {
+		t.Errorf("speaker init containers %+v, want one running %q", spec.InitContainers, wantInit)
+	} else if sc := spec.InitContainers[0].SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+		t.Errorf("init container conntrack not privileged: %+v", sc)
+	}
+	var conntrack []string
+	for _, a := range spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--conntrack-") {
+			conntrack = append(conntrack, a)
+		}
+	}
+	if want := []string{"--conntrack-tcp-timeout-close-wait=2h0m0s"}; !slices.Equal(conntrack, want) {
+		t.Errorf("the speaker's conntrack flags %q, want %q", conntrack, want)
 	}
 }
 

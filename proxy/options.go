@@ -15,6 +15,7 @@ import (
 	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/listen"
 	"github.com/herald-lb/herald/internal/logging"
+	"github.com/herald-lb/herald/proxy/conntrack"
 	"github.com/herald-lb/herald/proxy/iptables"
 )
 
@@ -79,8 +80,11 @@ type Options struct {
 	// downward API) name the proxy's pod, whose DaemonSet tells an
 	// uninstall from a restart; empty outside a pod.
 	PodNamespace, PodName string
-	QPS                   float64
-	Burst                 int
+	// Conntrack is the kernel's conntrack settings written at start
+	// (kube-proxy's --conntrack-* flags and defaults).
+	Conntrack conntrack.Tuning
+	QPS       float64
+	Burst     int
 }
 
 // DefaultOptions are the flag defaults, kube-proxy's where it has the flag.
@@ -101,6 +105,7 @@ func DefaultOptions() Options {
 		FullSyncPeriod:     time.Hour,
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
+		Conntrack:          conntrack.DefaultTuning(),
 		QPS:                50,
 		Burst:              100,
 	}
@@ -158,6 +163,7 @@ func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) {
 	fs.StringVar(&npa, "nodeport-addresses", npa, "serve NodePorts only on the node's addresses inside these CIDRs (comma-separated, IPv4 and/or IPv6; a family without a CIDR stays unrestricted, as with kube-proxy), or on the node's primary IPs with \""+NodePortAddressesPrimary+"\" (default: every local address but loopback)")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "address serving /healthz and /livez")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address serving /metrics and /proxyMode")
+	bindConntrackFlags(fs, &o.Conntrack)
 	return func() error {
 		var err error
 		if o.ClusterCIDRs, err = parseClusterCIDRs(cidrs); err != nil {
@@ -168,6 +174,18 @@ func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) {
 		}
 		return nil
 	}
+}
+
+// bindConntrackFlags registers kube-proxy's conntrack flags, with its
+// defaults: written once at start, a zero leaving the node's value.
+func bindConntrackFlags(fs *flag.FlagSet, t *conntrack.Tuning) {
+	fs.IntVar(&t.MaxPerCore, "conntrack-max-per-core", t.MaxPerCore, "conntrack entries per CPU: nf_conntrack_max becomes this times the CPUs, at least --conntrack-min (0 leaves the table's size alone)")
+	fs.IntVar(&t.Min, "conntrack-min", t.Min, "the least nf_conntrack_max set from --conntrack-max-per-core")
+	fs.DurationVar(&t.TCPEstablishedTimeout, "conntrack-tcp-timeout-established", t.TCPEstablishedTimeout, "how long an idle established TCP connection stays tracked (0 leaves the node's)")
+	fs.DurationVar(&t.TCPCloseWaitTimeout, "conntrack-tcp-timeout-close-wait", t.TCPCloseWaitTimeout, "how long a TCP connection in CLOSE_WAIT stays tracked (0 leaves the node's)")
+	fs.BoolVar(&t.TCPBeLiberal, "conntrack-tcp-be-liberal", t.TCPBeLiberal, "track out-of-window TCP packets instead of marking them INVALID (false leaves the node's setting)")
+	fs.DurationVar(&t.UDPTimeout, "conntrack-udp-timeout", t.UDPTimeout, "how long an unreplied UDP flow stays tracked (0 leaves the node's)")
+	fs.DurationVar(&t.UDPStreamTimeout, "conntrack-udp-timeout-stream", t.UDPStreamTimeout, "how long a UDP flow that has seen replies stays tracked (0 leaves the node's)")
 }
 
 // parseClusterCIDRs reads "a/n[,b/m]": at most one prefix per family.
@@ -228,6 +246,9 @@ func (o Options) Validate() error {
 	if err := listen.Check(o.MetricsBindAddress); err != nil {
 		bad("metrics-bind-address", "%v", err)
 	}
+	if err := o.Conntrack.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.QPS <= 0 {
 		bad("kube-api-qps", "must be positive, got %v", o.QPS)
 	}
@@ -235,4 +256,26 @@ func (o Options) Validate() error {
 		bad("kube-api-burst", "must be at least 1, got %d", o.Burst)
 	}
 	return errors.Join(errs...)
+}
+
+// ParseConntrackFlags reads the command line of `herald conntrack`:
+// the proxy's --conntrack-* flags alone, for a privileged init
+// container that writes them before the unprivileged proxy starts.
+func ParseConntrackFlags(args []string, out io.Writer) (conntrack.Tuning, logging.Format, error) {
+	t, format := conntrack.DefaultTuning(), logging.Text
+	fs := flag.NewFlagSet("conntrack", flag.ContinueOnError)
+	fs.SetOutput(out)
+	logging.Register(fs, &format)
+	bindConntrackFlags(fs, &t)
+	fs.Usage = func() {
+		fmt.Fprintln(out, "usage: herald conntrack [flags]\n\nWrites the kernel's conntrack settings as kube-proxy does at start (the table's size and the\ntimeouts, kube-proxy's defaults), logs each change and exits. The proxy writes them itself too,\nbut runs with /proc/sys read-only in its container: the Helm chart runs this in a privileged\ninit container first. A setting that cannot be written is a warning, not a failure.")
+		flagusage.PrintDefaults(out, fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return t, format, err
+	}
+	if fs.NArg() > 0 {
+		return t, format, fmt.Errorf("unexpected argument %q: herald conntrack takes only flags", fs.Arg(0))
+	}
+	return t, format, t.Validate()
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,6 +261,8 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	if len(fams) == 0 {
 		return errors.New("neither iptables nor ip6tables can be used")
 	}
+	// Before the be-liberal setting is read below: the tuning may set it.
+	tuneConntrack(o.Conntrack, conntrack.Files{}, log)
 	cfg := Config{
 		NodeName:          o.NodeName,
 		ClusterCIDRs:      o.ClusterCIDRs,
@@ -347,6 +350,39 @@ func Families(node NodeInfo, clusterCIDRs []netip.Prefix) []rules.Family {
 		out = append(out, rules.IPv6)
 	}
 	return out
+}
+
+// TuneConntrack writes the conntrack settings in this process's
+// network namespace (`herald conntrack`), as the proxy does at start.
+func TuneConntrack(t conntrack.Tuning, log *slog.Logger) (written, failed int) {
+	return tuneConntrack(t, conntrack.Files{}, log)
+}
+
+// tuneConntrack writes the conntrack settings and logs each change. The
+// ones it cannot write are one warning: the proxy works with the kernel's
+// values too, and in a container that is not privileged /proc/sys is
+// read-only, so they all fail for the same reason.
+func tuneConntrack(t conntrack.Tuning, s conntrack.Sysctls, log *slog.Logger) (written, failed int) {
+	var left []string
+	var firstErr error
+	for _, o := range conntrack.Apply(t, runtime.NumCPU(), s) {
+		name := "/" + o.Path
+		switch {
+		case o.Err != nil:
+			left = append(left, fmt.Sprintf("%s=%d", name, o.Value))
+			if firstErr == nil {
+				firstErr = o.Err
+			}
+		case o.Changed:
+			written++
+			log.Info("conntrack setting written", "setting", name, "was", o.Was, "now", o.Value)
+		}
+	}
+	if len(left) > 0 {
+		log.Warn("conntrack settings left as the node has them (the proxy works with them; to have kube-proxy's, run herald conntrack privileged, the chart's proxy.conntrack.privilegedInit, or set them on the node)",
+			"wanted", strings.Join(left, " "), "err", firstErr)
+	}
+	return written, len(left)
 }
 
 // conntrackLiberal reads whether conntrack accepts out-of-window TCP

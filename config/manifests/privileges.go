@@ -35,10 +35,11 @@ func CheckPrivileges(objs []Object) []string {
 			add("%s: %v", name, err)
 			continue
 		}
-		if len(p.Containers) != 1 || len(p.InitContainers) != 0 {
-			add("%s: %d containers and %d init containers, want 1 and 0", name, len(p.Containers), len(p.InitContainers))
+		if len(p.Containers) != 1 {
+			add("%s: %d containers, want 1", name, len(p.Containers))
 			continue
 		}
+		bad = append(bad, checkInitContainers(name, p.InitContainers)...)
 		if p.HostPID || p.HostIPC {
 			add("%s: hostPID or hostIPC", name)
 		}
@@ -179,6 +180,32 @@ func checkNodeAgent(name string, p Privileges) []string {
 	wantMounts := []corev1.VolumeMount{{Name: "xtables-lock", MountPath: "/run/xtables.lock"}}
 	if !reflect.DeepEqual(c.VolumeMounts, wantMounts) {
 		add("%s: volumeMounts:\n%s", name, diff.Diff(wantMounts, c.VolumeMounts))
+	}
+	return bad
+}
+
+// checkInitContainers: the node agents may have one, `conntrack`,
+// privileged because only a privileged container's /proc/sys is
+// writable, running `herald conntrack` (which writes the conntrack
+// settings and exits) from the image's entrypoint, with nothing mounted.
+// The controller has none.
+func checkInitContainers(name string, cs []ContainerPrivileges) []string {
+	var bad []string
+	if name != Speaker && name != Proxy && len(cs) > 0 {
+		return []string{fmt.Sprintf("%s: %d init containers, want none", name, len(cs))}
+	}
+	if len(cs) > 1 {
+		return []string{fmt.Sprintf("%s: %d init containers, want at most one (conntrack)", name, len(cs))}
+	}
+	for _, c := range cs {
+		privileged := true
+		want := &corev1.SecurityContext{Privileged: &privileged}
+		switch {
+		case c.Name != "conntrack" || len(c.Command) != 0 || len(c.Args) == 0 || c.Args[0] != "conntrack":
+			bad = append(bad, fmt.Sprintf("%s: init container %s runs %q %q: the only one allowed is conntrack, running `herald conntrack` from the image's entrypoint", name, c.Name, c.Command, c.Args))
+		case !reflect.DeepEqual(c.SecurityContext, want) || len(c.VolumeMounts) != 0:
+			bad = append(bad, fmt.Sprintf("%s: init container conntrack: securityContext %v and %d volume mounts, want privileged and none", name, c.SecurityContext, len(c.VolumeMounts)))
+		}
 	}
 	return bad
 }

@@ -23,3 +23,13 @@ func TestTCPDumpLines(t *testing.T) {
 		t.Errorf("String: %q, want it to start %q", got[0].String(), want)
 	}
 }
+
+func TestSlogTime(t *testing.T) {
+	at, ok := slogTime(`time=2026-11-27T18:36:17.123456789Z level=INFO msg="announcing" ip=198.51.100.210`)
+	if !ok || at.Nanosecond() != 123456789 || at.Second() != 17 {
+		t.Errorf("slogTime: %v %v", at, ok)
+	}
+	if _, ok := slogTime("I1127 18:36:17.123 klog line"); ok {
+		t.Error("a line without time= has a time")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -98,4 +99,41 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.Write(p)
+}
+
+// Near returns the lines logged so far, by any followed container,
+// whose slog time (time=...) lies within window of one of the times,
+// each prefixed with its pod: what the components said when a request
+// failed.
+func (f *LogFollower) Near(times []time.Time, window time.Duration) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := make([]string, 0, len(f.logs))
+	for k := range f.logs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []string
+	for _, k := range keys {
+		pod, _, _ := strings.Cut(k, " ")
+		for _, line := range strings.Split(f.logs[k].String(), "\n") {
+			at, ok := slogTime(line)
+			if ok && slices.ContainsFunc(times, func(t time.Time) bool { return at.Sub(t).Abs() <= window }) {
+				out = append(out, pod+": "+line)
+			}
+		}
+	}
+	return out
+}
+
+// slogTime reads the time=... field slog's text handler starts a line
+// with.
+func slogTime(line string) (time.Time, bool) {
+	v, ok := strings.CutPrefix(line, "time=")
+	if !ok {
+		return time.Time{}, false
+	}
+	v, _, _ = strings.Cut(v, " ")
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return t, err == nil
 }

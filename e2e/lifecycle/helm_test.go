@@ -144,6 +144,9 @@ func TestHelm(t *testing.T) {
 	resets := harness.StartRSTCapture(t, captureIn)
 	l2Packets := harness.StartPacketCapture(t, h.Lab.ModuleDir, h.Layout.Client, l2IP)
 	l2Probe, bgpProbe := harness.StartProbe(h.Layout.Client, l2IP), harness.StartProbe(h.Layout.Remote, bgpIP)
+	// Which node answers for the L2 VIP, seen from the client: a restart
+	// in place must not move it, even for a moment.
+	l2MACs := harness.WatchMAC(h.Layout.Client, l2IP)
 	ipChanges := watchIPs(h, map[string]string{"helm-l2": l2IP, "helm-bgp": bgpIP})
 	time.Sleep(time.Second)
 	start = time.Now()
@@ -155,6 +158,17 @@ func TestHelm(t *testing.T) {
 	l2Probe.Stop()
 	bgpProbe.Stop()
 	changes := ipChanges()
+	if macs := l2MACs(); len(macs) != 1 {
+		node := map[string]string{}
+		for _, n := range h.Layout.Nodes {
+			node[harness.LinkMAC(n.Netns, "eth0")] = n.Name
+		}
+		var moves []string
+		for _, m := range macs {
+			moves = append(moves, fmt.Sprintf("%s %s (%s)", m.At.UTC().Format("15:04:05.000"), m.MAC, node[m.MAC]))
+		}
+		t.Errorf("upgrade: the L2 VIP %s was answered by %d MACs in turn, want one (a restart in place moves nothing): %s", l2IP, len(macs), strings.Join(moves, ", "))
+	}
 	t.Logf("TIMING helm upgrade --wait and the rollouts: %s", upgradeTook.Round(time.Millisecond))
 	for _, p := range []struct {
 		name string
@@ -172,6 +186,7 @@ func TestHelm(t *testing.T) {
 	}
 	if failedAt := append(l2Probe.FailedAt(), bgpProbe.FailedAt()...); len(failedAt) > 0 {
 		t.Logf("TCP resets (tcpdump -e in the clients' and every node's namespace):\n  %s", strings.Join(resets.Near(failedAt), "\n  "))
+		t.Logf("the speakers' logs within 3 s of a failure:\n  %s", strings.Join(speakerLogs.Near(failedAt, 3*time.Second), "\n  "))
 		if at := l2Probe.FailedAt(); len(at) > 0 {
 			t.Logf("the L2 client's packets to and from %s within 300 ms of a failure:\n  %s", l2IP, strings.Join(l2Packets.Around(at, 300*time.Millisecond, 400), "\n  "))
 		}

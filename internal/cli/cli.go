@@ -39,9 +39,27 @@ var commands = map[string]command{
 	"status":          {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
 	"migrate":         {"translate MetalLB's configuration into herald's", runMigrate},
 	"label-namespace": {"set a namespace's Pod Security labels (the Helm chart's install hook runs it)", runLabelNamespace},
+	"conntrack":       {"write kube-proxy's conntrack settings and exit (the Helm chart's init container runs it)", runConntrack},
 }
 
-var order = []string{"controller", "speaker", "proxy", "status", "validate", "migrate", "label-namespace", "version"}
+var order = []string{"controller", "speaker", "proxy", "status", "validate", "migrate", "label-namespace", "conntrack", "version"}
+
+// runConntrack writes the settings; exit 0 also when some could not be
+// written (they are logged): the proxy works with the kernel's values.
+func runConntrack(args []string) int {
+	t, format, err := proxy.ParseConntrackFlags(args, flagusage.Output(args))
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "herald conntrack: %v\n", err)
+		return 2
+	}
+	log := logging.New(os.Stderr, format, slog.LevelInfo)
+	written, failed := proxy.TuneConntrack(t, log)
+	log.Info("conntrack settings done", "written", written, "leftAsTheyAre", failed)
+	return 0
+}
 
 // Main runs the subcommand named by args[0] and returns the exit code.
 func Main(args []string) int {

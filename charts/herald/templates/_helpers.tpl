@@ -51,6 +51,7 @@ The proxy's flags, for the speaker or the proxy-only DaemonSet.
 {{- define "herald.proxyArgs" -}}
 - --healthz-bind-address={{ .Values.proxy.healthzBindAddress }}
 - --metrics-bind-address={{ include "herald.proxyMetricsBindAddress" . }}
+{{- include "herald.conntrackArgs" (dict "Values" .Values "all" false) }}
 {{- range .Values.proxy.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -160,4 +161,60 @@ Refuse combinations that cannot work, with a message saying why.
 {{- if not (or .Values.controller.enabled .Values.speaker.enabled (eq .Values.proxy.mode "standalone")) }}
 {{- fail "nothing to install: controller, speaker and the standalone proxy are all disabled" }}
 {{- end }}
+{{- end }}
+
+{{/*
+The proxy's conntrack flags, from proxy.conntrack: all of them for the init
+container that writes them; for the proxy (herald.proxyArgs) only those that
+differ from kube-proxy's defaults, which are the proxy's too.
+*/}}
+{{- define "herald.conntrackArgs" -}}
+{{- $all := .all -}}
+{{- with .Values.proxy.conntrack -}}
+{{- if or $all (ne (int64 .maxPerCore) 32768) }}
+- --conntrack-max-per-core={{ int64 .maxPerCore }}
+{{- end }}
+{{- if or $all (ne (int64 .min) 131072) }}
+- --conntrack-min={{ int64 .min }}
+{{- end }}
+{{- if or $all (ne .tcpTimeoutEstablished "24h0m0s") }}
+- --conntrack-tcp-timeout-established={{ .tcpTimeoutEstablished }}
+{{- end }}
+{{- if or $all (ne .tcpTimeoutCloseWait "1h0m0s") }}
+- --conntrack-tcp-timeout-close-wait={{ .tcpTimeoutCloseWait }}
+{{- end }}
+{{- if or $all .tcpBeLiberal }}
+- --conntrack-tcp-be-liberal={{ .tcpBeLiberal }}
+{{- end }}
+{{- if or $all (ne .udpTimeout "0s") }}
+- --conntrack-udp-timeout={{ .udpTimeout }}
+{{- end }}
+{{- if or $all (ne .udpTimeoutStream "0s") }}
+- --conntrack-udp-timeout-stream={{ .udpTimeoutStream }}
+{{- end }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The init container that writes the conntrack settings (proxy.conntrack.
+privilegedInit, off by default): privileged, because only a privileged
+container's /proc/sys is writable; it runs `herald conntrack`, which exits
+once they are written, and mounts nothing.
+*/}}
+{{- define "herald.conntrackInit" -}}
+{{- if .Values.proxy.conntrack.privilegedInit -}}
+initContainers:
+  - name: conntrack
+    image: {{ include "herald.image" . }}
+    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    args:
+      - conntrack
+      {{- include "herald.conntrackArgs" (dict "Values" .Values "all" true) | trim | nindent 6 }}
+    securityContext:
+      privileged: true
+    resources:
+      requests:
+        cpu: 10m
+        memory: 16Mi
+{{- end -}}
 {{- end }}
