@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/herald-lb/herald/speaker/members"
+	"github.com/herald-lb/herald/speaker/recovery"
 )
 
 // A member that leaves restarting in place keeps its address for the
@@ -150,5 +151,73 @@ func TestDecideRestart(t *testing.T) {
 		if d.InPlace || !strings.Contains(d.Reason, c.want) {
 			t.Errorf("%s: %+v, want a hand-over saying %q", name, d, c.want)
 		}
+	}
+}
+
+// TestRestartInPlaceTwoNodes: in a cluster of two, the speaker that stays
+// while the other restarts in place is not alone: it is not isolated,
+// not counted out (so not recovering when the other is back), and
+// neither address moves, before, during or after the restart. Found on
+// real nodes: a helm upgrade of two nodes moved an address and back.
+func TestRestartInPlaceTwoNodes(t *testing.T) {
+	nodes := []string{"node1", "node2"}
+	for _, self := range nodes {
+		peer := nodes[0]
+		if peer == self {
+			peer = nodes[1]
+		}
+		mine, theirs := ipFor(t, self, nodes...), ipFor(t, peer, nodes...)
+		l, tr, now := partitionLab(t, self, nodes)
+		l.sp.d.Recovery = recovery.NewTracker(time.Minute, nil)
+		l.sp.d.RestartHold = time.Hour
+		l.service("web", false, mine, theirs)
+		check := func(when string) {
+			t.Helper()
+			a := l.sp.Announcements()
+			if !a.AnnouncingAnywhere(addr(mine)) || a.AnnouncingAnywhere(addr(theirs)) {
+				t.Errorf("%s, %s: announcing %s %v and %s %v, want only its own", self, when, mine, a.AnnouncingAnywhere(addr(mine)), theirs, a.AnnouncingAnywhere(addr(theirs)))
+			}
+			if l.sp.State().Isolated {
+				t.Errorf("%s, %s: isolated", self, when)
+			}
+			if r, _ := l.sp.d.Recovery.Recovering(); r {
+				t.Errorf("%s, %s: counted out (recovering)", self, when)
+			}
+		}
+		tr.Observe(peer, *now)
+		l.sp.Sync()
+		check("before")
+		l.cluster.LeaveRestarting(peer)
+		for range 5 { // past the heartbeat window
+			*now = now.Add(time.Second)
+			l.sp.Sync()
+			check("while the other restarts")
+		}
+		l.cluster.Set(members.Member{Name: peer, Meta: members.Meta{Interfaces: []string{"eth0"}}})
+		l.sp.Sync()
+		check("after the other is back")
+	}
+}
+
+// TestAloneAfterGracefulLeaves: a speaker whose only peer left for good
+// (a plain graceful leave, not a restart) is the whole cluster: not a
+// minority, so not isolated and not counted out; it takes the address.
+func TestAloneAfterGracefulLeaves(t *testing.T) {
+	nodes := []string{"node1", "node2"}
+	theirs := ipFor(t, "node2", nodes...)
+	l, _, now := partitionLab(t, "node1", nodes)
+	l.sp.d.Recovery = recovery.NewTracker(time.Minute, nil)
+	l.service("web", false, theirs)
+	l.sp.Sync()
+	l.cluster.Leave("node2")
+	for range 5 {
+		*now = now.Add(time.Second)
+		l.sp.Sync()
+	}
+	if l.sp.State().Isolated || !l.sp.Announcements().AnnouncingAnywhere(addr(theirs)) {
+		t.Errorf("alone after node2 left gracefully: isolated %v, announcing %v", l.sp.State().Isolated, l.sp.Announcements().AnnouncingAnywhere(addr(theirs)))
+	}
+	if r, _ := l.sp.d.Recovery.Recovering(); r {
+		t.Error("counted out after a graceful leave")
 	}
 }

@@ -539,15 +539,23 @@ func (s *Speaker) Standing() heartbeat.Standing { return s.standing(s.cluster.Me
 
 // standing records the live members as known and returns the standing.
 func (s *Speaker) standing(live []members.Member) heartbeat.Standing {
-	st := heartbeat.Standing{Self: s.d.Node}
+	st := heartbeat.Standing{Self: s.d.Node, Joined: s.joined.Load()}
 	s.knownMu.Lock()
 	defer s.knownMu.Unlock()
 	s.known[s.d.Node] = true
+	liveNames := map[string]bool{}
 	for _, m := range live {
 		st.Live = append(st.Live, m.Name)
 		s.known[m.Name] = true
+		liveNames[m.Name] = true
 	}
 	st.Known = slices.Sorted(maps.Keys(s.known))
+	now := time.Now()
+	for _, name := range slices.Sorted(maps.Keys(s.held)) {
+		if !liveNames[name] && now.Before(s.held[name].until) {
+			st.Held = append(st.Held, name)
+		}
+	}
 	return st
 }
 

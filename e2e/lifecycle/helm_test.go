@@ -115,6 +115,17 @@ func TestHelm(t *testing.T) {
 	}
 	// herald's rules live in the iptables backend kubelet chose.
 	checkSameBackend(h)
+	// The conntrack init container wrote kube-proxy's timeouts in each
+	// node's namespace (the table's size is the host's: left, with a
+	// warning).
+	for _, n := range h.Layout.Nodes {
+		for file, want := range map[string]string{"nf_conntrack_tcp_timeout_close_wait": "3600", "nf_conntrack_tcp_timeout_established": "86400"} {
+			out, err := exec.Command("ip", "netns", "exec", n.Netns, "cat", "/proc/sys/net/netfilter/"+file).Output()
+			if got := strings.TrimSpace(string(out)); err != nil || got != want {
+				t.Errorf("%s: %s is %q (%v), want %s (kube-proxy's default, written by the chart's conntrack init container)", n.Name, file, got, err, want)
+			}
+		}
+	}
 	// The speakers' last words at the upgrade and the uninstall: a real
 	// kubelet removes a deleted pod's logs, so they are followed.
 	speakerLogs := h.FollowLogs(helmNS, "app.kubernetes.io/component=speaker", "speaker")
@@ -143,6 +154,9 @@ func TestHelm(t *testing.T) {
 	}
 	resets := harness.StartRSTCapture(t, captureIn)
 	l2Packets := harness.StartPacketCapture(t, h.Lab.ModuleDir, h.Layout.Client, l2IP)
+	// The L2 election as the speakers saw it up to now: what a move
+	// during the upgrade is compared with.
+	electionBefore := electionLines(h)
 	l2Probe, bgpProbe := harness.StartProbe(h.Layout.Client, l2IP), harness.StartProbe(h.Layout.Remote, bgpIP)
 	// Which node answers for the L2 VIP, seen from the client: a restart
 	// in place must not move it, even for a moment.
@@ -168,6 +182,12 @@ func TestHelm(t *testing.T) {
 			moves = append(moves, fmt.Sprintf("%s %s (%s)", m.At.UTC().Format("15:04:05.000"), m.MAC, node[m.MAC]))
 		}
 		t.Errorf("upgrade: the L2 VIP %s was answered by %d MACs in turn, want one (a restart in place moves nothing): %s", l2IP, len(macs), strings.Join(moves, ", "))
+		var at []time.Time
+		for _, m := range macs[1:] {
+			at = append(at, m.At)
+		}
+		t.Logf("the speakers' logs within 3 s of a move:\n  %s", strings.Join(speakerLogs.Near(at, 3*time.Second), "\n  "))
+		t.Logf("the speakers' election before the upgrade:\n  %s", strings.Join(electionBefore, "\n  "))
 	}
 	t.Logf("TIMING helm upgrade --wait and the rollouts: %s", upgradeTook.Round(time.Millisecond))
 	for _, p := range []struct {
@@ -435,7 +455,9 @@ func labValues(t *testing.T, apiServerURL string) string {
 	if err != nil || u.Hostname() == "" || u.Port() == "" {
 		t.Fatalf("API server URL %q: %v", apiServerURL, err)
 	}
-	v := fmt.Sprintf("apiServer:\n  host: %s\n  port: %s\nproxy:\n  clusterCIDR: %s,%s\nspeaker:\n  logLevel: debug\n",
+	// The conntrack init container runs too, as it does for every
+	// real-node lab (cluster.HelmValues).
+	v := fmt.Sprintf("apiServer:\n  host: %s\n  port: %s\nproxy:\n  clusterCIDR: %s,%s\n  conntrack:\n    privilegedInit: true\nspeaker:\n  logLevel: debug\n",
 		u.Hostname(), u.Port(), topology.ClusterCIDR, topology.ClusterCIDRv6)
 	p := filepath.Join(t.TempDir(), "lab-values.yaml")
 	if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
@@ -653,4 +675,24 @@ func grepLines(s string, words ...string) string {
 		return "(no such line)"
 	}
 	return strings.Join(out, "\n")
+}
+
+// electionLines are the speakers' log lines, so far, about the L2
+// election and who answers: winners, announcements, isolation and
+// recovery, memberlist events.
+func electionLines(h *harness.T) []string {
+	out, err := h.K.Output(h.Ctx, "-n", helmNS, "logs", "-l", "app.kubernetes.io/component=speaker", "-c", "speaker", "--tail=-1", "--prefix", "--max-log-requests=10")
+	if err != nil {
+		return []string{"kubectl logs: " + err.Error()}
+	}
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		for _, k := range []string{"winner changed", "msg=announcing", "not answering", "isolated", "recover", "event=join", "event=leave", "interfaces announceable", "first sync done", "restart"} {
+			if strings.Contains(l, k) {
+				lines = append(lines, l)
+				break
+			}
+		}
+	}
+	return lines
 }

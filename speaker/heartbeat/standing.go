@@ -19,6 +19,18 @@ type Standing struct {
 	// that died without leaving. A graceful leave drops a speaker from
 	// it, so a rolling update never makes the rest a minority.
 	Known []string
+	// Held are the speakers that left restarting in place and are still
+	// held for it: they said they come back, and their node forwards
+	// meanwhile, so they count in the view. Without them the last
+	// speaker of a two-node cluster would find itself alone during its
+	// peer's restart, a minority, and afterwards recovering: the restart
+	// would move the addresses it held.
+	Held []string
+	// Joined: this speaker has seen another member since it started.
+	// Alone after that, with nobody else known, every other speaker left
+	// gracefully: that is the whole cluster, not a start-up that has not
+	// found the others yet.
+	Joined bool
 }
 
 // Alone is a standing with no peer in the view.
@@ -28,6 +40,9 @@ func Alone(self string) Standing { return Standing{Self: self} }
 func (s Standing) live() map[string]bool {
 	out := map[string]bool{s.Self: true}
 	for _, n := range s.Live {
+		out[n] = true
+	}
+	for _, n := range s.Held {
 		out[n] = true
 	}
 	return out
@@ -51,13 +66,13 @@ func (s Standing) Lonely() bool { return len(s.live()) == 1 }
 // view cannot tell from memberlist whether the rest died or is cut off
 // and elects on its own next to it; a speaker in it asks the Lease.
 //
-// A speaker alone that knows of nobody else is a minority too: it has
-// just started and not joined yet, and the others may be alive.
+// A speaker alone that knows of nobody else is a minority too when it
+// has just started and not joined yet: the others may be alive.
 func (s Standing) Minority() bool {
 	live, known := s.live(), s.known()
 	switch {
 	case len(live) == 1 && len(known) == 1:
-		return true
+		return !s.Joined
 	case 2*len(live) < len(known):
 		return true
 	case 2*len(live) == len(known):

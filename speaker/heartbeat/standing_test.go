@@ -43,6 +43,26 @@ func TestMinority(t *testing.T) {
 			t.Errorf("%s: Minority(%+v) = %v, want %v", tc.name, s, got, tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		name string
+		s    Standing
+		want bool
+	}{
+		// Two nodes, node1's peer restarting in place: it counts.
+		{"1 of 2, the other restarting in place", Standing{Self: "node2", Live: names(2), Known: names(1, 2), Held: names(1)}, false},
+		{"alone, the only peer restarting (it left the known)", Standing{Self: "node2", Live: names(2), Known: names(2), Held: names(1), Joined: true}, false},
+		{"2 of 5, 2 more restarting", Standing{Self: "node4", Live: names(4, 5), Known: names(1, 2, 3, 4, 5), Held: names(1, 2)}, false},
+		{"1 of 5, 1 restarting", Standing{Self: "node4", Live: names(4), Known: names(1, 2, 3, 4, 5), Held: names(3)}, true},
+		// Every peer left gracefully after this one joined: the whole
+		// cluster. Before any join: a start-up.
+		{"alone after every peer left gracefully", Standing{Self: "node1", Live: names(1), Known: names(1), Joined: true}, false},
+		{"alone before any join", Standing{Self: "node1", Live: names(1), Known: names(1)}, true},
+		{"alone after a join, the peer dead", Standing{Self: "node2", Live: names(2), Known: names(1, 2), Joined: true}, true},
+	} {
+		if got := tc.s.Minority(); got != tc.want {
+			t.Errorf("%s: Minority(%+v) = %v, want %v", tc.name, tc.s, got, tc.want)
+		}
+	}
 }
 
 // TestIsolatedMinority runs the trackers of a four- and a five-node

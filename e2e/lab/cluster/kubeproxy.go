@@ -84,8 +84,10 @@ func NoProxyDir(e2eModuleDir string) string {
 // DaemonSet of image registry.k8s.io/kube-proxy:<version>. The lab's
 // `kubernetes` Service has no proxy behind it until kube-proxy runs, so
 // KUBERNETES_SERVICE_HOST and _PORT give the in-cluster client the API
-// server itself. The conntrack flags of 0 leave the machine's conntrack
-// settings alone; healthz is kube-proxy's usual 0.0.0.0:10256 and metrics
+// server itself. kube-proxy writes its default conntrack timeouts, which
+// are each node namespace's own; --conntrack-max-per-core=0 leaves the
+// table's size, which only the host's namespace may change (kube-proxy
+// exits when it cannot write it). healthz is kube-proxy's usual 0.0.0.0:10256 and metrics
 // 127.0.0.1:10249 (herald's speaker without its proxy uses neither).
 func KubeProxyManifest(version, apiServerURL string, clusterCIDRs []string) (string, error) {
 	u, err := url.Parse(apiServerURL)
@@ -144,8 +146,6 @@ spec:
             - --healthz-bind-address=0.0.0.0:10256
             - --metrics-bind-address=127.0.0.1:10249
             - --conntrack-max-per-core=0
-            - --conntrack-tcp-timeout-established=0
-            - --conntrack-tcp-timeout-close-wait=0
           env:
             - name: NODE_NAME
               valueFrom: {fieldRef: {fieldPath: spec.nodeName}}

@@ -389,6 +389,11 @@ func HelmValues(apiServerURL, proxy string) ([]string, error) {
 	}
 	if proxy == ProxyKubeProxy {
 		vals = append(vals, "proxy.mode=disabled")
+	} else {
+		// kube-proxy's conntrack settings, as kube-proxy writes them in
+		// the lab: like for like in the comparisons (the TCP CLOSE_WAIT
+		// conformance test reads one).
+		vals = append(vals, "proxy.conntrack.privilegedInit=true")
 	}
 	return vals, nil
 }

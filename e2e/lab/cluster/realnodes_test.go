@@ -12,7 +12,7 @@ func TestHelmValues(t *testing.T) {
 	}
 	got := strings.Join(vals, " ")
 	for _, want := range []string{"image.repository=ghcr.io/herald-lb/herald", "image.tag=dev", "image.pullPolicy=Never",
-		"apiServer.host=198.51.100.254", "apiServer.port=42731", `proxy.clusterCIDR=198.18.0.0/16\,2001:db8:1::/48`} {
+		"apiServer.host=198.51.100.254", "apiServer.port=42731", `proxy.clusterCIDR=198.18.0.0/16\,2001:db8:1::/48`, "proxy.conntrack.privilegedInit=true"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("values lack %s: %s", want, got)
 		}
