@@ -85,7 +85,10 @@ func (c Config) PodsCgroup() string { return c.CgroupParent + "/pods" }
 // runc through the wrapper in cgroupfs mode (cgroups are v1 here) with
 // its own state root,
 // network namespaces under the state directory rather than the host's
-// /var/run/netns, and the node's CNI directories.
+// /var/run/netns, and the node's CNI directories. NRI stays on, as on
+// users' nodes, with the node's own socket and plugin directories: the
+// default socket, /var/run/nri/nri.sock, is one per machine, and the
+// second containerd to bind it exited (1 lab start in 8).
 func ContainerdTOML(c Config) string {
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	var b strings.Builder
@@ -107,6 +110,10 @@ oom_score = 0
 [plugins]
   [plugins.'io.containerd.shim.v1.manager']
     socket_dir = %s
+  [plugins.'io.containerd.nri.v1.nri']
+    socket_path = %s
+    plugin_path = %s
+    plugin_config_path = %s
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -127,7 +134,8 @@ oom_score = 0
       bin_dirs = [%s]
       conf_dir = %s
 `, c.Name, q(c.ContainerdRoot()), q(c.ContainerdState()), q(c.Socket()), q(c.Socket()+".ttrpc"),
-		q(c.ShimSocketDir()), q(c.SandboxImage), q(c.Runc), q(filepath.Join(c.Dir, "containerd", "runc")), q(c.CNIBinDir), q(c.CNIConfDir()))
+		q(c.ShimSocketDir()), q(filepath.Join(c.ShimSocketDir(), "nri.sock")), q(filepath.Join(c.Dir, "containerd", "nri", "plugins")), q(filepath.Join(c.Dir, "containerd", "nri", "conf.d")),
+		q(c.SandboxImage), q(c.Runc), q(filepath.Join(c.Dir, "containerd", "runc")), q(c.CNIBinDir), q(c.CNIConfDir()))
 	return b.String()
 }
 

@@ -31,6 +31,8 @@ func TestContainerdTOML(t *testing.T) {
 		`netns_mounts_under_state_dir = true`,
 		`conf_dir = "/tmp/herald-lab/hlab/nodes/node1/cni/net.d"`,
 		`socket_dir = "/run/herald-lab/s/hlab-node1"`,
+		`socket_path = "/run/herald-lab/s/hlab-node1/nri.sock"`,
+		`plugin_path = "/tmp/herald-lab/hlab/nodes/node1/containerd/nri/plugins"`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("containerd config lacks %q:\n%s", want, got)
