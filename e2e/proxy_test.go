@@ -379,9 +379,17 @@ func proxySuite(t *testing.T, h *harness.T, mode string) {
 		node := h.Node("node3")
 		url := fmt.Sprintf("http://%s:%d/", node.IPv4, nodePort(h, "px-nodeport"))
 		waitPage(h, h.Layout.Client, url)
+		// What is not herald's (kubelet's chains, on real nodes the CNI
+		// plugins') is left as it was.
+		foreign := harness.ForeignRules(h.Ctx, node.Netns)
 		// What an admin (or another tool flushing the tables) would do.
 		if out, err := h.Exec("node3", h.Lab.Bins.Path(labbin.Herald), "proxy", "--cleanup"); err != nil {
 			t.Fatalf("herald proxy --cleanup: %v\n%s", err, out)
+		}
+		gone, added := harness.DiffRules(foreign, harness.ForeignRules(h.Ctx, node.Netns))
+		t.Logf("node3: %d rules and chains not herald's before --cleanup, %d gone and %d added after", len(foreign), len(gone), len(added))
+		if len(gone) > 0 || len(added) > 0 {
+			t.Errorf("--cleanup changed rules not herald's:\ngone:\n%s\nadded:\n%s", strings.Join(gone, "\n"), strings.Join(added, "\n"))
 		}
 		for _, table := range []string{"nat", "filter", "mangle"} {
 			out, err := h.Exec("node3", "iptables-save", "-t", table)

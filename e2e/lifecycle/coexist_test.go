@@ -1,8 +1,6 @@
 package lifecycle
 
 import (
-	"regexp"
-	"sort"
 	"strings"
 	"time"
 
@@ -11,63 +9,11 @@ import (
 	"github.com/herald-lb/herald/e2e/lab/topology"
 )
 
-// saveTools are the iptables backends a node may hold rules in.
-var saveTools = []string{"iptables-legacy-save", "iptables-nft-save", "ip6tables-legacy-save", "ip6tables-nft-save"}
-
-var counters = regexp.MustCompile(` \[\d+:\d+\]$`)
-
-// foreignRules are the node's iptables rules and chains that are not
-// herald's (kubelet's, the CNI plugins', the kernel's defaults), in every
-// backend and table, without counters: what installing and removing
-// herald must leave as it found it.
-func foreignRules(h *harness.T, n topology.Node) []string {
-	var out []string
-	for _, tool := range saveTools {
-		for _, table := range []string{"nat", "filter", "mangle", "raw"} {
-			save, err := netns.Run(h.Ctx, n.Netns, tool, "-t", table)
-			if err != nil {
-				continue // a backend or table the node does not have
-			}
-			for _, l := range strings.Split(save, "\n") {
-				if l == "" || strings.HasPrefix(l, "#") || l == "COMMIT" || strings.Contains(l, "HERALD") {
-					continue
-				}
-				out = append(out, tool+" "+table+": "+counters.ReplaceAllString(l, ""))
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// sameRules reports what differs between two foreignRules snapshots.
-func diffRules(before, after []string) (gone, added []string) {
-	in := func(list []string) map[string]bool {
-		m := map[string]bool{}
-		for _, l := range list {
-			m[l] = true
-		}
-		return m
-	}
-	b, a := in(before), in(after)
-	for _, l := range before {
-		if !a[l] {
-			gone = append(gone, l)
-		}
-	}
-	for _, l := range after {
-		if !b[l] {
-			added = append(added, l)
-		}
-	}
-	return gone, added
-}
-
 // backendsWith lists the save tools whose output on the node has a line
 // holding word.
 func backendsWith(h *harness.T, n topology.Node, word string) []string {
 	var out []string
-	for _, tool := range saveTools {
+	for _, tool := range harness.SaveTools {
 		save, err := netns.Run(h.Ctx, n.Netns, tool)
 		if err == nil && strings.Contains(save, word) {
 			out = append(out, tool)

@@ -60,7 +60,7 @@ func TestHelm(t *testing.T) {
 	}
 	foreign := map[string][]string{}
 	for _, n := range h.Layout.Nodes {
-		foreign[n.Name] = foreignRules(h, n)
+		foreign[n.Name] = harness.ForeignRules(h.Ctx, n.Netns)
 	}
 
 	start := time.Now()
@@ -264,7 +264,7 @@ func TestHelm(t *testing.T) {
 	// Nothing that is not herald's was touched, and the host port still
 	// works.
 	for _, n := range h.Layout.Nodes {
-		gone, added := diffRules(foreign[n.Name], foreignRules(h, n))
+		gone, added := harness.DiffRules(foreign[n.Name], harness.ForeignRules(h.Ctx, n.Netns))
 		t.Logf("%s: %d rules and chains not herald's before the install; after the uninstalls %d gone, %d added", n.Name, len(foreign[n.Name]), len(gone), len(added))
 		if len(gone) > 0 || len(added) > 0 {
 			t.Errorf("%s: rules not herald's changed across install and uninstall:\ngone:\n%s\nadded:\n%s", n.Name, strings.Join(gone, "\n"), strings.Join(added, "\n"))
