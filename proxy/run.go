@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
 
@@ -134,19 +135,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	hc := healthcheck.NewServiceServer(nil, health.Healthy)
 	defer hc.Close()
 
-	handlers := map[string]http.Handler{}
-	metricsHandler := healthcheck.MetricsHandler(promhttp.HandlerFor(m.Endpoint, promhttp.HandlerOpts{}), string(o.ProxyMode))
-	if o.HealthzBindAddress == o.MetricsBindAddress {
-		mux := http.NewServeMux()
-		mux.Handle("/healthz", health.Handler())
-		mux.Handle("/livez", health.Handler())
-		mux.Handle("/", metricsHandler)
-		handlers[o.HealthzBindAddress] = mux
-	} else {
-		handlers[o.HealthzBindAddress] = health.Handler()
-		handlers[o.MetricsBindAddress] = metricsHandler
-	}
-	stopServers, err := serve(log, handlers)
+	stopServers, err := serve(log, serverHandlers(o, health, m))
 	if err != nil {
 		return err
 	}
@@ -156,110 +145,29 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 		log.Warn("service input the proxy cannot use", "service", svc.Namespace+"/"+svc.Name, "problem", msg)
 		rec.Event(svc, corev1.EventTypeWarning, "ProxyInvalidService", msg)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = informerSelector }))
-	svcInf := factory.Core().V1().Services().Informer()
-	if _, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { serviceEvent(tracker, obj, warn) },
-		UpdateFunc: func(_, obj any) { serviceEvent(tracker, obj, warn) },
-		DeleteFunc: func(obj any) {
-			if svc, ok := tombstone[*corev1.Service](obj); ok {
-				tracker.DeleteService(svc.Namespace, svc.Name)
-			}
-		},
-	}); err != nil {
+	synced, stopInformers, err := watchCluster(ctx, kube, o.NodeName, tracker, warn)
+	if err != nil {
 		return err
 	}
-	sliceInf := factory.Discovery().V1().EndpointSlices().Informer()
-	if _, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { sliceEvent(tracker, obj) },
-		UpdateFunc: func(_, obj any) { sliceEvent(tracker, obj) },
-		DeleteFunc: func(obj any) {
-			if sl, ok := tombstone[*discoveryv1.EndpointSlice](obj); ok {
-				tracker.DeleteSlice(sl)
-			}
-		},
-	}); err != nil {
-		return err
-	}
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", o.NodeName).String()
-		}))
-	nodeInf := nodeFactory.Core().V1().Nodes().Informer()
-	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { nodeEvent(tracker, obj) },
-		UpdateFunc: func(_, obj any) { nodeEvent(tracker, obj) },
-		DeleteFunc: func(obj any) {
-			if n, ok := tombstone[*corev1.Node](obj); ok {
-				tracker.DeleteNode(n.Name)
-			}
-		},
-	}); err != nil {
-		return err
-	}
+	defer stopInformers()
 	log.Info("herald proxy starting", "version", version.String(), "node", o.NodeName, "clusterCIDRs", o.ClusterCIDRs, "nodePortAddresses", o.NodePortAddresses.String(),
 		"minSyncPeriod", o.MinSyncPeriod, "syncPeriod", o.SyncPeriod, "healthz", o.HealthzBindAddress, "metrics", o.MetricsBindAddress)
-	factory.Start(ctx.Done())
-	nodeFactory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer nodeFactory.Shutdown()
 	// The first sync must see every Service, or it would delete the rules
 	// of those not yet listed.
-	if !cache.WaitForCacheSync(ctx.Done(), svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, nodeWait)
-	for !tracker.Node().Seen && waitCtx.Err() == nil {
-		select {
-		case <-waitCtx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	cancel()
-	if ctx.Err() != nil {
+	node, ok := waitForNode(ctx, tracker)
+	if !ok {
 		return nil
 	}
-	node := tracker.Node()
 	if !node.Seen {
 		log.Warn("no Node object with this name: programming Services without the node's addresses", "node", o.NodeName, "waited", nodeWait)
 	}
 
-	var fams []Backend
-	if o.ProxyMode == ModeNFTables {
-		// Rules a run in the iptables mode left would take the packets
-		// first (they DNAT in the same hooks): remove them.
-		if err := cleanupIPTables(ctx, o.IPTablesBackend, log); err != nil {
-			log.Warn("removing the iptables mode's rules", "err", err)
-		}
-		k := &nft.Kernel{}
-		for _, f := range Families(node, o.ClusterCIDRs) {
-			fams = append(fams, Backend{Family: f, NFT: k})
-		}
-	} else {
-		mode, err := iptablesMode(ctx, o.IPTablesBackend, log)
-		if err != nil {
-			return err
-		}
-		p.mode.Store(&mode)
-		if err := cleanupNFT(); err != nil {
-			log.Info("no nftables mode tables removed", "err", err)
-		}
-		for _, f := range Families(node, o.ClusterCIDRs) {
-			r, err := iptables.NewFor(iptables.Family(f), mode)
-			if err != nil {
-				log.Error("address family left out", "family", f, "err", err)
-				continue
-			}
-			b := Backend{Family: f, Runner: r}
-			if mode == iptables.ModeLegacy {
-				b.ChunkChains = -1 // see Backend.ChunkChains
-			}
-			fams = append(fams, b)
-		}
-	}
-	if len(fams) == 0 {
-		return errors.New("neither iptables nor ip6tables can be used")
+	fams, err := p.backends(ctx, node, log)
+	if err != nil {
+		return err
 	}
 	// Before the be-liberal setting is read below: the tuning may set it.
 	tuneConntrack(o.Conntrack, conntrack.Files{}, log)
@@ -350,6 +258,137 @@ func Families(node NodeInfo, clusterCIDRs []netip.Prefix) []rules.Family {
 		out = append(out, rules.IPv6)
 	}
 	return out
+}
+
+// serverHandlers are the proxy's health and metrics endpoints by
+// address: one mux when both flags name the same address.
+func serverHandlers(o Options, health *healthcheck.ProxyHealth, m *Metrics) map[string]http.Handler {
+	handlers := map[string]http.Handler{}
+	metricsHandler := healthcheck.MetricsHandler(promhttp.HandlerFor(m.Endpoint, promhttp.HandlerOpts{}), string(o.ProxyMode))
+	if o.HealthzBindAddress == o.MetricsBindAddress {
+		mux := http.NewServeMux()
+		mux.Handle("/healthz", health.Handler())
+		mux.Handle("/livez", health.Handler())
+		mux.Handle("/", metricsHandler)
+		handlers[o.HealthzBindAddress] = mux
+	} else {
+		handlers[o.HealthzBindAddress] = health.Handler()
+		handlers[o.MetricsBindAddress] = metricsHandler
+	}
+	return handlers
+}
+
+// watchCluster starts the informers that feed the tracker: Services
+// (without other proxies' and headless ones), EndpointSlices, and this
+// node's Node. It returns their HasSynced and a stop.
+func watchCluster(ctx context.Context, kube kubernetes.Interface, nodeName string, tracker *Tracker, warn func(*corev1.Service, string)) ([]cache.InformerSynced, func(), error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = informerSelector }))
+	svcInf := factory.Core().V1().Services().Informer()
+	if _, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { serviceEvent(tracker, obj, warn) },
+		UpdateFunc: func(_, obj any) { serviceEvent(tracker, obj, warn) },
+		DeleteFunc: func(obj any) {
+			if svc, ok := tombstone[*corev1.Service](obj); ok {
+				tracker.DeleteService(svc.Namespace, svc.Name)
+			}
+		},
+	}); err != nil {
+		return nil, nil, err
+	}
+	sliceInf := factory.Discovery().V1().EndpointSlices().Informer()
+	if _, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { sliceEvent(tracker, obj) },
+		UpdateFunc: func(_, obj any) { sliceEvent(tracker, obj) },
+		DeleteFunc: func(obj any) {
+			if sl, ok := tombstone[*discoveryv1.EndpointSlice](obj); ok {
+				tracker.DeleteSlice(sl)
+			}
+		},
+	}); err != nil {
+		return nil, nil, err
+	}
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
+		}))
+	nodeInf := nodeFactory.Core().V1().Nodes().Informer()
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { nodeEvent(tracker, obj) },
+		UpdateFunc: func(_, obj any) { nodeEvent(tracker, obj) },
+		DeleteFunc: func(obj any) {
+			if n, ok := tombstone[*corev1.Node](obj); ok {
+				tracker.DeleteNode(n.Name)
+			}
+		},
+	}); err != nil {
+		return nil, nil, err
+	}
+	factory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+	stop := func() {
+		factory.Shutdown()
+		nodeFactory.Shutdown()
+	}
+	return []cache.InformerSynced{svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced}, stop, nil
+}
+
+// waitForNode waits at most nodeWait for this node's Node object; false
+// when ctx ended meanwhile.
+func waitForNode(ctx context.Context, tracker *Tracker) (NodeInfo, bool) {
+	waitCtx, cancel := context.WithTimeout(ctx, nodeWait)
+	defer cancel()
+	for !tracker.Node().Seen && waitCtx.Err() == nil {
+		select {
+		case <-waitCtx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return tracker.Node(), ctx.Err() == nil
+}
+
+// backends are the address families' rule writers for the mode: in the
+// nftables mode after removing what an iptables-mode run left, in the
+// iptables mode through the backend chosen (recorded for RemoveRules).
+func (p *Proxy) backends(ctx context.Context, node NodeInfo, log *slog.Logger) ([]Backend, error) {
+	o := p.o
+	var fams []Backend
+	if o.ProxyMode == ModeNFTables {
+		// Rules a run in the iptables mode left would take the packets
+		// first (they DNAT in the same hooks): remove them.
+		if err := cleanupIPTables(ctx, o.IPTablesBackend, log); err != nil {
+			log.Warn("removing the iptables mode's rules", "err", err)
+		}
+		k := &nft.Kernel{}
+		for _, f := range Families(node, o.ClusterCIDRs) {
+			fams = append(fams, Backend{Family: f, NFT: k})
+		}
+	} else {
+		mode, err := iptablesMode(ctx, o.IPTablesBackend, log)
+		if err != nil {
+			return nil, err
+		}
+		p.mode.Store(&mode)
+		if err := cleanupNFT(); err != nil {
+			log.Info("no nftables mode tables removed", "err", err)
+		}
+		for _, f := range Families(node, o.ClusterCIDRs) {
+			r, err := iptables.NewFor(iptables.Family(f), mode)
+			if err != nil {
+				log.Error("address family left out", "family", f, "err", err)
+				continue
+			}
+			b := Backend{Family: f, Runner: r}
+			if mode == iptables.ModeLegacy {
+				b.ChunkChains = -1 // see Backend.ChunkChains
+			}
+			fams = append(fams, b)
+		}
+	}
+	if len(fams) == 0 {
+		return nil, errors.New("neither iptables nor ip6tables can be used")
+	}
+	return fams, nil
 }
 
 // TuneConntrack writes the conntrack settings in this process's
