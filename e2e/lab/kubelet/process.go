@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -62,10 +64,58 @@ func startProcess(name, netnsName, program string, args, env []string, dir, logP
 		return nil, err
 	}
 	p.rec = proc.Record{Name: name, PID: cmd.Process.Pid, Path: program, Args: args, LogPath: logPath}
+	// As a real kubelet reports a container running only once its
+	// runtime has set it up, wait until `ip netns exec` and, with
+	// volumes, the mount helper have exec'd the program: before that
+	// the process is in the namespace without the pod's mounts (a test
+	// reading the service-account files through /proc/PID/root found
+	// none, once).
+	waitExec(p, cmd.Process.Pid, setupPrograms(program, args), 5*time.Second)
 	if st, err := startTime(p.rec.PID); err == nil {
 		p.rec.StartTime = st
 	}
 	return p, nil
+}
+
+// setupPrograms are the executables a container's process runs before
+// its program: `ip` (netns exec), and the kubelet's own binary when it
+// makes the mounts first (MountExecCommand).
+func setupPrograms(program string, args []string) []string {
+	var out []string
+	if ip, err := exec.LookPath("ip"); err == nil {
+		out = append(out, resolved(ip))
+	}
+	if len(args) > 0 && args[0] == MountExecCommand {
+		out = append(out, resolved(program))
+	}
+	return out
+}
+
+func resolved(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	return path
+}
+
+// waitExec waits, at most timeout, until the process runs none of the
+// setup programs any more (it exec'd its own), or has exited.
+func waitExec(p *process, pid int, setup []string, timeout time.Duration) {
+	exe := "/proc/" + strconv.Itoa(pid) + "/exe"
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		select {
+		case <-p.exited:
+			return
+		default:
+		}
+		cur, err := os.Readlink(exe)
+		if err != nil {
+			return // gone, or a zombie
+		}
+		if !slices.Contains(setup, strings.TrimSuffix(cur, " (deleted)")) {
+			return
+		}
+	}
 }
 
 // runCmd starts cmd with its output appended to logPath, after a header
