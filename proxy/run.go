@@ -95,7 +95,7 @@ func (p *Proxy) Healthy() error {
 
 // Run runs `herald proxy` until ctx ends (or, with --cleanup, removes
 // herald's rules and returns). The rules stay in place when it stops, so
-// a restart does not interrupt traffic; internal/cli removes them
+// a restart does not interrupt traffic; cmd/herald/cli removes them
 // (RemoveRules) when DecideUninstall says herald is being uninstalled.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	return New(o).Run(ctx, log)

@@ -31,7 +31,7 @@ func TestComponentsDoNotImportEachOther(t *testing.T) {
 		f := strings.Fields(line)
 		pkg, deps := f[0], f[1:]
 		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
-		if rel == "cmd/herald" || rel == "internal/cli" || strings.HasPrefix(rel, "internal/cli/") {
+		if rel == "cmd/herald" || strings.HasPrefix(rel, "cmd/herald/") {
 			// The composition root and its commands: herald status
 			// resolves BGP announcements with the speaker's own rule.
 			continue
@@ -46,12 +46,38 @@ func TestComponentsDoNotImportEachOther(t *testing.T) {
 				if own != "" {
 					where = "component " + own + ": package"
 				}
-				t.Errorf("%s %s imports %s (component %s): components meet only in internal/cli", where, pkg, d, c)
+				t.Errorf("%s %s imports %s (component %s): components meet only in cmd/herald/cli", where, pkg, d, c)
 			}
 		}
 		checked++
 	}
 	if checked < 20 {
 		t.Fatalf("only %d packages listed; is this the herald module?", checked)
+	}
+}
+
+// TestSharedGroundPointsDown: config and internal/ are what every layer
+// stands on; they import no component and nothing of the command line.
+func TestSharedGroundPointsDown(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"/internal/...", module+"/config/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		for _, d := range f[1:] {
+			rel, ok := strings.CutPrefix(d, module+"/")
+			if !ok {
+				continue
+			}
+			if componentOf(d) != "" || rel == "cmd" || strings.HasPrefix(rel, "cmd/") {
+				t.Errorf("%s imports %s: config and internal/ stand below the components and the command line", f[0], d)
+			}
+		}
+		checked++
+	}
+	if checked < 10 {
+		t.Fatalf("only %d packages listed", checked)
 	}
 }

@@ -35,7 +35,7 @@ spec: {ipAddressPools: [lan]}
 	// One that does not translate whole exits 1, and says what and where.
 	out.Reset()
 	report.Reset()
-	code := migrateMain(context.Background(), migrateOptions{files: files{"../../config/migrate/testdata/metallb.yaml"}, namespace: "herald-system"}, &out, &report)
+	code := migrateMain(context.Background(), migrateOptions{files: files{"../../../config/migrate/testdata/metallb.yaml"}, namespace: "herald-system"}, &out, &report)
 	if code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}
@@ -73,7 +73,7 @@ func TestMigrateNothingRecognised(t *testing.T) {
 		wantCode int
 	}{
 		{"empty file", migrateOptions{files: files{empty}}, "no MetalLB configuration found in " + empty + " (namespace metallb-system): nothing written", 1},
-		{"install manifest", migrateOptions{files: files{"../../config/migrate/testdata/install-manifest.yaml"}}, "no MetalLB configuration found", 1},
+		{"install manifest", migrateOptions{files: files{"../../../config/migrate/testdata/install-manifest.yaml"}}, "no MetalLB configuration found", 1},
 		{"another namespace", migrateOptions{files: files{elsewhere}}, "1 MetalLB object is in another namespace than MetalLB's (give --metallb-namespace", 1},
 		{"that namespace named", migrateOptions{files: files{elsewhere}, metallbNamespace: "metallb"}, "1 herald object written; no warnings or errors", 1},
 	} {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/herald-lb/herald/config/validate"
 	"github.com/herald-lb/herald/controller"
-	"github.com/herald-lb/herald/internal/cli/status"
+	"github.com/herald-lb/herald/cmd/herald/cli/status"
 	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/logging"
 	"github.com/herald-lb/herald/internal/version"
