@@ -13,9 +13,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/herald-lb/herald/cmd/herald/cli/status"
 	"github.com/herald-lb/herald/config/validate"
 	"github.com/herald-lb/herald/controller"
-	"github.com/herald-lb/herald/cmd/herald/cli/status"
 	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/logging"
 	"github.com/herald-lb/herald/internal/version"
