@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/listen"
 	"github.com/herald-lb/herald/internal/logging"
@@ -19,8 +20,8 @@ import (
 
 // Options configure `herald controller`.
 type Options struct {
-	// Kubeconfig is a kubeconfig file; empty means in-cluster.
-	Kubeconfig string
+	// APIFlags are --kubeconfig, --kube-api-qps and --kube-api-burst.
+	daemon.APIFlags
 	// LogFormat is --log-format: text or json.
 	LogFormat logging.Format
 	// Namespace is where herald reads its configuration from.
@@ -32,9 +33,6 @@ type Options struct {
 	MetricsAddr string
 	// Workers reconcile Services in parallel.
 	Workers int
-	// QPS and Burst limit the controller's requests to the API server.
-	QPS   float64
-	Burst int
 	// StatusInterval is the least time between two status writes of one
 	// herald.io object.
 	StatusInterval time.Duration
@@ -60,8 +58,7 @@ func DefaultOptions() Options {
 		Namespace:      ns,
 		MetricsAddr:    ":7472",
 		Workers:        4,
-		QPS:            200,
-		Burst:          400,
+		APIFlags:       daemon.APIFlags{QPS: 200, Burst: 400},
 		StatusInterval: time.Second,
 		LeaderElect:    true,
 		LeaseName:      "herald-controller",
@@ -78,14 +75,12 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	o := DefaultOptions()
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	o.APIFlags.Register(fs)
 	logging.Register(fs, &o.LogFormat)
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of herald's configuration (default: $POD_NAMESPACE or herald-system)")
 	fs.StringVar(&o.LBClass, "lb-class", "", "handle only Services with this spec.loadBalancerClass (default: only Services without a class)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address serving /metrics, /healthz and /readyz")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Services reconciled in parallel")
-	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "requests per second to the API server")
-	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
 	fs.DurationVar(&o.StatusInterval, "status-interval", o.StatusInterval, "least time between two status writes of one herald.io object")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader with a Lease so only one replica allocates")
 	fs.StringVar(&o.LeaseName, "leader-elect-lease-name", o.LeaseName, "name of the Lease")
@@ -142,12 +137,7 @@ func (o Options) Validate() error {
 	if o.Workers < 1 || o.Workers > 64 {
 		bad("workers", "%d is out of range: must be between 1 and 64", o.Workers)
 	}
-	if o.QPS <= 0 {
-		bad("kube-api-qps", "must be positive, got %v", o.QPS)
-	}
-	if o.Burst < 1 {
-		bad("kube-api-burst", "must be at least 1, got %d", o.Burst)
-	}
+	errs = append(errs, o.APIFlags.Validate()...)
 	if o.StatusInterval < 0 {
 		bad("status-interval", "must not be negative, got %s", o.StatusInterval)
 	}

@@ -30,7 +30,7 @@ var ErrLostLease = errors.New("lost the leader Lease")
 // Run runs `herald controller` until ctx ends: the metrics and health
 // server at once, the controller itself while this replica leads.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
-	cl, err := daemon.Connect(o.Kubeconfig, "controller", o.QPS, o.Burst)
+	cl, err := o.APIFlags.Connect("controller")
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/listen"
 	"github.com/herald-lb/herald/internal/logging"
@@ -48,8 +49,8 @@ const EnvClusterCIDR = "HERALD_CLUSTER_CIDR"
 
 // Options configure `herald proxy`.
 type Options struct {
-	// Kubeconfig is a kubeconfig file; empty means in-cluster.
-	Kubeconfig string
+	// APIFlags are --kubeconfig, --kube-api-qps and --kube-api-burst.
+	daemon.APIFlags
 	// LogFormat is --log-format: text or json.
 	LogFormat logging.Format
 	// NodeName is this node's name (--hostname-override, else $NODE_NAME,
@@ -83,8 +84,6 @@ type Options struct {
 	// Conntrack is the kernel's conntrack settings written at start
 	// (kube-proxy's --conntrack-* flags and defaults).
 	Conntrack conntrack.Tuning
-	QPS       float64
-	Burst     int
 }
 
 // DefaultOptions are the flag defaults, kube-proxy's where it has the flag.
@@ -106,8 +105,7 @@ func DefaultOptions() Options {
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 		Conntrack:          conntrack.DefaultTuning(),
-		QPS:                50,
-		Burst:              100,
+		APIFlags:           daemon.APIFlags{QPS: 50, Burst: 100},
 	}
 }
 
@@ -117,12 +115,10 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	o := DefaultOptions()
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	o.APIFlags.Register(fs)
 	logging.Register(fs, &o.LogFormat)
 	fs.StringVar(&o.NodeName, "hostname-override", o.NodeName, "this node's name (default: $NODE_NAME, else the host name)")
 	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove every rule and chain herald's proxy installed, then exit")
-	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "requests per second to the API server")
-	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
 	finish := BindFlags(fs, &o)
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: herald proxy [flags]\n\nPrograms this node's iptables (or nftables, --proxy-mode=nftables) for ClusterIP, NodePort, LoadBalancer\nand external IPs, like kube-proxy's iptables and nftables modes.")
@@ -249,12 +245,7 @@ func (o Options) Validate() error {
 	if err := o.Conntrack.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if o.QPS <= 0 {
-		bad("kube-api-qps", "must be positive, got %v", o.QPS)
-	}
-	if o.Burst < 1 {
-		bad("kube-api-burst", "must be at least 1, got %d", o.Burst)
-	}
+	errs = append(errs, o.APIFlags.Validate()...)
 	return errors.Join(errs...)
 }
 

@@ -108,7 +108,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	if o.Cleanup {
 		return runCleanup(ctx, o.IPTablesBackend, log)
 	}
-	cl, err := daemon.Connect(o.Kubeconfig, "proxy", o.QPS, o.Burst)
+	cl, err := o.APIFlags.Connect("proxy")
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/internal/lbapi"
 	"github.com/herald-lb/herald/internal/listen"
@@ -24,8 +25,8 @@ import (
 
 // Options configure `herald speaker`.
 type Options struct {
-	// Kubeconfig is a kubeconfig file; empty means in-cluster.
-	Kubeconfig string
+	// APIFlags are --kubeconfig, --kube-api-qps and --kube-api-burst.
+	daemon.APIFlags
 	// LogFormat is --log-format: text or json.
 	LogFormat logging.Format
 	// NodeName is this node's Node name ($NODE_NAME).
@@ -49,8 +50,6 @@ type Options struct {
 	// MetricsAddr serves /metrics, /healthz and /readyz.
 	MetricsAddr string
 	LogLevel    slog.Level
-	QPS         float64
-	Burst       int
 	// BGP runs the embedded BGP speaker (GoBGP) for the BGPPeers that
 	// select this node; BGPShutdownWait bounds the wait for withdrawals
 	// to go out on a graceful stop.
@@ -108,8 +107,7 @@ func DefaultOptions() Options {
 		SecretName:      lbapi.MemberlistSecretName,
 		Timers:          members.DefaultTimers(),
 		MetricsAddr:     ":7473",
-		QPS:             50,
-		Burst:           100,
+		APIFlags:        daemon.APIFlags{QPS: 50, Burst: 100},
 		Proxy:           true,
 		BGP:             true,
 		BGPShutdownWait: time.Second,
@@ -137,7 +135,7 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	fs.SetOutput(out)
 	advertise, bind := os.Getenv("NODE_IP"), ""
 	logLevel := "info"
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	o.APIFlags.Register(fs)
 	logging.Register(fs, &o.LogFormat)
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's Node name (default: $NODE_NAME)")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of herald's configuration, the memberlist Secret and the ServiceAnnouncements (default: $POD_NAMESPACE or herald-system)")
@@ -154,8 +152,6 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	fs.BoolVar(&o.IgnoreExcludeLB, "ignore-exclude-lb", false, "let nodes labelled node.kubernetes.io/exclude-from-external-load-balancers announce")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address serving /metrics, /healthz and /readyz")
 	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
-	fs.Float64Var(&o.QPS, "kube-api-qps", o.QPS, "requests per second to the API server")
-	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst of requests to the API server")
 	fs.BoolVar(&o.BGP, "bgp", o.BGP, "peer with the BGPPeers selecting this node and advertise the LoadBalancer IPs of BGPAdvertisements (embedded GoBGP)")
 	fs.DurationVar(&o.HeartbeatPeriod, "heartbeat-period", o.HeartbeatPeriod, "how often the speakers' heartbeat Lease "+heartbeat.LeaseName+" is renewed; a speaker whose memberlist view is a minority of the speakers it knows of holds back its claims while one outside its view renewed it within 3 periods, and for 3 periods after it found itself in a minority")
 	fs.DurationVar(&o.RestartHold, "restart-hold", o.RestartHold, "when another node's speaker stops for a restart in place (its pod deleted by a rolling update while the node stays schedulable and Ready, and its DaemonSet stays), how long this speaker keeps electing it instead of taking its addresses over: the node keeps forwarding, so the addresses do not move twice; after the hold without the new speaker, they are taken over (0: at once)")
@@ -267,11 +263,6 @@ func (o Options) Validate() error {
 	if err := listen.Check(o.MetricsAddr); err != nil {
 		bad("metrics-addr", "%v", err)
 	}
-	if o.QPS <= 0 {
-		bad("kube-api-qps", "must be positive, got %v", o.QPS)
-	}
-	if o.Burst < 1 {
-		bad("kube-api-burst", "must be at least 1, got %d", o.Burst)
-	}
+	errs = append(errs, o.APIFlags.Validate()...)
 	return errors.Join(errs...)
 }

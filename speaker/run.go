@@ -40,7 +40,7 @@ import (
 // other speakers take this node's IPs over at once, and only then stops
 // answering.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
-	cl, err := daemon.Connect(o.Kubeconfig, "speaker", o.QPS, o.Burst)
+	cl, err := o.APIFlags.Connect("speaker")
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math"
@@ -43,6 +44,41 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
 	}
 	return rc, nil
+}
+
+// APIFlags are the flags every component connects to the API server
+// with: --kubeconfig, --kube-api-qps and --kube-api-burst, defined here
+// once. A component's Options embed them.
+type APIFlags struct {
+	// Kubeconfig is a kubeconfig file; empty means in-cluster.
+	Kubeconfig string
+	// QPS and Burst limit the component's requests to the API server.
+	QPS   float64
+	Burst int
+}
+
+// Register defines the flags on fs, with f's values as defaults.
+func (f *APIFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "kubeconfig file (default: in-cluster configuration)")
+	fs.Float64Var(&f.QPS, "kube-api-qps", f.QPS, "requests per second to the API server")
+	fs.IntVar(&f.Burst, "kube-api-burst", f.Burst, "burst of requests to the API server")
+}
+
+// Validate names the flag of each bad value.
+func (f APIFlags) Validate() []error {
+	var errs []error
+	if f.QPS <= 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps: must be positive, got %v", f.QPS))
+	}
+	if f.Burst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-burst: must be at least 1, got %d", f.Burst))
+	}
+	return errs
+}
+
+// Connect builds component's clients with these flags.
+func (f APIFlags) Connect(component string) (*Clients, error) {
+	return Connect(f.Kubeconfig, component, f.QPS, f.Burst)
 }
 
 // Clients are a component's connections to the API server.
