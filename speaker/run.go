@@ -16,10 +16,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/herald-lb/herald/config/informer"
@@ -56,28 +58,9 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return err
 	}
 	var sp *Speaker
-	ready := func() error {
-		if sp == nil || !sp.Ready() {
-			return errors.New("starting: waiting for the caches, the memberlist Secret or the first election")
-		}
-		if o.Ready != nil {
-			return o.Ready()
-		}
-		return nil
-	}
 	var spMu sync.Mutex
-	readyLocked := func() error { spMu.Lock(); defer spMu.Unlock(); return ready() }
-	// Live while the loop keeps syncing; the kubelet restarts a speaker
-	// whose loop is stuck.
-	liveLocked := func() error {
-		spMu.Lock()
-		defer spMu.Unlock()
-		if sp == nil {
-			return nil
-		}
-		return sp.Live(time.Now())
-	}
-	stopServer, err := serveMetrics(log, o.MetricsAddr, m, readyLocked, liveLocked)
+	current := func() *Speaker { spMu.Lock(); defer spMu.Unlock(); return sp }
+	stopServer, err := serveMetrics(log, o.MetricsAddr, m, readiness(current, o.Ready), liveness(current))
 	if err != nil {
 		return err
 	}
@@ -98,62 +81,12 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return err
 	}
 
-	factory := informers.NewSharedInformerFactory(kube, 0)
-	svcInf := factory.Core().V1().Services()
-	nodeInf := factory.Core().V1().Nodes()
-	sliceInf := factory.Discovery().V1().EndpointSlices()
-	if err := sliceInf.Informer().AddIndexers(cache.Indexers{sliceByService: sliceServiceKey}); err != nil {
+	w, err := newWatches(kube, dyn, o, advertise.Is6(), log)
+	if err != nil {
 		return err
 	}
-	dynFactory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, o.Namespace, nil)
-	saInf := dynFactory.ForResource(AnnouncementGVR)
-	synced := []cache.InformerSynced{svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced,
-		sliceInf.Informer().HasSynced, saInf.Informer().HasSynced}
-	// The configuration kinds; those only BGP needs are watched with BGP.
-	var configInfs []cache.SharedIndexInformer
-	listers := informer.Listers{}
-	for _, k := range informer.Kinds {
-		if informer.BGPKinds[k.Kind] && !o.BGP {
-			continue
-		}
-		inf := dynFactory.ForResource(informer.GVR(k.Resource))
-		listers[k.Kind] = inf.Lister()
-		configInfs = append(configInfs, inf.Informer())
-		synced = append(synced, inf.Informer().HasSynced)
-	}
-	var secretFactory informers.SharedInformerFactory
-
-	src := &kubeSource{
-		node: o.NodeName, ns: o.Namespace, lbClass: o.LBClass, v6: advertise.Is6(), log: log,
-		services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer(), nodes: nodeInf.Lister(),
-		listers: listers,
-	}
-	var bgpMgr *bgp.Manager
-	if o.BGP {
-		// The speaker reads one Secret for BGP: the controller's copy of
-		// the passwords in force, never the users' Secrets.
-		secretFactory = daemon.OneObject(kube, o.Namespace, lbapi.PasswordsSecretName)
-		secInf := secretFactory.Core().V1().Secrets()
-		src.secrets = secInf.Lister()
-		configInfs = append(configInfs, secInf.Informer())
-		synced = append(synced, secInf.Informer().HasSynced)
-		bgpMgr = bgp.NewManager(gobgp.New(log.With("component", "gobgp")), log.With("component", "bgp"))
-	}
-	writer := NewAnnouncementWriter(o.NodeName, o.Namespace, dyn, saInf.Informer(), src.ownerUID, log.With("component", "status"))
-	var nodeWriter *NodeAnnouncementWriter
-	if o.BGP {
-		// Not in synced: see NodeAnnouncementWriter.
-		nodeWriter = NewNodeAnnouncementWriter(o.NodeName, o.Namespace, dyn,
-			dynFactory.ForResource(NodeAnnouncementGVR).Informer(), log.With("component", "status"))
-	}
-	// Owner references cannot cross namespaces: one would make the
-	// garbage collector delete the objects at once.
-	if o.PodName != "" && o.PodUID != "" && o.PodNamespace == o.Namespace {
-		writer.OwnedByPod(o.PodName, types.UID(o.PodUID))
-		if nodeWriter != nil {
-			nodeWriter.OwnedByPod(writer.pod)
-		}
-	}
+	src, bgpMgr := w.src, w.bgpMgr
+	writer, nodeWriter := w.statusWriters(o, dyn, log)
 
 	rec, stopEvents := daemon.Recorder(ctx, kube, clientscheme.Scheme, "speaker", o.NodeName)
 	defer stopEvents()
@@ -172,36 +105,14 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		o.ProxyRules.SetOnProgrammed(sp.Trigger)
 	}
 
-	trigger := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { sp.Trigger() },
-		UpdateFunc: func(_, _ any) { sp.Trigger() },
-		DeleteFunc: func(any) { sp.Trigger() },
-	}
-	configTrigger := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { src.configChanged(); sp.Trigger() },
-		UpdateFunc: func(_, _ any) { src.configChanged(); sp.Trigger() },
-		DeleteFunc: func(any) { src.configChanged(); sp.Trigger() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{svcInf.Informer(), nodeInf.Informer(), sliceInf.Informer()} {
-		if _, err := inf.AddEventHandler(trigger); err != nil {
-			return err
-		}
-	}
-	for _, inf := range configInfs {
-		if _, err := inf.AddEventHandler(configTrigger); err != nil {
-			return err
-		}
-	}
 	// Informers stop with their own context, after the loop, so the
 	// final cleanup still reads a live cache.
 	infCtx, stopInformers := context.WithCancel(context.Background())
 	defer stopInformers()
-	factory.Start(infCtx.Done())
-	dynFactory.Start(infCtx.Done())
-	if secretFactory != nil {
-		secretFactory.Start(infCtx.Done())
+	if err := w.start(infCtx, sp.Trigger); err != nil {
+		return err
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !cache.WaitForCacheSync(ctx.Done(), w.synced...) {
 		return ctx.Err()
 	}
 
@@ -254,14 +165,161 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	stopLoop()
 	<-loopDone
 	rctx, cancelFacts := context.WithTimeout(context.Background(), restartFactsTimeout)
-	restart := DecideRestart(gatherRestartFacts(rctx, kube, o, nodeInf.Lister()))
+	restart := DecideRestart(gatherRestartFacts(rctx, kube, o, w.nodeInf.Lister()))
 	cancelFacts()
 	leave(log, o, restart, bgpMgr, cluster)
 	sp.StopResponders()
-	// Nothing is announced any more; emptying the writer's wish list
-	// first keeps it from writing back what DeleteOwn removes.
+	removeOwnAnnouncements(log, writer, nodeWriter)
+	stopInformers()
+	return nil
+}
+
+// readiness is /readyz: ready once the speaker has its caches, its
+// memberlist Secret and a first election, and extra (the in-process
+// proxy's first sync) says so too.
+func readiness(current func() *Speaker, extra func() error) func() error {
+	return func() error {
+		if sp := current(); sp == nil || !sp.Ready() {
+			return errors.New("starting: waiting for the caches, the memberlist Secret or the first election")
+		}
+		if extra != nil {
+			return extra()
+		}
+		return nil
+	}
+}
+
+// liveness is /livez: live while the loop keeps syncing; the kubelet
+// restarts a speaker whose loop is stuck.
+func liveness(current func() *Speaker) func() error {
+	return func() error {
+		sp := current()
+		if sp == nil {
+			return nil
+		}
+		return sp.Live(time.Now())
+	}
+}
+
+// watches are the speaker's informers and what reads them: the
+// Services, Nodes and EndpointSlices, its own ServiceAnnouncements, the
+// configuration kinds (those only BGP needs with BGP), and with BGP the
+// controller's copy of the passwords.
+type watches struct {
+	factory, secretFactory informers.SharedInformerFactory
+	dynFactory             dynamicinformer.DynamicSharedInformerFactory
+	nodeInf                interface{ Lister() corelisters.NodeLister }
+	saInf                  informers.GenericInformer
+	// watched trigger a sync on change; config ones also mark the
+	// configuration changed.
+	watched, configInfs []cache.SharedIndexInformer
+	synced              []cache.InformerSynced
+	src                 *kubeSource
+	bgpMgr              *bgp.Manager
+}
+
+func newWatches(kube kubernetes.Interface, dyn dynamic.Interface, o Options, v6 bool, log *slog.Logger) (*watches, error) {
+	w := &watches{factory: informers.NewSharedInformerFactory(kube, 0)}
+	svcInf := w.factory.Core().V1().Services()
+	nodeInf := w.factory.Core().V1().Nodes()
+	w.nodeInf = nodeInf
+	sliceInf := w.factory.Discovery().V1().EndpointSlices()
+	if err := sliceInf.Informer().AddIndexers(cache.Indexers{sliceByService: sliceServiceKey}); err != nil {
+		return nil, err
+	}
+	w.dynFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, o.Namespace, nil)
+	w.saInf = w.dynFactory.ForResource(AnnouncementGVR)
+	w.watched = []cache.SharedIndexInformer{svcInf.Informer(), nodeInf.Informer(), sliceInf.Informer()}
+	w.synced = []cache.InformerSynced{svcInf.Informer().HasSynced, nodeInf.Informer().HasSynced,
+		sliceInf.Informer().HasSynced, w.saInf.Informer().HasSynced}
+	listers := informer.Listers{}
+	for _, k := range informer.Kinds {
+		if informer.BGPKinds[k.Kind] && !o.BGP {
+			continue
+		}
+		inf := w.dynFactory.ForResource(informer.GVR(k.Resource))
+		listers[k.Kind] = inf.Lister()
+		w.configInfs = append(w.configInfs, inf.Informer())
+		w.synced = append(w.synced, inf.Informer().HasSynced)
+	}
+	w.src = &kubeSource{
+		node: o.NodeName, ns: o.Namespace, lbClass: o.LBClass, v6: v6, log: log,
+		services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer(), nodes: nodeInf.Lister(),
+		listers: listers,
+	}
+	if o.BGP {
+		// The speaker reads one Secret for BGP: the controller's copy of
+		// the passwords in force, never the users' Secrets.
+		w.secretFactory = daemon.OneObject(kube, o.Namespace, lbapi.PasswordsSecretName)
+		secInf := w.secretFactory.Core().V1().Secrets()
+		w.src.secrets = secInf.Lister()
+		w.configInfs = append(w.configInfs, secInf.Informer())
+		w.synced = append(w.synced, secInf.Informer().HasSynced)
+		w.bgpMgr = bgp.NewManager(gobgp.New(log.With("component", "gobgp")), log.With("component", "bgp"))
+	}
+	return w, nil
+}
+
+// statusWriters are the writers of this node's ServiceAnnouncements and,
+// with BGP, its NodeAnnouncement, owned by the speaker's pod when it
+// runs in herald's namespace.
+func (w *watches) statusWriters(o Options, dyn dynamic.Interface, log *slog.Logger) (*AnnouncementWriter, *NodeAnnouncementWriter) {
+	writer := NewAnnouncementWriter(o.NodeName, o.Namespace, dyn, w.saInf.Informer(), w.src.ownerUID, log.With("component", "status"))
+	var nodeWriter *NodeAnnouncementWriter
+	if o.BGP {
+		// Not in synced: see NodeAnnouncementWriter.
+		nodeWriter = NewNodeAnnouncementWriter(o.NodeName, o.Namespace, dyn,
+			w.dynFactory.ForResource(NodeAnnouncementGVR).Informer(), log.With("component", "status"))
+	}
+	// Owner references cannot cross namespaces: one would make the
+	// garbage collector delete the objects at once.
+	if o.PodName != "" && o.PodUID != "" && o.PodNamespace == o.Namespace {
+		writer.OwnedByPod(o.PodName, types.UID(o.PodUID))
+		if nodeWriter != nil {
+			nodeWriter.OwnedByPod(writer.pod)
+		}
+	}
+	return writer, nodeWriter
+}
+
+// start makes every change trigger a sync and starts the informers
+// until ctx ends.
+func (w *watches) start(ctx context.Context, trigger func()) error {
+	onChange := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { trigger() },
+		UpdateFunc: func(_, _ any) { trigger() },
+		DeleteFunc: func(any) { trigger() },
+	}
+	onConfig := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.src.configChanged(); trigger() },
+		UpdateFunc: func(_, _ any) { w.src.configChanged(); trigger() },
+		DeleteFunc: func(any) { w.src.configChanged(); trigger() },
+	}
+	for _, inf := range w.watched {
+		if _, err := inf.AddEventHandler(onChange); err != nil {
+			return err
+		}
+	}
+	for _, inf := range w.configInfs {
+		if _, err := inf.AddEventHandler(onConfig); err != nil {
+			return err
+		}
+	}
+	w.factory.Start(ctx.Done())
+	w.dynFactory.Start(ctx.Done())
+	if w.secretFactory != nil {
+		w.secretFactory.Start(ctx.Done())
+	}
+	return nil
+}
+
+// removeOwnAnnouncements deletes this node's status objects at a stop.
+// Nothing is announced any more; emptying the writers' wish lists first
+// keeps them from writing back what DeleteOwn removes.
+func removeOwnAnnouncements(log *slog.Logger, writer *AnnouncementWriter, nodeWriter *NodeAnnouncementWriter) {
 	writer.Set(nil)
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	if err := writer.DeleteOwn(dctx); err != nil {
 		log.Warn("removing this node's ServiceAnnouncements", "err", err)
 	}
@@ -271,9 +329,6 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 			log.Warn("removing this node's NodeAnnouncement", "err", err)
 		}
 	}
-	cancel()
-	stopInformers()
-	return nil
 }
 
 // leave takes this speaker out of BGP and of the memberlist cluster, as
