@@ -502,155 +502,140 @@ func nftReadable(s *svcPort) string {
 }
 
 func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
-	cluster, local, reachable, hasAny := categorize(s, eps)
-	rs := r.rs
-	rs.Stats.Services++
-	if s.hcnp != 0 {
-		n := 0
-		for _, e := range eps {
-			if e.local && e.ready {
-				n++
-			}
-		}
-		rs.Health = append(rs.Health, ServiceHealth{Service: s.id, HealthCheckNodePort: s.hcnp, LocalEndpoints: n})
-	}
+	pl := planService(s, eps)
+	pl.record(&r.rs.Stats, &r.rs.Health, s, eps)
 	readable := nftReadable(s)
-	svcChain := NFTPrefixService + s.hash + "-" + readable
-	svlChain := NFTPrefixLocal + s.hash + "-" + readable
-	extChain := NFTPrefixExternal + s.hash + "-" + readable
-	fwChain := NFTPrefixFirewall + s.hash + "-" + readable
-	sep := func(e epInfo) string { return NFTPrefixEndpoint + strings.TrimPrefix(e.chain, PrefixEndpoint) }
-	aff := func(e epInfo) string { return NFTPrefixAffinity + strings.TrimPrefix(e.chain, PrefixEndpoint) }
-
-	usesClusterChain := len(cluster) > 0 && s.usesClusterEndpoints()
-	usesLocalChain := len(local) > 0 && s.usesLocalEndpoints()
-	internalChain, hasInternal := svcChain, hasAny
-	if s.iTPLocal {
-		internalChain, hasInternal = svlChain, len(local) > 0
+	n := nftNames{
+		svc: NFTPrefixService + s.hash + "-" + readable, svl: NFTPrefixLocal + s.hash + "-" + readable,
+		ext: NFTPrefixExternal + s.hash + "-" + readable, fw: NFTPrefixFirewall + s.hash + "-" + readable,
 	}
-	externalPolicyChain, hasExternal := svcChain, hasAny
-	if s.eTPLocal {
-		externalPolicyChain, hasExternal = svlChain, len(local) > 0
-	}
-	usesExtChain := hasAny && s.externallyAccessible()
-	usesFWChain := hasAny && len(s.lbVIPs) > 0 && s.restricted
-	lbChain := extChain
-	if usesFWChain {
-		lbChain = fwChain
-	}
-
-	// No endpoints at all: reject; none here: drop.
-	var intV, extV *nft.Verdict
-	reject, drop := goTo(NFTChainReject), nft.Verdict{Kind: nft.Drop}
-	if !hasAny {
-		intV, extV = &reject, &reject
-	} else {
-		if !hasInternal {
-			intV = &drop
-			rs.Stats.NoLocalEndpointsInternal++
-		}
-		if !hasExternal && s.externallyAccessible() {
-			extV = &drop
-			rs.Stats.NoLocalEndpointsExternal++
-		}
-	}
-
-	p := nftProto(s.proto)
-	port, _ := strconv.Atoi(s.port)
-	key := func(a netip.Addr) nft.Key { return nft.Key{Addr: a, Proto: p, Port: uint16(port)} }
-
-	if hasInternal {
-		r.add(NFTMapServiceIPs, key(s.clusterIP), goTo(internalChain))
-	} else {
-		r.add(NFTMapNoEndpoints, key(s.clusterIP), *intV)
-	}
-	for _, ip := range s.externalIPs {
-		if hasAny {
-			r.add(NFTMapServiceIPs, key(ip), goTo(extChain))
-		}
-		if !hasExternal {
-			r.add(NFTMapNoEndpointsExt, key(ip), *extV)
-		}
-	}
-	for _, ip := range s.lbVIPs {
-		if hasAny {
-			r.add(NFTMapServiceIPs, key(ip), goTo(lbChain))
-		}
-		if usesFWChain {
-			r.add(NFTSetFirewallIPs, key(ip), nft.Verdict{})
-		}
-		if !hasExternal {
-			r.add(NFTMapNoEndpointsExt, key(ip), *extV)
-		}
-	}
-	if s.nodePort != 0 {
-		k := nft.Key{Proto: p, Port: uint16(s.nodePort)}
-		if hasAny {
-			r.add(NFTMapServiceNodePorts, k, goTo(extChain))
-		}
-		if !hasExternal {
-			r.add(NFTMapNoEndpointsNP, k, *extV)
-		}
-	}
-	if s.hcnp != 0 {
-		r.add(NFTSetHealthCheckPorts, nft.Key{Port: uint16(s.hcnp)}, nft.Verdict{})
-	}
-
+	r.dispatch(s, pl, n)
 	if s.affinity == 0 {
-		for _, e := range reachable {
+		for _, e := range pl.reachable {
 			a := e.addr.Addr()
 			r.add(NFTSetHairpin, nft.Key{Addr: a, Addr2: a}, nft.Verdict{})
 		}
-		if usesClusterChain {
-			r.endpointElements(svcChain, nftProto(s.proto), cluster)
+		if pl.clusterChain {
+			r.endpointElements(n.svc, nftProto(s.proto), pl.cluster)
 		}
-		if usesLocalChain {
-			r.endpointElements(svlChain, nftProto(s.proto), local)
+		if pl.localChain {
+			r.endpointElements(n.svl, nftProto(s.proto), pl.local)
 		}
 	}
 	if r.reuse(s.id) {
 		return
 	}
+	r.serviceChains(s, pl, n)
+}
+
+// nftNames are a Service port's chains in the nftables mode.
+type nftNames struct{ svc, svl, ext, fw string }
+
+// sep and aff are an endpoint's chain and affinity set.
+func nftSep(e epInfo) string { return NFTPrefixEndpoint + strings.TrimPrefix(e.chain, PrefixEndpoint) }
+func nftAff(e epInfo) string { return NFTPrefixAffinity + strings.TrimPrefix(e.chain, PrefixEndpoint) }
+
+// blockVerdict is the verdict for traffic a plan blocks.
+func blockVerdict(b block) nft.Verdict {
+	if b == reject {
+		return goTo(NFTChainReject)
+	}
+	return nft.Verdict{Kind: nft.Drop}
+}
+
+// dispatch adds the map and set elements that lead a Service port's
+// addresses to its chains or block them.
+func (r *nftRenderer) dispatch(s *svcPort, pl servicePlan, n nftNames) {
+	intV, extV := blockVerdict(pl.internalBlock), blockVerdict(pl.externalBlock)
+	lbChain := n.ext
+	if pl.fwChain {
+		lbChain = n.fw
+	}
+	p := nftProto(s.proto)
+	port, _ := strconv.Atoi(s.port)
+	key := func(a netip.Addr) nft.Key { return nft.Key{Addr: a, Proto: p, Port: uint16(port)} }
+	if pl.hasInternal {
+		r.add(NFTMapServiceIPs, key(s.clusterIP), goTo(pick(pl.internalLocal, n.svc, n.svl)))
+	} else {
+		r.add(NFTMapNoEndpoints, key(s.clusterIP), intV)
+	}
+	for _, ip := range s.externalIPs {
+		if pl.hasAny {
+			r.add(NFTMapServiceIPs, key(ip), goTo(n.ext))
+		}
+		if !pl.hasExternal {
+			r.add(NFTMapNoEndpointsExt, key(ip), extV)
+		}
+	}
+	for _, ip := range s.lbVIPs {
+		if pl.hasAny {
+			r.add(NFTMapServiceIPs, key(ip), goTo(lbChain))
+		}
+		if pl.fwChain {
+			r.add(NFTSetFirewallIPs, key(ip), nft.Verdict{})
+		}
+		if !pl.hasExternal {
+			r.add(NFTMapNoEndpointsExt, key(ip), extV)
+		}
+	}
+	if s.nodePort != 0 {
+		k := nft.Key{Proto: p, Port: uint16(s.nodePort)}
+		if pl.hasAny {
+			r.add(NFTMapServiceNodePorts, k, goTo(n.ext))
+		}
+		if !pl.hasExternal {
+			r.add(NFTMapNoEndpointsNP, k, extV)
+		}
+	}
+	if s.hcnp != 0 {
+		r.add(NFTSetHealthCheckPorts, nft.Key{Port: uint16(s.hcnp)}, nft.Verdict{})
+	}
+}
+
+// serviceChains makes a Service port's own chains and their rules.
+func (r *nftRenderer) serviceChains(s *svcPort, pl servicePlan, n nftNames) {
 	var owned []string
 	mk := func(name string) *nft.Chain {
 		owned = append(owned, name)
 		return r.chain(name, nil)
 	}
 	var ext, fw, svc, svl *nft.Chain
-	if usesExtChain {
-		ext = mk(extChain)
+	if pl.extChain {
+		ext = mk(n.ext)
 	}
-	if usesFWChain {
-		fw = mk(fwChain)
+	if pl.fwChain {
+		fw = mk(n.fw)
 	}
-	if usesClusterChain {
-		svc = mk(svcChain)
+	if pl.clusterChain {
+		svc = mk(n.svc)
 	}
-	if usesLocalChain {
-		svl = mk(svlChain)
+	if pl.localChain {
+		svl = mk(n.svl)
 	}
-	seps := make([]*nft.Chain, len(reachable))
-	for i, e := range reachable {
+	seps := make([]*nft.Chain, len(pl.reachable))
+	for i, e := range pl.reachable {
 		if s.affinity == 0 {
 			continue
 		}
-		seps[i] = mk(sep(e))
+		seps[i] = mk(nftSep(e))
 		if s.affinity > 0 {
-			owned = append(owned, aff(e))
-			as := r.set(&nft.Set{Name: aff(e), Key: nft.KeyType{nft.Saddr}, Dynamic: true, Timeout: time.Duration(s.affinity) * time.Second})
+			owned = append(owned, nftAff(e))
+			as := r.set(&nft.Set{Name: nftAff(e), Key: nft.KeyType{nft.Saddr}, Dynamic: true, Timeout: time.Duration(s.affinity) * time.Second})
 			if r.cur != nil {
 				r.cur.sets = append(r.cur.sets, as)
 			}
 		}
 	}
-	rs.ServiceChains[s.id] = owned
+	r.rs.ServiceChains[s.id] = owned
 
+	p := nftProto(s.proto)
+	port, _ := strconv.Atoi(s.port)
 	proto := nft.MatchProto{Proto: p}
-	if hasInternal {
+	if pl.hasInternal {
 		// Off-cluster clients of a cluster IP may be answered from another
 		// node: SNAT them; pods keep their source.
 		c := svc
-		if s.iTPLocal {
+		if pl.internalLocal {
 			c = svl
 		}
 		m := []nft.Expr{nft.MatchAddr{Field: nft.Daddr, Prefix: netip.PrefixFrom(s.clusterIP, s.clusterIP.BitLen())}, proto, nft.MatchDport{Port: uint16(port)}}
@@ -668,45 +653,45 @@ func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
 		} else {
 			if r.node.podCIDR.IsValid() {
 				ext.Rules = append(ext.Rules, rule("pod traffic for "+s.name+" external destinations",
-					nft.MatchAddr{Field: nft.Saddr, Prefix: r.node.podCIDR}, goTo(svcChain)))
+					nft.MatchAddr{Field: nft.Saddr, Prefix: r.node.podCIDR}, goTo(n.svc)))
 			}
 			ext.Rules = append(ext.Rules,
 				rule("masquerade LOCAL traffic for "+s.name+" external destinations", nft.MatchFibLocal{Field: nft.Saddr}, jump(NFTChainMarkMasq)),
-				rule("route LOCAL traffic for "+s.name+" external destinations", nft.MatchFibLocal{Field: nft.Saddr}, goTo(svcChain)))
+				rule("route LOCAL traffic for "+s.name+" external destinations", nft.MatchFibLocal{Field: nft.Saddr}, goTo(n.svc)))
 		}
-		if hasExternal {
-			ext.Rules = append(ext.Rules, rule("", goTo(externalPolicyChain)))
+		if pl.hasExternal {
+			ext.Rules = append(ext.Rules, rule("", goTo(pick(pl.externalLocal, n.svc, n.svl))))
 		}
 	}
 	if fw != nil {
 		fromNode := false
 		for _, pfx := range s.allowed {
-			fw.Rules = append(fw.Rules, rule(s.name+" loadbalancer IP", nft.MatchAddr{Field: nft.Saddr, Prefix: pfx}, goTo(extChain)))
+			fw.Rules = append(fw.Rules, rule(s.name+" loadbalancer IP", nft.MatchAddr{Field: nft.Saddr, Prefix: pfx}, goTo(n.ext)))
 			for _, ip := range r.node.ips {
 				fromNode = fromNode || pfx.Contains(ip)
 			}
 		}
 		if fromNode {
 			for _, ip := range s.lbVIPs {
-				fw.Rules = append(fw.Rules, rule(s.name+" loadbalancer IP", nft.MatchAddr{Field: nft.Saddr, Prefix: netip.PrefixFrom(ip, ip.BitLen())}, goTo(extChain)))
+				fw.Rules = append(fw.Rules, rule(s.name+" loadbalancer IP", nft.MatchAddr{Field: nft.Saddr, Prefix: netip.PrefixFrom(ip, ip.BitLen())}, goTo(n.ext)))
 			}
 		}
 		fw.Rules = append(fw.Rules, rule("other traffic to "+s.name+" will be dropped by "+NFTChainFirewallCheck, nft.Counter{}))
 	}
 	if svc != nil {
-		r.endpointRules(svc, s, cluster, sep, aff)
+		r.endpointRules(svc, s, pl.cluster, nftSep, nftAff)
 	}
 	if svl != nil {
-		r.endpointRules(svl, s, local, sep, aff)
+		r.endpointRules(svl, s, pl.local, nftSep, nftAff)
 	}
-	for i, e := range reachable {
+	for i, e := range pl.reachable {
 		c := seps[i]
 		if c == nil {
 			continue
 		}
 		c.Rules = append(c.Rules, rule(s.name, nft.MatchAddr{Field: nft.Saddr, Prefix: netip.PrefixFrom(e.addr.Addr(), e.addr.Addr().BitLen())}, jump(NFTChainMarkMasq)))
 		if s.affinity > 0 {
-			c.Rules = append(c.Rules, rule(s.name, nft.UpdateSet{Field: nft.Saddr, Set: aff(e)}))
+			c.Rules = append(c.Rules, rule(s.name, nft.UpdateSet{Field: nft.Saddr, Set: nftAff(e)}))
 		}
 		c.Rules = append(c.Rules, rule(s.name, proto, nft.DNAT{To: e.addr}))
 	}

@@ -434,126 +434,29 @@ func sortLines(b []byte) []byte {
 // service writes everything for one Service port. The structure follows
 // kube-proxy's iptables mode; see the package documentation for the layout.
 func (r *renderer) service(s *svcPort, eps []epInfo) {
-	cluster, local, reachable, hasAny := categorize(s, eps)
-	rs := r.rs
-	rs.Stats.Services++
-	if s.hcnp != 0 {
-		n := 0
-		for _, e := range eps {
-			if e.local && e.ready {
-				n++
-			}
-		}
-		rs.Health = append(rs.Health, ServiceHealth{Service: s.id, HealthCheckNodePort: s.hcnp, LocalEndpoints: n})
+	pl := planService(s, eps)
+	pl.record(&r.rs.Stats, &r.rs.Health, s, eps)
+	n := iptNames{
+		svc: PrefixService + s.hash, svl: PrefixLocal + s.hash,
+		ext: PrefixExternal + s.hash, fw: PrefixFirewall + s.hash,
 	}
-
-	svcChain := PrefixService + s.hash
-	svlChain := PrefixLocal + s.hash
-	extChain := PrefixExternal + s.hash
-	fwChain := PrefixFirewall + s.hash
-
-	usesClusterChain := len(cluster) > 0 && s.usesClusterEndpoints()
-	usesLocalChain := len(local) > 0 && s.usesLocalEndpoints()
-
-	internalChain, hasInternal := svcChain, hasAny
-	if s.iTPLocal {
-		internalChain, hasInternal = svlChain, len(local) > 0
-	}
-	externalPolicyChain, hasExternal := svcChain, hasAny
-	if s.eTPLocal {
-		externalPolicyChain, hasExternal = svlChain, len(local) > 0
-	}
-	// The EXT chain exists whenever anything is reachable, even with no
-	// local endpoints, for the pod and node short-circuits.
-	usesExtChain := hasAny && s.externallyAccessible()
-	usesFWChain := hasAny && len(s.lbVIPs) > 0 && s.restricted
-	lbChain := extChain
-	if usesFWChain {
-		lbChain = fwChain
-	}
-
-	// What the filter table does with traffic nat could not send anywhere:
-	// REJECT when the Service has no endpoints at all, DROP when it only
-	// lacks endpoints on this node (as for a cloud LB health check).
-	var intTarget, intComment, extTarget, extComment string
-	if !hasAny {
-		intTarget, intComment = r.rejectTarget(), quote(s.name+" has no endpoints")
-		extTarget, extComment = intTarget, intComment
-	} else {
-		if !hasInternal {
-			intTarget, intComment = "DROP", quote(s.name+" has no local endpoints")
-			rs.Stats.NoLocalEndpointsInternal++
-		}
-		if !hasExternal && s.externallyAccessible() {
-			extTarget, extComment = "DROP", quote(s.name+" has no local endpoints")
-			rs.Stats.NoLocalEndpointsExternal++
-		}
-	}
-
-	p := s.proto
-	cip := s.clusterIP.String()
-
-	// Dispatch rules and filter rules are rewritten on every render.
-	if hasInternal {
-		r.natRules.add("-A", ChainServices, "-m comment --comment", quote(s.name+" cluster IP"), "-m", p, "-p", p, "-d", cip, "--dport", s.port, "-j", internalChain)
-	} else {
-		r.filterRules.add("-A", ChainServices, "-m comment --comment", intComment, "-m", p, "-p", p, "-d", cip, "--dport", s.port, "-j", intTarget)
-	}
-	for _, ip := range s.externalIPs {
-		a := ip.String()
-		if hasAny {
-			r.natRules.add("-A", ChainServices, "-m comment --comment", quote(s.name+" external IP"), "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", extChain)
-		}
-		if !hasExternal {
-			r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", extTarget)
-		}
-	}
-	for _, ip := range s.lbVIPs {
-		a := ip.String()
-		if hasAny {
-			r.natRules.add("-A", ChainServices, "-m comment --comment", quote(s.name+" loadbalancer IP"), "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", lbChain)
-		}
-		if usesFWChain {
-			// Whatever the FW chain did not let through is still addressed
-			// to the LB IP when it reaches the filter table.
-			r.filterRules.add("-A", ChainProxyFirewall, "-m comment --comment", quote(s.name+" traffic not accepted by "+fwChain), "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j DROP")
-		}
-		if !hasExternal {
-			r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", extTarget)
-		}
-	}
-	if s.nodePort != 0 {
-		np := strconv.Itoa(s.nodePort)
-		if hasAny {
-			// Like kube-proxy, NodePorts are not subject to
-			// loadBalancerSourceRanges.
-			r.natRules.add("-A", ChainNodePorts, "-m comment --comment", quote(s.name), "-m", p, "-p", p, "--dport", np, "-j", extChain)
-		}
-		if !hasExternal {
-			for _, dst := range r.nodePortDsts() {
-				r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, dst, "-m", p, "-p", p, "--dport", np, "-j", extTarget)
-			}
-		}
-	}
-	if s.hcnp != 0 {
-		r.filterRules.add("-A", ChainNodePorts, "-m comment --comment", quote(s.name+" health check node port"), "-m tcp -p tcp --dport", strconv.Itoa(s.hcnp), "-j ACCEPT")
-	}
+	r.dispatch(s, pl, n)
 
 	// Per-service chains: the part a partial render can skip.
 	var chains []string
-	if usesExtChain {
-		chains = append(chains, extChain)
+	if pl.extChain {
+		chains = append(chains, n.ext)
 	}
-	if usesFWChain {
-		chains = append(chains, fwChain)
+	if pl.fwChain {
+		chains = append(chains, n.fw)
 	}
-	if usesClusterChain {
-		chains = append(chains, svcChain)
+	if pl.clusterChain {
+		chains = append(chains, n.svc)
 	}
-	if usesLocalChain {
-		chains = append(chains, svlChain)
+	if pl.localChain {
+		chains = append(chains, n.svl)
 	}
-	for _, e := range reachable {
+	for _, e := range pl.reachable {
 		chains = append(chains, e.chain)
 	}
 	for _, c := range chains {
@@ -569,12 +472,92 @@ func (r *renderer) service(s *svcPort, eps []epInfo) {
 	for _, c := range chains {
 		decl.chain(c)
 	}
+	r.serviceChains(w, s, pl, n)
+	if r.chunking && len(chains) > 0 {
+		r.segs = append(r.segs, svcSeg{at: len(r.natRules.b), declEnd: len(r.svcChains.b), rulesEnd: len(r.svcRules.b), chains: len(chains)})
+	}
+}
 
-	if hasInternal {
+// iptNames are a Service port's chains in the iptables mode.
+type iptNames struct{ svc, svl, ext, fw string }
+
+// blockRule is the filter target and comment of traffic a plan blocks.
+func (r *renderer) blockRule(s *svcPort, b block) (target, comment string) {
+	switch b {
+	case reject:
+		return r.rejectTarget(), quote(s.name + " has no endpoints")
+	case drop:
+		return "DROP", quote(s.name + " has no local endpoints")
+	}
+	return "", ""
+}
+
+// dispatch writes the rules that lead a Service port's addresses to its
+// chains (nat) or block them (filter); they are rewritten on every
+// render.
+func (r *renderer) dispatch(s *svcPort, pl servicePlan, n iptNames) {
+	intTarget, intComment := r.blockRule(s, pl.internalBlock)
+	extTarget, extComment := r.blockRule(s, pl.externalBlock)
+	lbChain := n.ext
+	if pl.fwChain {
+		lbChain = n.fw
+	}
+	p := s.proto
+	cip := s.clusterIP.String()
+	if pl.hasInternal {
+		r.natRules.add("-A", ChainServices, "-m comment --comment", quote(s.name+" cluster IP"), "-m", p, "-p", p, "-d", cip, "--dport", s.port, "-j", pick(pl.internalLocal, n.svc, n.svl))
+	} else {
+		r.filterRules.add("-A", ChainServices, "-m comment --comment", intComment, "-m", p, "-p", p, "-d", cip, "--dport", s.port, "-j", intTarget)
+	}
+	for _, ip := range s.externalIPs {
+		a := ip.String()
+		if pl.hasAny {
+			r.natRules.add("-A", ChainServices, "-m comment --comment", quote(s.name+" external IP"), "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", n.ext)
+		}
+		if !pl.hasExternal {
+			r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", extTarget)
+		}
+	}
+	for _, ip := range s.lbVIPs {
+		a := ip.String()
+		if pl.hasAny {
+			r.natRules.add("-A", ChainServices, "-m comment --comment", quote(s.name+" loadbalancer IP"), "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", lbChain)
+		}
+		if pl.fwChain {
+			// Whatever the FW chain did not let through is still addressed
+			// to the LB IP when it reaches the filter table.
+			r.filterRules.add("-A", ChainProxyFirewall, "-m comment --comment", quote(s.name+" traffic not accepted by "+n.fw), "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j DROP")
+		}
+		if !pl.hasExternal {
+			r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, "-m", p, "-p", p, "-d", a, "--dport", s.port, "-j", extTarget)
+		}
+	}
+	if s.nodePort != 0 {
+		np := strconv.Itoa(s.nodePort)
+		if pl.hasAny {
+			// Like kube-proxy, NodePorts are not subject to
+			// loadBalancerSourceRanges.
+			r.natRules.add("-A", ChainNodePorts, "-m comment --comment", quote(s.name), "-m", p, "-p", p, "--dport", np, "-j", n.ext)
+		}
+		if !pl.hasExternal {
+			for _, dst := range r.nodePortDsts() {
+				r.filterRules.add("-A", ChainExternalServices, "-m comment --comment", extComment, dst, "-m", p, "-p", p, "--dport", np, "-j", extTarget)
+			}
+		}
+	}
+	if s.hcnp != 0 {
+		r.filterRules.add("-A", ChainNodePorts, "-m comment --comment", quote(s.name+" health check node port"), "-m tcp -p tcp --dport", strconv.Itoa(s.hcnp), "-j ACCEPT")
+	}
+}
+
+// serviceChains writes the rules of a Service port's own chains into w.
+func (r *renderer) serviceChains(w *lines, s *svcPort, pl servicePlan, n iptNames) {
+	p := s.proto
+	if pl.hasInternal {
 		// Off-cluster clients of a cluster IP (e.g. via a static route to
 		// the service range) may be answered from another node: SNAT them.
 		// Pod traffic keeps its source IP, which is the point of ClusterIP.
-		args := []string{"-A", internalChain, "-m comment --comment", quote(s.name + " cluster IP"), "-m", p, "-p", p, "-d", cip, "--dport", s.port}
+		args := []string{"-A", pick(pl.internalLocal, n.svc, n.svl), "-m comment --comment", quote(s.name + " cluster IP"), "-m", p, "-p", p, "-d", s.clusterIP.String(), "--dport", s.port}
 		switch {
 		case r.node.masqAll:
 			w.add(append(args, "-j", ChainMarkMasq)...)
@@ -582,33 +565,31 @@ func (r *renderer) service(s *svcPort, eps []epInfo) {
 			w.add(append(args, "! -s", r.node.podCIDR.String(), "-j", ChainMarkMasq)...)
 		}
 	}
-
-	if usesExtChain {
+	if pl.extChain {
 		if !s.eTPLocal {
 			// Cluster policy may forward to another node, whose reply must
 			// come back through us.
-			w.add("-A", extChain, "-m comment --comment", quote("masquerade traffic for "+s.name+" external destinations"), "-j", ChainMarkMasq)
+			w.add("-A", n.ext, "-m comment --comment", quote("masquerade traffic for "+s.name+" external destinations"), "-j", ChainMarkMasq)
 		} else {
 			if r.node.podCIDR.IsValid() {
 				// Pods reaching an external address behave as if they went
 				// out to the LB and came back: all endpoints, source kept.
-				w.add("-A", extChain, "-m comment --comment", quote("pod traffic for "+s.name+" external destinations"), "-s", r.node.podCIDR.String(), "-j", svcChain)
+				w.add("-A", n.ext, "-m comment --comment", quote("pod traffic for "+s.name+" external destinations"), "-s", r.node.podCIDR.String(), "-j", n.svc)
 			}
 			// The node itself would otherwise use the (local) external IP
 			// as its source, which the endpoint cannot answer.
-			w.add("-A", extChain, "-m comment --comment", quote("masquerade LOCAL traffic for "+s.name+" external destinations"), "-m addrtype --src-type LOCAL -j", ChainMarkMasq)
-			w.add("-A", extChain, "-m comment --comment", quote("route LOCAL traffic for "+s.name+" external destinations"), "-m addrtype --src-type LOCAL -j", svcChain)
+			w.add("-A", n.ext, "-m comment --comment", quote("masquerade LOCAL traffic for "+s.name+" external destinations"), "-m addrtype --src-type LOCAL -j", ChainMarkMasq)
+			w.add("-A", n.ext, "-m comment --comment", quote("route LOCAL traffic for "+s.name+" external destinations"), "-m addrtype --src-type LOCAL -j", n.svc)
 		}
-		if hasExternal {
-			w.add("-A", extChain, "-j", externalPolicyChain)
+		if pl.hasExternal {
+			w.add("-A", n.ext, "-j", pick(pl.externalLocal, n.svc, n.svl))
 		}
 	}
-
-	if usesFWChain {
+	if pl.fwChain {
 		c := quote(s.name + " loadbalancer IP")
 		fromNode := false
 		for _, pfx := range s.allowed {
-			w.add("-A", fwChain, "-m comment --comment", c, "-s", pfx.String(), "-j", extChain)
+			w.add("-A", n.fw, "-m comment --comment", c, "-s", pfx.String(), "-j", n.ext)
 			for _, ip := range r.node.ips {
 				fromNode = fromNode || pfx.Contains(ip)
 			}
@@ -617,21 +598,19 @@ func (r *renderer) service(s *svcPort, eps []epInfo) {
 			// A node reaching its own LB IP may have that IP as its
 			// source; let it through when the node itself is allowed.
 			for _, ip := range s.lbVIPs {
-				w.add("-A", fwChain, "-m comment --comment", c, "-s", ip.String(), "-j", extChain)
+				w.add("-A", n.fw, "-m comment --comment", c, "-s", ip.String(), "-j", n.ext)
 			}
 		}
 		// Counts what falls through to the PROXY-FIREWALL DROP.
-		w.add("-A", fwChain, "-m comment --comment", quote("other traffic to "+s.name+" will be dropped by "+ChainProxyFirewall))
+		w.add("-A", n.fw, "-m comment --comment", quote("other traffic to "+s.name+" will be dropped by "+ChainProxyFirewall))
 	}
-
-	if usesClusterChain {
-		r.endpointRules(w, s, svcChain, cluster)
+	if pl.clusterChain {
+		r.endpointRules(w, s, n.svc, pl.cluster)
 	}
-	if usesLocalChain {
-		r.endpointRules(w, s, svlChain, local)
+	if pl.localChain {
+		r.endpointRules(w, s, n.svl, pl.local)
 	}
-
-	for _, e := range reachable {
+	for _, e := range pl.reachable {
 		c := quote(s.name)
 		// Hairpin: a pod reaching itself through the Service would see its
 		// own address as the source and drop the reply.
@@ -641,9 +620,6 @@ func (r *renderer) service(s *svcPort, eps []epInfo) {
 		} else {
 			w.add("-A", e.chain, "-m comment --comment", c, "-m", p, "-p", p, "-j DNAT --to-destination", e.str)
 		}
-	}
-	if r.chunking && len(chains) > 0 {
-		r.segs = append(r.segs, svcSeg{at: len(r.natRules.b), declEnd: len(r.svcChains.b), rulesEnd: len(r.svcRules.b), chains: len(chains)})
 	}
 }
 
