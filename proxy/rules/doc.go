@@ -1,7 +1,10 @@
-// Package rules renders the desired state of Services and endpoints into
-// iptables-restore input, the way kube-proxy's iptables mode does, with a
-// HERALD- chain prefix. It is pure: plain Go model types in, text out; no
-// Kubernetes API types, no side effects.
+// Package rules renders the desired state of Services and endpoints for
+// both proxy modes: iptables-restore input the way kube-proxy's iptables
+// mode does, with a HERALD- chain prefix (Render), and an nftables table
+// of herald's own (RenderNFT). Each Service port's decisions are made
+// once (planService) and written by both. It is pure: plain Go model
+// types in, text or nft objects out; no Kubernetes API types, no side
+// effects. The iptables layout follows; nft.go describes the table.
 //
 // Layout (nat table; filter in brackets):
 //
