@@ -85,13 +85,14 @@ type fakeHC struct {
 	mu     sync.Mutex
 	ports  map[healthcheck.ServiceKey]int
 	counts map[healthcheck.ServiceKey]int
+	binds  []healthcheck.Bind
 	calls  int
 }
 
-func (f *fakeHC) SyncServices(p map[healthcheck.ServiceKey]int) error {
+func (f *fakeHC) SyncServices(p map[healthcheck.ServiceKey]int, binds []healthcheck.Bind) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ports, f.calls = p, f.calls+1
+	f.ports, f.binds, f.calls = p, binds, f.calls+1
 	return nil
 }
 

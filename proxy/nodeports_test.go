@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/herald-lb/herald/proxy/healthcheck"
 	"github.com/herald-lb/herald/proxy/nft"
 	"github.com/herald-lb/herald/proxy/rules"
 )
@@ -122,6 +123,12 @@ func TestSyncNodePortAddressesFollowTheNode(t *testing.T) {
 			if res := e.sync(false); res.Retry || !served(testNodeIP.String()) || served("192.0.2.99") {
 				t.Fatalf("first sync: %+v\n%s", res, rendered())
 			}
+			// The healthCheckNodePort servers listen where NodePorts are
+			// served: the allowed IPv4 address, and no IPv6 one (the node
+			// has none).
+			if want := []healthcheck.Bind{{Network: "tcp4", Host: testNodeIP.String()}}; !slices.Equal(e.hc.binds, want) {
+				t.Errorf("health check binds %v, want %v", e.hc.binds, want)
+			}
 			if res := e.sync(true); !res.Idle {
 				t.Fatalf("periodic sync with the same addresses: %+v", res)
 			}
@@ -165,5 +172,28 @@ func TestPrimaryIPs(t *testing.T) {
 	}
 	if got, want := fmt.Sprint(nodeInfoFrom(n).PrimaryIPs), "[192.0.2.10 2001:db8::7]"; got != want {
 		t.Errorf("primary IPs %s, want %s (the first InternalIP per family, else the first ExternalIP)", got, want)
+	}
+}
+
+func TestHealthBinds(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")
+	local := []netip.Addr{v4, v6}
+	for _, c := range []struct {
+		name    string
+		allowed map[rules.Family][]netip.Addr
+		local   []netip.Addr
+		want    []healthcheck.Bind
+	}{
+		{"unrestricted", nil, local, healthcheck.AllAddresses},
+		{"IPv4 restricted, IPv6 not", map[rules.Family][]netip.Addr{rules.IPv4: {v4}}, local,
+			[]healthcheck.Bind{{Network: "tcp4", Host: "192.0.2.10"}, {Network: "tcp6", Host: "::"}}},
+		{"IPv4 restricted on a node without IPv6", map[rules.Family][]netip.Addr{rules.IPv4: {v4}}, []netip.Addr{v4}, []healthcheck.Bind{{Network: "tcp4", Host: "192.0.2.10"}}},
+		{"both restricted", map[rules.Family][]netip.Addr{rules.IPv4: {v4}, rules.IPv6: {v6}}, local,
+			[]healthcheck.Bind{{Network: "tcp4", Host: "192.0.2.10"}, {Network: "tcp6", Host: "2001:db8::10"}}},
+		{"restricted to no local address", map[rules.Family][]netip.Addr{rules.IPv4: {}, rules.IPv6: {}}, local, nil},
+	} {
+		if got := healthBinds(c.allowed, c.local); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -71,7 +71,7 @@ type NFTProgrammer interface {
 
 // HealthServer is what the syncer feeds: the healthCheckNodePort servers.
 type HealthServer interface {
-	SyncServices(ports map[healthcheck.ServiceKey]int) error
+	SyncServices(ports map[healthcheck.ServiceKey]int, binds []healthcheck.Bind) error
 	SyncEndpoints(counts map[healthcheck.ServiceKey]int)
 }
 
@@ -515,10 +515,42 @@ func (s *Syncer) feedHealth(perFamily [][]rules.ServiceHealth) {
 			counts[k] = max(counts[k], h.LocalEndpoints)
 		}
 	}
-	if err := s.hc.SyncServices(ports); err != nil {
+	binds := healthcheck.AllAddresses
+	if s.cfg.NodePortAddresses.IsSet() && s.npKnown {
+		binds = healthBinds(s.npLast, s.local)
+	}
+	if err := s.hc.SyncServices(ports, binds); err != nil {
 		s.log.Error("healthCheckNodePort servers", "err", err)
 	}
 	s.hc.SyncEndpoints(counts)
+}
+
+// healthBinds are the addresses the healthCheckNodePort servers listen
+// on under --nodeport-addresses, as kube-proxy binds them: a family the
+// flag restricts on its allowed addresses only, another on all of its
+// addresses when the node has any of that family.
+func healthBinds(allowed map[rules.Family][]netip.Addr, local []netip.Addr) []healthcheck.Bind {
+	if allowed == nil {
+		return healthcheck.AllAddresses
+	}
+	var out []healthcheck.Bind
+	for _, f := range []rules.Family{rules.IPv4, rules.IPv6} {
+		network, any := "tcp4", "0.0.0.0"
+		if f == rules.IPv6 {
+			network, any = "tcp6", "::"
+		}
+		ips, restricted := allowed[f]
+		if !restricted {
+			if slices.ContainsFunc(local, f.Has) {
+				out = append(out, healthcheck.Bind{Network: network, Host: any})
+			}
+			continue
+		}
+		for _, ip := range ips {
+			out = append(out, healthcheck.Bind{Network: network, Host: ip.String()})
+		}
+	}
+	return out
 }
 
 // Housekeeping makes sure herald's base chains exist and the built-in

@@ -58,7 +58,7 @@ func TestServiceServer(t *testing.T) {
 	defer s.Close()
 	web := ServiceKey{"default", "web"}
 	db := ServiceKey{"prod", "db"}
-	if err := s.SyncServices(map[ServiceKey]int{web: 30001, db: 30002}); err != nil {
+	if err := s.SyncServices(map[ServiceKey]int{web: 30001, db: 30002}, nil); err != nil {
 		t.Fatal(err)
 	}
 	s.SyncEndpoints(map[ServiceKey]int{web: 2})
@@ -81,7 +81,7 @@ func TestServiceServer(t *testing.T) {
 	// A port that cannot be bound is an error naming the Service, and
 	// the others keep serving; a moved port closes the old server.
 	bad := ServiceKey{"default", "clash"}
-	err := s.SyncServices(map[ServiceKey]int{web: 30001, db: 30003, bad: 9999})
+	err := s.SyncServices(map[ServiceKey]int{web: 30001, db: 30003, bad: 9999}, nil)
 	if err == nil || !strings.Contains(err.Error(), "default/clash") || !strings.Contains(err.Error(), "9999") {
 		t.Errorf("port clash error %v", err)
 	}
@@ -94,7 +94,7 @@ func TestServiceServer(t *testing.T) {
 	if code, _ := get(t, "http://"+lb.real[30003]+"/"); code != 503 {
 		t.Errorf("db's new port: %d", code)
 	}
-	if err := s.SyncServices(map[ServiceKey]int{web: 70000}); err == nil || !strings.Contains(err.Error(), "out of range") {
+	if err := s.SyncServices(map[ServiceKey]int{web: 70000}, nil); err == nil || !strings.Contains(err.Error(), "out of range") {
 		t.Errorf("out-of-range port: %v", err)
 	}
 	if got := s.Ports(); len(got) != 0 {
@@ -155,5 +155,62 @@ func TestMetricsHandler(t *testing.T) {
 			}
 		}
 		srv.Close()
+	}
+}
+
+// TestServiceServerBinds: with --nodeport-addresses the servers listen on
+// the allowed addresses only, each Service on every one of them; a change
+// of addresses reopens them, and a bind that fails leaves none open.
+func TestServiceServerBinds(t *testing.T) {
+	var opened []string
+	var open []net.Listener
+	listen := func(network, addr string) (net.Listener, error) {
+		if strings.HasPrefix(addr, "198.51.100.99:") {
+			return nil, &net.OpError{Op: "listen", Net: network, Err: errAddrInUse}
+		}
+		opened = append(opened, network+" "+addr)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err == nil {
+			open = append(open, l)
+		}
+		return l, err
+	}
+	s := NewServiceServer(listen, nil)
+	defer s.Close()
+	web := ServiceKey{"default", "web"}
+	binds := []Bind{{Network: "tcp4", Host: "198.51.100.11"}, {Network: "tcp6", Host: "::"}}
+	if err := s.SyncServices(map[ServiceKey]int{web: 30001}, binds); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"tcp4 198.51.100.11:30001", "tcp6 [::]:30001"}; strings.Join(opened, ",") != strings.Join(want, ",") {
+		t.Fatalf("opened %q, want %q", opened, want)
+	}
+	// The same binds again: nothing reopened.
+	if err := s.SyncServices(map[ServiceKey]int{web: 30001}, binds); err != nil || len(opened) != 2 {
+		t.Fatalf("a sync with the same binds reopened: %q, %v", opened, err)
+	}
+	// Other addresses: the old listeners are closed, the new ones open.
+	if err := s.SyncServices(map[ServiceKey]int{web: 30001}, []Bind{{Network: "tcp4", Host: "198.51.100.12"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(opened) != 3 || opened[2] != "tcp4 198.51.100.12:30001" {
+		t.Fatalf("after the change: %q", opened)
+	}
+	for _, l := range open[:2] {
+		if _, err := net.Dial("tcp", l.Addr().String()); err == nil {
+			t.Errorf("an old listener %s still accepts", l.Addr())
+		}
+	}
+	// One bind failing: an error naming the Service, and nothing of it
+	// left open.
+	err := s.SyncServices(map[ServiceKey]int{web: 30001}, []Bind{{Network: "tcp4", Host: "198.51.100.13"}, {Network: "tcp4", Host: "198.51.100.99"}})
+	if err == nil || !strings.Contains(err.Error(), "default/web") {
+		t.Fatalf("a failing bind: %v", err)
+	}
+	if _, err := net.Dial("tcp", open[3].Addr().String()); err == nil {
+		t.Error("the listener opened before the failing bind is still open")
+	}
+	if len(s.Ports()) != 0 {
+		t.Errorf("ports after the failure: %v", s.Ports())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -26,10 +27,21 @@ func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }
 // ListenFunc opens a listener; tests pass one that binds to loopback.
 type ListenFunc func(network, address string) (net.Listener, error)
 
+// Bind is one address a healthCheckNodePort server listens on: Host ""
+// with Network "tcp" is every address of both families.
+type Bind struct {
+	Network, Host string
+}
+
+// AllAddresses is where the servers listen without --nodeport-addresses.
+var AllAddresses = []Bind{{Network: "tcp"}}
+
 // ServiceServer runs the healthCheckNodePort servers of the Services with
 // externalTrafficPolicy Local.
 type ServiceServer struct {
 	listen ListenFunc
+	// binds are the addresses every server listens on.
+	binds []Bind
 	// healthy reports whether the proxy itself is healthy; a node whose
 	// proxy is stuck must not attract traffic even with endpoints.
 	healthy func() bool
@@ -39,9 +51,11 @@ type ServiceServer struct {
 }
 
 type hcService struct {
-	port     int
-	listener net.Listener
-	server   *http.Server
+	port int
+	// listeners are closed with the server too: one its Serve has not
+	// picked up yet would stay open otherwise.
+	listeners []net.Listener
+	server    *http.Server
 	// local is the number of ready local endpoints.
 	local int
 }
@@ -59,15 +73,21 @@ func NewServiceServer(listen ListenFunc, healthy func() bool) *ServiceServer {
 }
 
 // SyncServices makes the set of servers match ports (Service →
-// healthCheckNodePort): new ones are opened, gone or moved ones closed.
-// A port that cannot be opened is reported in the error and leaves every
-// other Service's server alone.
-func (s *ServiceServer) SyncServices(ports map[ServiceKey]int) error {
+// healthCheckNodePort), each listening on binds (nil: AllAddresses): new
+// ones are opened, gone or moved ones closed, and every one again when
+// binds changed. A port that cannot be opened on one of binds is
+// reported in the error and leaves every other Service's server alone.
+func (s *ServiceServer) SyncServices(ports map[ServiceKey]int, binds []Bind) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(binds) == 0 && ports != nil {
+		binds = AllAddresses
+	}
+	rebind := !slices.Equal(binds, s.binds)
+	s.binds = binds
 	for key, hc := range s.services {
-		if p, ok := ports[key]; !ok || p != hc.port {
-			_ = hc.server.Close()
+		if p, ok := ports[key]; !ok || p != hc.port || rebind {
+			hc.close()
 			delete(s.services, key)
 		}
 	}
@@ -86,17 +106,43 @@ func (s *ServiceServer) SyncServices(ports map[ServiceKey]int) error {
 			errs = append(errs, fmt.Errorf("service %s: healthCheckNodePort %d is out of range", key, port))
 			continue
 		}
-		l, err := s.listen("tcp", ":"+strconv.Itoa(port))
+		ls, err := s.listenAll(port)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("service %s: healthCheckNodePort %d: %w", key, port, err))
 			continue
 		}
-		hc := &hcService{port: port, listener: l}
+		hc := &hcService{port: port, listeners: ls}
 		hc.server = &http.Server{Handler: s.handler(key), ReadHeaderTimeout: 5 * time.Second}
 		s.services[key] = hc
-		go func() { _ = hc.server.Serve(l) }()
+		for _, l := range ls {
+			go func() { _ = hc.server.Serve(l) }()
+		}
 	}
 	return errors.Join(errs...)
+}
+
+func (hc *hcService) close() {
+	_ = hc.server.Close()
+	for _, l := range hc.listeners {
+		_ = l.Close()
+	}
+}
+
+// listenAll opens port on every bind, or none (closing those it opened)
+// when one fails.
+func (s *ServiceServer) listenAll(port int) ([]net.Listener, error) {
+	var ls []net.Listener
+	for _, b := range s.binds {
+		l, err := s.listen(b.Network, net.JoinHostPort(b.Host, strconv.Itoa(port)))
+		if err != nil {
+			for _, o := range ls {
+				_ = o.Close()
+			}
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
 }
 
 // SyncEndpoints sets the number of ready local endpoints per Service;
@@ -122,7 +168,7 @@ func (s *ServiceServer) Ports() map[ServiceKey]int {
 
 // Close stops every server.
 func (s *ServiceServer) Close() {
-	_ = s.SyncServices(nil)
+	_ = s.SyncServices(nil, nil)
 }
 
 // serviceReply is the body, in kube-proxy's shape.
