@@ -59,3 +59,23 @@ func Output(args []string) io.Writer {
 	}
 	return os.Stderr
 }
+
+// Parse parses args whose flags and positional arguments come in any
+// order, as kubectl's do (`herald status default/web -o json`), and
+// returns the positional ones; after "--" every argument is positional.
+func Parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}

@@ -2,6 +2,7 @@ package flagusage
 
 import (
 	"flag"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -40,5 +41,37 @@ func TestOutput(t *testing.T) {
 	}
 	if Output([]string{"--bogus"}) != os.Stderr || Output([]string{"--", "-h"}) != os.Stderr {
 		t.Error("no help asked for: want stderr")
+	}
+}
+
+func TestParse(t *testing.T) {
+	for _, c := range []struct {
+		args     []string
+		o        string
+		n        bool
+		pos      []string
+		wantFail bool
+	}{
+		{[]string{"default/web", "-o", "json"}, "json", false, []string{"default/web"}, false},
+		{[]string{"-o", "yaml", "web", "-n"}, "yaml", true, []string{"web"}, false},
+		{[]string{"a", "b", "-n", "c"}, "", true, []string{"a", "b", "c"}, false},
+		{[]string{"-n", "--", "-o", "x"}, "", true, []string{"-o", "x"}, false},
+		{[]string{"web", "-bogus"}, "", false, nil, true},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		o := fs.String("o", "", "")
+		n := fs.Bool("n", false, "")
+		pos, err := Parse(fs, c.args)
+		if (err != nil) != c.wantFail {
+			t.Errorf("%q: error %v", c.args, err)
+			continue
+		}
+		if c.wantFail {
+			continue
+		}
+		if *o != c.o || *n != c.n || strings.Join(pos, " ") != strings.Join(c.pos, " ") {
+			t.Errorf("%q: -o %q -n %v positional %q; want %q %v %q", c.args, *o, *n, pos, c.o, c.n, c.pos)
+		}
 	}
 }

@@ -109,13 +109,14 @@ func runValidate(args []string) int {
 		fmt.Fprintln(fs.Output(), "usage: herald validate -f FILE [-f FILE...] [--namespace NS]\n\nRuns herald's configuration parser over the files and prints every problem; exits 1 if there is any.")
 		flagusage.PrintDefaults(fs.Output(), fs)
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := flagusage.Parse(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	paths = append(paths, fs.Args()...)
+	paths = append(paths, pos...)
 	if len(paths) == 0 {
 		fs.Usage()
 		return 2

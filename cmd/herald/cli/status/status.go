@@ -71,7 +71,8 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 		fmt.Fprintln(out, "usage: herald status [flags] [NAMESPACE/NAME | NAME]\n       herald status bgp [flags]\n\nShows each LoadBalancer Service's external IPs, their pool, and which node announces\neach IP, how and on which interfaces or to which BGP peers (from the speakers'\nServiceAnnouncements and, for BGP Services with externalTrafficPolicy Cluster, their\nNodeAnnouncements).\n`herald status bgp` shows each speaker's BGP sessions (state, BFD, prefixes), read from\nthe speakers' metrics through the API server (get on pods/proxy in herald's namespace).")
 		flagusage.PrintDefaults(out, fs)
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := flagusage.Parse(fs, args)
+	if err != nil {
 		return o, err
 	}
 	switch o.Output {
@@ -79,19 +80,19 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	default:
 		return o, fmt.Errorf("-o %q: use text, json or yaml", o.Output)
 	}
-	if !o.BGP && fs.NArg() == 1 && fs.Arg(0) == "bgp" {
+	if !o.BGP && len(pos) == 1 && pos[0] == "bgp" {
 		// `herald status --kubeconfig F bgp`: the subcommand after the
 		// flags (a Service called bgp is default/bgp).
 		o.BGP = true
 		return o, nil
 	}
-	if o.BGP && fs.NArg() > 0 {
-		return o, fmt.Errorf("herald status bgp takes no Service, got %q", fs.Args())
+	if o.BGP && len(pos) > 0 {
+		return o, fmt.Errorf("herald status bgp takes no Service, got %q", pos)
 	}
-	switch fs.NArg() {
+	switch len(pos) {
 	case 0:
 	case 1:
-		arg := fs.Arg(0)
+		arg := pos[0]
 		if ns, name, ok := strings.Cut(arg, "/"); ok {
 			if o.Namespace != "" && o.Namespace != ns {
 				return o, fmt.Errorf("%q names namespace %s, -n says %s", arg, ns, o.Namespace)
@@ -107,7 +108,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 			return o, fmt.Errorf("%q: give NAMESPACE/NAME or NAME", arg)
 		}
 	default:
-		return o, fmt.Errorf("at most one Service, got %d arguments", fs.NArg())
+		return o, fmt.Errorf("at most one Service, got %d arguments", len(pos))
 	}
 	return o, nil
 }

@@ -99,6 +99,10 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-n", "x", "shop/web"}, "", "", "namespace"},
 		{[]string{"shop/"}, "", "", "NAMESPACE/NAME"},
 		{[]string{"a", "b"}, "", "", "at most one"},
+		// Flags after the Service, as kubectl takes them.
+		{[]string{"shop/web", "-o", "json"}, "shop", "web", ""},
+		{[]string{"web", "-n", "shop"}, "shop", "web", ""},
+		{[]string{"shop/web", "-o", "xml"}, "", "", "-o"},
 	} {
 		o, err := ParseFlags(c.args, io.Discard)
 		if c.err != "" {
