@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"strings"
@@ -81,6 +82,9 @@ type Options struct {
 	// downward API) name the proxy's pod, whose DaemonSet tells an
 	// uninstall from a restart; empty outside a pod.
 	PodNamespace, PodName string
+	// Verbosity is -v, kube-proxy's klog level: 4 and above log at debug
+	// level.
+	Verbosity int
 	// Conntrack is the kernel's conntrack settings written at start
 	// (kube-proxy's --conntrack-* flags and defaults).
 	Conntrack conntrack.Tuning
@@ -117,6 +121,7 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.SetOutput(out)
 	o.APIFlags.Register(fs)
 	logging.Register(fs, &o.LogFormat)
+	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity as kube-proxy's -v: 4 or more logs at debug level (each sync, each rule change)")
 	fs.StringVar(&o.NodeName, "hostname-override", o.NodeName, "this node's name (default: $NODE_NAME, else the host name)")
 	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove every rule and chain herald's proxy installed, then exit")
 	finish := BindFlags(fs, &o)
@@ -154,6 +159,9 @@ func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) {
 	fs.TextVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "which iptables the rules go through: nft, legacy, or auto (the one the node's rules are in, as kube-proxy's image detects it; plain iptables when only that is installed)")
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", o.MinSyncPeriod, "least time between two syncs of the rules (changes in between are batched)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "most time between two syncs; a periodic sync checks the canary chain and rewrites what changed")
+	// kube-proxy's names for the same two, so its command lines carry over.
+	fs.DurationVar(&o.MinSyncPeriod, "iptables-min-sync-period", o.MinSyncPeriod, "kube-proxy's name for --min-sync-period")
+	fs.DurationVar(&o.SyncPeriod, "iptables-sync-period", o.SyncPeriod, "kube-proxy's name for --sync-period")
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", o.FullSyncPeriod, "most time between two syncs that rewrite all rules")
 	npa := o.NodePortAddresses.String()
 	fs.StringVar(&npa, "nodeport-addresses", npa, "serve NodePorts only on the node's addresses inside these CIDRs (comma-separated, IPv4 and/or IPv6; a family without a CIDR stays unrestricted, as with kube-proxy), or on the node's primary IPs with \""+NodePortAddressesPrimary+"\" (default: every local address but loopback)")
@@ -269,4 +277,12 @@ func ParseConntrackFlags(args []string, out io.Writer) (conntrack.Tuning, loggin
 		return t, format, fmt.Errorf("unexpected argument %q: herald conntrack takes only flags", fs.Arg(0))
 	}
 	return t, format, t.Validate()
+}
+
+// LogLevel is the slog level -v asks for.
+func (o Options) LogLevel() slog.Level {
+	if o.Verbosity >= 4 {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -34,6 +35,14 @@ func TestParseFlagsDefaults(t *testing.T) {
 	}
 	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)
+	}
+	// kube-proxy's names and -v carry over.
+	o, err = ParseFlags([]string{"--iptables-sync-period=45s", "--iptables-min-sync-period=2s", "-v=4"}, io.Discard)
+	if err != nil || o.SyncPeriod != 45*time.Second || o.MinSyncPeriod != 2*time.Second || o.LogLevel() != slog.LevelDebug {
+		t.Errorf("kube-proxy's flags: %+v %v", o, err)
+	}
+	if o, _ := ParseFlags([]string{"-v=2"}, io.Discard); o.LogLevel() != slog.LevelInfo {
+		t.Errorf("-v=2: %v", o.LogLevel())
 	}
 }
 
