@@ -17,6 +17,7 @@ import (
 
 	"github.com/herald-lb/herald/e2e/harness"
 	"github.com/herald-lb/herald/e2e/lab/cluster"
+	"github.com/herald-lb/herald/e2e/lab/kubectl"
 	"github.com/herald-lb/herald/e2e/lab/kubelet"
 	"github.com/herald-lb/herald/e2e/lab/netns"
 	"github.com/herald-lb/herald/e2e/lab/topology"
@@ -681,7 +682,8 @@ func grepLines(s string, words ...string) string {
 // election and who answers: winners, announcements, isolation and
 // recovery, memberlist events.
 func electionLines(h *harness.T) []string {
-	out, err := h.K.Output(h.Ctx, "-n", helmNS, "logs", "-l", "app.kubernetes.io/component=speaker", "-c", "speaker", "--tail=-1", "--prefix", "--max-log-requests=10")
+	quiet := kubectl.Kubectl{Path: h.K.Path, Kubeconfig: h.K.Kubeconfig} // printed only when an address moves
+	out, err := quiet.Output(h.Ctx, "-n", helmNS, "logs", "-l", "app.kubernetes.io/component=speaker", "-c", "speaker", "--tail=-1", "--prefix", "--max-log-requests=10")
 	if err != nil {
 		return []string{"kubectl logs: " + err.Error()}
 	}
