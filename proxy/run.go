@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -170,13 +169,14 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	// Before the be-liberal setting is read below: the tuning may set it.
-	tuneConntrack(o.Conntrack, conntrack.Files{}, log)
+	sysctls := conntrack.Files{}
+	tuneConntrack(o.Conntrack, sysctls, log)
 	cfg := Config{
 		NodeName:          o.NodeName,
 		ClusterCIDRs:      o.ClusterCIDRs,
 		MasqueradeAll:     o.MasqueradeAll,
 		MasqueradeBit:     o.MasqueradeBit,
-		ConntrackLiberal:  conntrackLiberal(),
+		ConntrackLiberal:  conntrackLiberal(sysctls),
 		FullSyncPeriod:    o.FullSyncPeriod,
 		NodePortAddresses: o.NodePortAddresses,
 	}
@@ -426,9 +426,9 @@ func tuneConntrack(t conntrack.Tuning, s conntrack.Sysctls, log *slog.Logger) (w
 
 // conntrackLiberal reads whether conntrack accepts out-of-window TCP
 // packets; then the proxy needs no DROP for INVALID ones.
-func conntrackLiberal() bool {
-	b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal")
-	return err == nil && strings.TrimSpace(string(b)) == "1"
+func conntrackLiberal(s conntrack.Sysctls) bool {
+	v, err := s.Read(conntrack.SysctlTCPBeLiberal)
+	return err == nil && v == 1
 }
 
 // RemoveRules removes herald's rules of both families, as --cleanup,
