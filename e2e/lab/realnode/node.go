@@ -100,15 +100,31 @@ type StartOptions struct {
 	Log            io.Writer
 }
 
-// inNetns runs path inside the node's network namespace, and only that:
-// `ip netns exec` would also give it a fresh /sys without the host's
-// cgroup mounts, where runc finds no cgroup ("no cgroup mount found in
-// mountinfo").
+// NodeCommand is the command line that runs path with args as one of
+// the node's own processes: inside the node's network namespace, and in a
+// UTS namespace of its own whose host name is the node's name. Only
+// those: `ip netns exec` would also give it a fresh /sys without the
+// host's cgroup mounts, where runc finds no cgroup ("no cgroup mount found
+// in mountinfo"). The host name matters to hostNetwork pods, which share
+// their runtime's UTS namespace: on a real node they answer with the
+// node's name (agnhost's /hostname, upstream's hostNetwork Service tests),
+// not the machine's. nsenter, unshare and sh each exec the next, so the
+// process keeps one PID.
+func NodeCommand(c Config, path string, args []string) (string, []string) {
+	return "nsenter", append([]string{
+		"--net=" + filepath.Join(netns.Dir, c.Netns), "--",
+		"unshare", "--uts", "--",
+		"sh", "-c", `hostname "$0" || exit 1; exec "$@"`, c.Name,
+		path}, args...)
+}
+
+// inNetns starts path as one of the node's processes (NodeCommand).
 func inNetns(c Config, name, path, logPath string, args []string, killWithParent bool) (*proc.Process, error) {
+	cmd, cmdArgs := NodeCommand(c, path, args)
 	p, err := proc.Start(proc.Spec{
 		Name:    name,
-		Path:    "nsenter",
-		Args:    append([]string{"--net=" + filepath.Join(netns.Dir, c.Netns), "--", path}, args...),
+		Path:    cmd,
+		Args:    cmdArgs,
 		LogPath: logPath,
 		// containerd looks for its shim on PATH; the lab's is next to it.
 		Env:            []string{"PATH=" + filepath.Dir(path) + string(os.PathListSeparator) + os.Getenv("PATH")},
