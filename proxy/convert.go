@@ -168,6 +168,7 @@ func Endpoints(namespace, service string, slices []*discoveryv1.EndpointSlice) m
 				if ep.NodeName != nil {
 					e.NodeName = *ep.NodeName
 				}
+				e.ZoneHints, e.NodeHints = hintNames(ep.Hints)
 				k := key{spn, e.IP, e.Port}
 				if old, ok := seen[k]; ok && old.Ready && !e.Ready {
 					continue
@@ -189,4 +190,20 @@ func Endpoints(namespace, service string, slices []*discoveryv1.EndpointSlice) m
 		})
 	}
 	return out
+}
+
+// hintNames returns the zone and node names of an endpoint's hints, in
+// their order, nil when there are none. The names are only compared with
+// this node's name and zone, so no spelling can do harm.
+func hintNames(h *discoveryv1.EndpointHints) (zones, nodes []string) {
+	if h == nil {
+		return nil, nil
+	}
+	for _, z := range h.ForZones {
+		zones = append(zones, z.Name)
+	}
+	for _, n := range h.ForNodes {
+		nodes = append(nodes, n.Name)
+	}
+	return zones, nodes
 }

@@ -200,7 +200,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	for _, f := range fams {
 		names = append(names, f.Family.String())
 	}
-	log.Info("syncing", "families", strings.Join(names, ","), "nodeIPs", node.IPs, "podCIDRs", node.PodCIDRs)
+	log.Info("syncing", "families", strings.Join(names, ","), "nodeIPs", node.IPs, "podCIDRs", node.PodCIDRs, "zone", node.Zone)
 	loop.Run(ctx, func(ctx context.Context, periodic bool) bool {
 		res := syncer.Sync(ctx, periodic)
 		logSync(log, res)

@@ -211,7 +211,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 		case f.needFull:
 			reason = "the previous restore failed"
 		case snap.NodeChanged:
-			full, reason = true, "node addresses changed"
+			full, reason = true, "the node's addresses, pod CIDRs or zone changed"
 		case periodic && s.now().Sub(f.lastFull) >= s.fullSyncPeriod():
 			full, reason = true, "periodic full resync"
 		case f.NFT != nil && !s.nftTablePresent(f):
@@ -412,6 +412,7 @@ func unionChains(a, b []string) []string {
 func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
 	nc := rules.NodeConfig{
 		Name:             s.cfg.NodeName,
+		Zone:             n.Zone,
 		IPs:              n.IPs,
 		ClusterCIDRs:     s.cfg.ClusterCIDRs,
 		MasqueradeAll:    s.cfg.MasqueradeAll,

@@ -232,7 +232,7 @@ func TestSyncPeriodicAndNodeChangeAreFull(t *testing.T) {
 		t.Fatalf("after a heartbeat: %+v", res)
 	}
 	e.tracker.UpdateNode(node(testNode, testNodeIP.String(), "198.51.100.10"))
-	if res := e.sync(false); !res.Families[0].Full || res.Families[0].Reason != "node addresses changed" {
+	if res := e.sync(false); !res.Families[0].Full || res.Families[0].Reason != "the node's addresses, pod CIDRs or zone changed" {
 		t.Fatalf("node change: %+v", res.Families[0])
 	}
 }

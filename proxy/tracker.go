@@ -30,6 +30,9 @@ type NodeInfo struct {
 	// PodCIDRs is spec.podCIDRs, the fallback for "from a pod on this
 	// node" when --cluster-cidr is not set.
 	PodCIDRs []netip.Prefix
+	// Zone is the topology.kubernetes.io/zone label ("" without one),
+	// which endpoints' zone hints are read against.
+	Zone string
 	// Eligible is false while the node is being deleted or drained.
 	Eligible bool
 	// Seen is true once the Node object was read.
@@ -39,7 +42,7 @@ type NodeInfo struct {
 // nodeInfoFrom reduces a Node; unparseable addresses are skipped (the
 // API server validates them, so there is nothing to report).
 func nodeInfoFrom(n *corev1.Node) NodeInfo {
-	info := NodeInfo{Name: n.Name, Seen: true, Eligible: n.DeletionTimestamp == nil}
+	info := NodeInfo{Name: n.Name, Seen: true, Eligible: n.DeletionTimestamp == nil, Zone: n.Labels[corev1.LabelTopologyZone]}
 	for _, t := range n.Spec.Taints {
 		if t.Key == TaintToBeDeleted {
 			info.Eligible = false
@@ -253,7 +256,7 @@ func (t *Tracker) recomputeLocked(key rules.ServiceKey) bool {
 }
 
 // UpdateNode takes this node's Node object (others are ignored). A change
-// of addresses or pod CIDRs needs a full sync; a change of eligibility
+// of addresses, pod CIDRs or zone needs a full sync; a change of eligibility
 // only changes /healthz and is reported by the second result.
 func (t *Tracker) UpdateNode(n *corev1.Node) (eligibilityChanged bool) {
 	if n.Name != t.nodeName {
@@ -263,7 +266,7 @@ func (t *Tracker) UpdateNode(n *corev1.Node) (eligibilityChanged bool) {
 	t.mu.Lock()
 	old := t.node
 	t.node = info
-	rulesChanged := !old.Seen || !slices.Equal(old.IPs, info.IPs) || !slices.Equal(old.PrimaryIPs, info.PrimaryIPs) || !slices.Equal(old.PodCIDRs, info.PodCIDRs)
+	rulesChanged := !old.Seen || !slices.Equal(old.IPs, info.IPs) || !slices.Equal(old.PrimaryIPs, info.PrimaryIPs) || !slices.Equal(old.PodCIDRs, info.PodCIDRs) || old.Zone != info.Zone
 	if rulesChanged {
 		t.nodeChanged = true
 	}
@@ -299,7 +302,7 @@ type Snapshot struct {
 	// Changed are the Services changed since the previous snapshot.
 	Changed map[rules.ServiceKey]bool
 	Node    NodeInfo
-	// NodeChanged: the node's addresses or pod CIDRs changed.
+	// NodeChanged: the node's addresses, pod CIDRs or zone changed.
 	NodeChanged bool
 }
 

@@ -15,21 +15,24 @@ func sortEndpoints(eps []epInfo) {
 }
 
 // categorize picks the endpoints for Cluster and Local traffic policy the way
-// kube-proxy does (without topology hints, which herald does not implement):
+// kube-proxy does:
 //
-//   - Cluster: all ready endpoints; if there are none anywhere, all
+//   - Cluster: the ready endpoints the hints leave (topologyOf: those for
+//     this node or zone, else all); if none is ready anywhere, all
 //     serving+terminating ones (graceful termination of the last pods).
 //   - Local: ready local endpoints; if none, serving+terminating local ones.
-//     The two fall back independently.
+//     Hints play no part. The two fall back independently.
 //
 // hasAny says whether the Service has any usable endpoint anywhere, which
 // decides between REJECT (nothing) and DROP (nothing here) for the traffic
 // that cannot be served. reachable is every endpoint that needs a SEP chain.
 func categorize(s *svcPort, eps []epInfo) (cluster, local, reachable []epInfo, hasAny bool) {
 	usesCluster, usesLocal := s.usesClusterEndpoints(), s.usesLocalEndpoints()
+	topo := topoAll
 	if usesCluster {
+		topo = topologyOf(eps)
 		for _, e := range eps {
-			if e.ready {
+			if e.ready && topo.admits(e) {
 				cluster = append(cluster, e)
 			}
 		}
@@ -71,11 +74,12 @@ func categorize(s *svcPort, eps []epInfo) (cluster, local, reachable []epInfo, h
 	if !usesCluster {
 		return nil, local, local, hasAny
 	}
-	if !terminatingFallback {
+	if !terminatingFallback && topo == topoAll {
 		// local holds ready endpoints only, all of which are in cluster.
 		return cluster, local, cluster, hasAny
 	}
-	// Local fell back to terminating endpoints that cluster may not contain.
+	// Local fell back to terminating endpoints, or the hints left out
+	// local ready ones: either way cluster may lack some of local.
 	in := make(map[string]bool, len(cluster))
 	reachable = slices.Clone(cluster)
 	for _, e := range cluster {

@@ -154,6 +154,12 @@ type Endpoint struct {
 	// NodeName is the node the endpoint runs on; it is local when it equals
 	// NodeConfig.Name.
 	NodeName string
+	// ZoneHints and NodeHints are the EndpointSlice's hints.forZones and
+	// hints.forNodes names: the zones, and the nodes, whose proxies are
+	// to prefer this endpoint (written by the EndpointSlice controller
+	// for trafficDistribution and topology-aware routing). They narrow
+	// the cluster-wide endpoints only; see topologyOf for when.
+	ZoneHints, NodeHints []string
 }
 
 // DefaultMasqueradeMark is kube-proxy's default (--iptables-masquerade-bit=14).
@@ -163,6 +169,9 @@ const DefaultMasqueradeMark uint32 = 0x4000
 type NodeConfig struct {
 	// Name is the Node's name; endpoints whose NodeName equals it are local.
 	Name string
+	// Zone is the Node's topology.kubernetes.io/zone label, "" when it
+	// has none; endpoints hinted for it are preferred.
+	Zone string
 	// IPs are the node's own addresses (any family). They are used for the
 	// loadBalancerSourceRanges exception that lets the node reach its own
 	// LB IPs.

@@ -168,7 +168,7 @@ func RenderNFTWith(f Family, services []Service, endpoints map[ServicePortName][
 	}
 	r.static()
 
-	rs.Problems = eachServicePort(f, services, endpoints, np.name, rs.Problems, r.recordService)
+	rs.Problems = eachServicePort(f, services, endpoints, np, rs.Problems, r.recordService)
 	r.finish()
 	rs.NextSlot = r.next
 	t.Sort()

@@ -109,7 +109,7 @@ func patchNFT(f Family, services []Service, endpoints map[ServicePortName][]Endp
 	for _, s := range prev.Table.Sets {
 		r.sets[s.Name] = &nft.Set{Name: s.Name, Key: s.Key, Map: s.Map, Endpoints: s.Endpoints, Proto: s.Proto, Timeout: s.Timeout, Dynamic: s.Dynamic}
 	}
-	probs := eachServicePort(f, subset, endpoints, np.name, nil, r.recordService)
+	probs := eachServicePort(f, subset, endpoints, np, nil, r.recordService)
 	if r.conflicts > 0 {
 		return NFTRuleset{}, false
 	}

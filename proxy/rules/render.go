@@ -170,7 +170,7 @@ func RenderWith(f Family, services []Service, endpoints map[ServicePortName][]En
 
 	r.static()
 
-	rs.Problems = eachServicePort(f, services, endpoints, np.name, rs.Problems, r.service)
+	rs.Problems = eachServicePort(f, services, endpoints, np, rs.Problems, r.service)
 
 	r.finish()
 	return rs
@@ -181,7 +181,7 @@ func RenderWith(f Family, services []Service, endpoints map[ServicePortName][]En
 // wins), and calls fn with each usable one and its endpoints. Problems
 // are appended to probs, which it returns. Both renderers walk the
 // input with it, so they see the same ports and report alike.
-func eachServicePort(f Family, services []Service, endpoints map[ServicePortName][]Endpoint, node string, probs []Problem, fn func(*svcPort, []epInfo)) []Problem {
+func eachServicePort(f Family, services []Service, endpoints map[ServicePortName][]Endpoint, node nodeParams, probs []Problem, fn func(*svcPort, []epInfo)) []Problem {
 	order := make([]int, len(services))
 	for i := range order {
 		order[i] = i
@@ -204,7 +204,7 @@ func eachServicePort(f Family, services []Service, endpoints map[ServicePortName
 		if !ok {
 			continue
 		}
-		eps, p := normalizeEndpoints(f, &s, node, endpoints[id])
+		eps, p := normalizeEndpoints(f, &s, node.name, node.zone, endpoints[id])
 		probs = append(probs, p...)
 		fn(&s, eps)
 	}

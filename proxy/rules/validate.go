@@ -211,6 +211,7 @@ func normalize(f Family, in *Service) (out svcPort, ok bool, probs []Problem) {
 // nodeParams is NodeConfig reduced for one family.
 type nodeParams struct {
 	name      string
+	zone      string
 	ips       []netip.Addr
 	podCIDR   netip.Prefix // invalid = no local-traffic detector
 	masqAll   bool
@@ -227,7 +228,7 @@ type nodeParams struct {
 
 func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 	var probs []Problem
-	np := nodeParams{name: n.Name, masqAll: n.MasqueradeAll, random: !n.NoRandomFully, ctLiberal: n.ConntrackLiberal}
+	np := nodeParams{name: n.Name, zone: n.Zone, masqAll: n.MasqueradeAll, random: !n.NoRandomFully, ctLiberal: n.ConntrackLiberal}
 	if n.Name == "" {
 		probs = append(probs, Problem{Field: "name", Message: "empty node name: no endpoint counts as local, so externalTrafficPolicy/internalTrafficPolicy Local services drop traffic"})
 	}
@@ -303,13 +304,15 @@ type epInfo struct {
 	str                         string // "ip:port" / "[ip]:port"
 	ready, serving, terminating bool
 	local                       bool
+	hints                       epHints
 	chain                       string
 }
 
 // normalizeEndpoints filters endpoints to the family, drops invalid ones and
 // duplicates (keeping the most usable copy), and sorts them so that the
-// output does not depend on EndpointSlice order.
-func normalizeEndpoints(f Family, s *svcPort, node string, in []Endpoint) ([]epInfo, []Problem) {
+// output does not depend on EndpointSlice order. node and zone are this
+// node's name and zone, which the endpoints' hints are read against.
+func normalizeEndpoints(f Family, s *svcPort, node, zone string, in []Endpoint) ([]epInfo, []Problem) {
 	var probs []Problem
 	idx := make(map[netip.AddrPort]int, len(in))
 	out := make([]epInfo, 0, len(in))
@@ -327,7 +330,8 @@ func normalizeEndpoints(f Family, s *svcPort, node string, in []Endpoint) ([]epI
 			continue
 		}
 		ap := netip.AddrPortFrom(a, uint16(e.Port))
-		ep := epInfo{addr: ap, ready: e.Ready, serving: e.Serving, terminating: e.Terminating, local: node != "" && e.NodeName == node}
+		ep := epInfo{addr: ap, ready: e.Ready, serving: e.Serving, terminating: e.Terminating, local: node != "" && e.NodeName == node,
+			hints: hintsFor(e, node, zone)}
 		if j, dup := idx[ap]; dup {
 			// Two slices listing one address: keep the more usable copy.
 			if rank(ep) > rank(out[j]) {
