@@ -179,6 +179,12 @@ func (w *fuzzWorld) services() []rules.Service {
 
 var fuzzNodeNames = []string{nodeA, nodeB, ""}
 
+// Zones of the node and of hints, an empty and an odd one among them.
+var (
+	fuzzZones     = []string{"", "z1", "z2", "Z 1\n\""}
+	fuzzZoneHints = [][]string{{"z1"}, {"z2"}, {"z2", "z1", "z1"}, {"", "Z 1\n\""}}
+)
+
 func decodeWorld(data []byte) *fuzzWorld {
 	r := &fuzzReader{b: data}
 	w := &fuzzWorld{eps: map[rules.ServicePortName][]rules.Endpoint{}}
@@ -195,6 +201,9 @@ func decodeWorld(data []byte) *fuzzWorld {
 	if flags&8 != 0 {
 		n.NodePortAddresses = map[rules.Family][]netip.Addr{rules.IPv4: r.addrs(2), rules.IPv6: r.addrs(2)}
 	}
+	// The zone and the endpoints' hints come from bits no other choice
+	// reads, so the corpus decodes to the worlds it always did, plus hints.
+	n.Zone = fuzzZones[flags>>4&3]
 	// Small chunk limits split the nat table, negative never does.
 	w.opts.ChunkChains = []int{0, 1, 3, 7, -1}[r.pick(5, 0)]
 
@@ -256,6 +265,12 @@ func decodeWorld(data []byte) *fuzzWorld {
 			e := rules.Endpoint{IP: r.addr(), Port: r.num(8080, 53), NodeName: fuzzNodeNames[r.pick(3, 2)]}
 			c := r.byte()
 			e.Ready, e.Serving, e.Terminating = c&1 != 0, c&2 != 0, c&4 != 0
+			if c&8 != 0 {
+				e.ZoneHints = fuzzZoneHints[c>>5&3]
+			}
+			if c&16 != 0 {
+				e.NodeHints = []string{fuzzNodeNames[int(c>>6)%len(fuzzNodeNames)]}
+			}
 			w.eps[id] = append(w.eps[id], e)
 		}
 	}

@@ -53,7 +53,18 @@ func goldenInputs() map[string]goldenInput {
 	npaNode := l.node()
 	npaNode.NodePortAddresses = map[rules.Family][]netip.Addr{rules.IPv4: {l.nodeIP, l.nodeIP2}}
 
+	// Topology hints, node-a in zone z1: the cluster-wide chain balances
+	// over the endpoint hinted for z1 only; the local chain of
+	// externalTrafficPolicy Local keeps node-a's own, hinted for z2.
+	zonal := l.web()
+	zonal.Name, zonal.ExternalTrafficPolicy = "zonal", rules.PolicyLocal
+	zonalNode := l.node()
+	zonalNode.Zone = "z1"
+	zonalEps := epMap(zonal, hint(ready(l.epLocal, nodeA), []string{"z2"}, nil),
+		hint(ready(l.epRemote, nodeB), []string{"z1"}, nil), hint(ready(l.epRemote2, nodeB), []string{"z2"}, nil))
+
 	return map[string]goldenInput{
+		"topology-v4":           {rules.IPv4, []rules.Service{zonal}, zonalEps, zonalNode},
 		"nodeport-addresses-v4": {rules.IPv4, []rules.Service{npa, npaEmpty}, epMap(npa, ready(l.epRemote, nodeB)), npaNode},
 		"clusterip-v4":          {rules.IPv4, []rules.Service{nginx}, epMap(nginx, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()},
 		"lb-local-v4":           {rules.IPv4, []rules.Service{lb}, epMap(lb, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()},
