@@ -93,4 +93,15 @@ func TestZoneLabelDecidesTheHintedEndpoints(t *testing.T) {
 	if res := e.sync(false); !res.Idle {
 		t.Errorf("after a change of another label: %+v", res)
 	}
+	// A slice whose hints alone change is a change of the Service: with
+	// nothing left for zone-a, every endpoint again.
+	sl = sl.DeepCopy()
+	sl.Endpoints[1].Hints.ForZones[0].Name = "zone-b"
+	e.tracker.UpdateSlice(sl)
+	if res := e.sync(false); res.Idle {
+		t.Fatal("a change of hints synced nothing")
+	}
+	if got := endpointsIn(); !slices.Equal(got, []string{"10.244.1.20", "10.244.2.20"}) {
+		t.Errorf("no endpoint for the zone: endpoints %v, want both", got)
+	}
 }

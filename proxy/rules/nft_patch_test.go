@@ -62,6 +62,9 @@ func (w *patchWorld) endpoints(s rules.Service) []rules.Endpoint {
 		ip := netip.AddrFrom4([4]byte{10, 244, byte(r.IntN(3)), byte(1 + r.IntN(12))})
 		node := []string{nodeA, nodeB}[r.IntN(2)]
 		e := rules.Endpoint{IP: ip, Port: 8080, Ready: r.IntN(6) != 0, Serving: true, NodeName: node}
+		// Zone hints taken from the address, not the generator, so the
+		// worlds stay those the patch counts below were measured on.
+		e.ZoneHints = []string{[]string{"z1", "z2"}[ip.As4()[3]%2]}
 		e.Terminating = !e.Ready && r.IntN(2) == 0
 		if !slices.ContainsFunc(out, func(o rules.Endpoint) bool { return o.IP == ip }) {
 			out = append(out, e)
@@ -190,6 +193,8 @@ func applyChanges(prev, want *nft.Table, ch nft.Changes) string {
 // matches.
 func TestNFTPatchEqualsFull(t *testing.T) {
 	l := lab4
+	node := l.node()
+	node.Zone = "z1" // the hints narrow some Services, not others
 	for _, conflicts := range []bool{false, true} {
 		t.Run(fmt.Sprintf("conflicts=%v", conflicts), func(t *testing.T) {
 			w := &patchWorld{rnd: rand.New(rand.NewPCG(7, 11)), svcs: map[string][]rules.Service{}, eps: map[rules.ServicePortName][]rules.Endpoint{}}
@@ -197,12 +202,12 @@ func TestNFTPatchEqualsFull(t *testing.T) {
 				w.add(fmt.Sprintf("s%03d", i))
 			}
 			svcs, eps := w.flat()
-			prev := rules.RenderNFT(l.family, svcs, eps, l.node())
+			prev := rules.RenderNFT(l.family, svcs, eps, node)
 			patched := 0
 			for step := range 300 {
 				changed := w.step(conflicts)
 				svcs, eps := w.flat()
-				got := rules.RenderNFTWith(l.family, svcs, eps, l.node(), rules.NFTOptions{Prev: &prev, Changed: changed})
+				got := rules.RenderNFTWith(l.family, svcs, eps, node, rules.NFTOptions{Prev: &prev, Changed: changed})
 				all := map[rules.ServiceKey]bool{}
 				for _, s := range svcs {
 					all[s.ID().Key()] = true
@@ -210,7 +215,7 @@ func TestNFTPatchEqualsFull(t *testing.T) {
 				for k := range changed {
 					all[k] = true
 				}
-				want := rules.RenderNFTWith(l.family, svcs, eps, l.node(), rules.NFTOptions{Prev: &prev, Changed: all})
+				want := rules.RenderNFTWith(l.family, svcs, eps, node, rules.NFTOptions{Prev: &prev, Changed: all})
 				if g, w := got.Table.Text(), want.Table.Text(); g != w {
 					t.Fatalf("step %d (changed %v): the render differs from a full one:\n%s", step, changed, firstDiff(g, w))
 				}
