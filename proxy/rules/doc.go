@@ -16,6 +16,7 @@
 //	          (with NodeConfig.NodePortAddresses: -d <address> per allowed address)
 //	HERALD-SVC-<h>  ! -s <cluster CIDR> -d <cluster IP> -> HERALD-MARK-MASQ,
 //	                then -m statistic 1/(n-i) -> HERALD-SEP-<e> for every usable endpoint
+//	                (those the topology hints leave for this node or zone: topology.go)
 //	HERALD-SVL-<h>  the same over this node's endpoints only
 //	HERALD-EXT-<h>  eTP=Cluster: mark for SNAT, -> SVC
 //	                eTP=Local: pods -> SVC; node (src LOCAL) -> mark, SVC; others -> SVL
