@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -47,7 +48,21 @@ func zoned(zone string) *corev1.Node {
 // sync that narrows the Service to the endpoints hinted for the new
 // zone; no label means every endpoint; other label changes sync nothing.
 func TestZoneLabelDecidesTheHintedEndpoints(t *testing.T) {
+	for _, m := range []string{"iptables", "nftables"} {
+		t.Run(m, func(t *testing.T) { zoneLabelFollowed(t, m) })
+	}
+}
+
+func zoneLabelFollowed(t *testing.T, mode string) {
 	e := newEnv(t)
+	// rules is the text of what the kernel holds; an endpoint is in it as
+	// its DNAT target (iptables) or its endpoints-map element (nftables).
+	rules, spell := func() string { return e.save("nat") }, "--to-destination %s:8080"
+	if mode == "nftables" {
+		var k *fakeNFT
+		e, k = newNFTEnv(t)
+		rules, spell = func() string { return k.table.Text() }, "%s . 8080"
+	}
 	e.tracker.UpdateService(clusterIPService("shop", "web", "10.96.0.10"))
 	sl := slice("shop", "web", "web-1", 8080, "http", corev1.ProtocolTCP,
 		ep{"10.244.1.20", testNode, true}, ep{"10.244.2.20", otherNode, true})
@@ -57,7 +72,7 @@ func TestZoneLabelDecidesTheHintedEndpoints(t *testing.T) {
 	endpointsIn := func() []string {
 		var out []string
 		for _, ip := range []string{"10.244.1.20", "10.244.2.20"} {
-			if strings.Contains(e.save("nat"), "--to-destination "+ip+":8080") {
+			if strings.Contains(rules(), fmt.Sprintf(spell, ip)) {
 				out = append(out, ip)
 			}
 		}
