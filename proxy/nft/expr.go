@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/herald-lb/herald/internal/ipfamily"
@@ -40,6 +41,16 @@ type MatchDport struct{ Port uint16 }
 // one of the node's own (fib ... type local; iptables' addrtype LOCAL).
 type MatchFibLocal struct {
 	Field Field // Saddr or Daddr
+}
+
+// MatchIifname matches the interface the packet came in on: by its whole
+// name, or with Prefix by how the name begins (nft's "veth*"). It is how
+// kube-proxy's BridgeInterface and InterfaceNamePrefix local-traffic modes
+// tell a pod's packets.
+type MatchIifname struct {
+	Name   string
+	Prefix bool
+	Not    bool
 }
 
 // MatchMark matches packets with (or, with Not, without) the mark bit.
@@ -166,6 +177,18 @@ func (m MatchFibLocal) Text(ipfamily.Family) string {
 		return "fib saddr type local"
 	}
 	return "fib daddr type local"
+}
+
+// Text implements Expr.
+func (m MatchIifname) Text(ipfamily.Family) string {
+	op, name := " ", m.Name
+	if m.Not {
+		op = " != "
+	}
+	if m.Prefix {
+		name += "*"
+	}
+	return "iifname" + op + strconv.Quote(name)
 }
 
 // Text implements Expr.

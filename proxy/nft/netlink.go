@@ -497,6 +497,21 @@ func (b *batch) rule(r Rule) ([]expr.Any, error) {
 		case MatchFibLocal:
 			out = append(out, &expr.Fib{Register: reg1, FlagSADDR: x.Field == Saddr, FlagDADDR: x.Field != Saddr, ResultADDRTYPE: true},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(unix.RTN_LOCAL)})
+		case MatchIifname:
+			// The kernel compares the register's bytes: the whole
+			// IFNAMSIZ-padded name, or only the prefix's bytes.
+			if len(x.Name) == 0 || len(x.Name) >= unix.IFNAMSIZ {
+				return nil, fmt.Errorf("iifname %q: not an interface name", x.Name)
+			}
+			data := []byte(x.Name)
+			if !x.Prefix {
+				data = append(data, make([]byte, unix.IFNAMSIZ-len(data))...)
+			}
+			op := expr.CmpOpEq
+			if x.Not {
+				op = expr.CmpOpNeq
+			}
+			out = append(out, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1}, &expr.Cmp{Op: op, Register: reg1, Data: data})
 		case MatchMark:
 			op := expr.CmpOpNeq
 			if x.Not {

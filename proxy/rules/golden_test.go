@@ -63,7 +63,17 @@ func goldenInputs() map[string]goldenInput {
 	zonalEps := epMap(zonal, hint(ready(l.epLocal, nodeA), []string{"z2"}, nil),
 		hint(ready(l.epRemote, nodeB), []string{"z1"}, nil), hint(ready(l.epRemote2, nodeB), []string{"z2"}, nil))
 
+	// --detect-local-mode BridgeInterface and InterfaceNamePrefix: pods
+	// told by the interface they come in on, not by a CIDR.
+	bridgeNode, prefixNode := l.node(), l6.node()
+	bridgeNode.PodInterface = rules.Interface{Name: "cni0"}
+	prefixNode.PodInterface = rules.Interface{Name: "veth", Prefix: true}
+	lb6 := l6.web()
+	lb6.ExternalTrafficPolicy, lb6.HealthCheckNodePort = rules.PolicyLocal, hcPort
+
 	return map[string]goldenInput{
+		"detect-local-bridge-v4": {rules.IPv4, []rules.Service{lb}, epMap(lb, ready(l.epLocal, nodeA)), bridgeNode},
+		"detect-local-prefix-v6": {rules.IPv6, []rules.Service{lb6}, epMap(lb6, ready(l6.epLocal, nodeA)), prefixNode},
 		"topology-v4":           {rules.IPv4, []rules.Service{zonal}, zonalEps, zonalNode},
 		"nodeport-addresses-v4": {rules.IPv4, []rules.Service{npa, npaEmpty}, epMap(npa, ready(l.epRemote, nodeB)), npaNode},
 		"clusterip-v4":          {rules.IPv4, []rules.Service{nginx}, epMap(nginx, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()},

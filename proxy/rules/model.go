@@ -182,6 +182,11 @@ type NodeConfig struct {
 	// masqueraded (unless MasqueradeAll) and pods get no short-circuit under
 	// externalTrafficPolicy Local, as with kube-proxy.
 	ClusterCIDRs []netip.Prefix
+	// PodInterface, when its Name is set, tells pod traffic by the
+	// interface it arrives on instead of by ClusterCIDRs (kube-proxy's
+	// --detect-local-mode BridgeInterface, or InterfaceNamePrefix with
+	// Prefix), in both families.
+	PodInterface Interface
 	// MasqueradeAll masquerades every packet sent to a cluster IP.
 	MasqueradeAll bool
 	// MasqueradeMark is the single fwmark bit meaning "SNAT this";
@@ -201,6 +206,13 @@ type NodeConfig struct {
 	// on every local address but loopback. Loopback addresses in it are
 	// left out (reported): herald never serves NodePorts on loopback.
 	NodePortAddresses map[Family][]netip.Addr
+}
+
+// Interface names a network interface, or with Prefix every interface
+// whose name begins so.
+type Interface struct {
+	Name   string
+	Prefix bool
 }
 
 // Problem is one piece of input that Render could not use. Render never

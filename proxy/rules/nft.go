@@ -642,8 +642,8 @@ func (r *nftRenderer) serviceChains(s *svcPort, pl servicePlan, n nftNames) {
 		switch {
 		case r.node.masqAll:
 			c.Rules = append(c.Rules, rule(s.name+" cluster IP", append(m, jump(NFTChainMarkMasq))...))
-		case r.node.podCIDR.IsValid():
-			m = append(m, nft.MatchAddr{Field: nft.Saddr, Prefix: r.node.podCIDR, Not: true}, jump(NFTChainMarkMasq))
+		case r.node.pods.ok():
+			m = append(m, r.node.pods.nft(true), jump(NFTChainMarkMasq))
 			c.Rules = append(c.Rules, rule(s.name+" cluster IP", m...))
 		}
 	}
@@ -651,9 +651,9 @@ func (r *nftRenderer) serviceChains(s *svcPort, pl servicePlan, n nftNames) {
 		if !s.eTPLocal {
 			ext.Rules = append(ext.Rules, rule("masquerade traffic for "+s.name+" external destinations", jump(NFTChainMarkMasq)))
 		} else {
-			if r.node.podCIDR.IsValid() {
+			if r.node.pods.ok() {
 				ext.Rules = append(ext.Rules, rule("pod traffic for "+s.name+" external destinations",
-					nft.MatchAddr{Field: nft.Saddr, Prefix: r.node.podCIDR}, goTo(n.svc)))
+					r.node.pods.nft(false), goTo(n.svc)))
 			}
 			ext.Rules = append(ext.Rules,
 				rule("masquerade LOCAL traffic for "+s.name+" external destinations", nft.MatchFibLocal{Field: nft.Saddr}, jump(NFTChainMarkMasq)),
@@ -739,4 +739,12 @@ func (r *nftRenderer) endpointRules(c *nft.Chain, s *svcPort, eps []epInfo, sep,
 			c.Rules = append(c.Rules, rule(s.name+" -> "+e.str, goTo(sep(e))))
 		}
 	}
+}
+
+// nft is the nftables match of pod traffic, or with not of the rest.
+func (m podMatch) nft(not bool) nft.Expr {
+	if m.iface != "" {
+		return nft.MatchIifname{Name: m.iface, Prefix: m.prefix, Not: not}
+	}
+	return nft.MatchAddr{Field: nft.Saddr, Prefix: m.cidr, Not: not}
 }

@@ -561,8 +561,8 @@ func (r *renderer) serviceChains(w *lines, s *svcPort, pl servicePlan, n iptName
 		switch {
 		case r.node.masqAll:
 			w.add(append(args, "-j", ChainMarkMasq)...)
-		case r.node.podCIDR.IsValid():
-			w.add(append(args, "! -s", r.node.podCIDR.String(), "-j", ChainMarkMasq)...)
+		case r.node.pods.ok():
+			w.add(append(args, r.node.pods.ipt(true), "-j", ChainMarkMasq)...)
 		}
 	}
 	if pl.extChain {
@@ -571,10 +571,10 @@ func (r *renderer) serviceChains(w *lines, s *svcPort, pl servicePlan, n iptName
 			// come back through us.
 			w.add("-A", n.ext, "-m comment --comment", quote("masquerade traffic for "+s.name+" external destinations"), "-j", ChainMarkMasq)
 		} else {
-			if r.node.podCIDR.IsValid() {
+			if r.node.pods.ok() {
 				// Pods reaching an external address behave as if they went
 				// out to the LB and came back: all endpoints, source kept.
-				w.add("-A", n.ext, "-m comment --comment", quote("pod traffic for "+s.name+" external destinations"), "-s", r.node.podCIDR.String(), "-j", n.svc)
+				w.add("-A", n.ext, "-m comment --comment", quote("pod traffic for "+s.name+" external destinations"), r.node.pods.ipt(false), "-j", n.svc)
 			}
 			// The node itself would otherwise use the (local) external IP
 			// as its source, which the endpoint cannot answer.
@@ -675,4 +675,19 @@ func (r *renderer) endpointRules(w *lines, s *svcPort, chain string, eps []epInf
 // writes (iptables itself stores it as a 32-bit fraction and prints eleven).
 func probability(n int) string {
 	return strconv.FormatFloat(1/float64(n), 'f', 10, 64)
+}
+
+// ipt is the iptables match of pod traffic, or with not of the rest.
+func (m podMatch) ipt(not bool) string {
+	neg, match := "", "-s "+m.cidr.String()
+	if not {
+		neg = "! "
+	}
+	if m.iface != "" {
+		match = "-i " + m.iface
+		if m.prefix {
+			match += "+"
+		}
+	}
+	return neg + match
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // svcPort is a Service port reduced to what one family's rules need.
@@ -213,7 +214,7 @@ type nodeParams struct {
 	name      string
 	zone      string
 	ips       []netip.Addr
-	podCIDR   netip.Prefix // invalid = no local-traffic detector
+	pods      podMatch
 	masqAll   bool
 	mark      string // "0x4000"
 	markBit   uint32
@@ -251,11 +252,19 @@ func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 		if !f.Has(p.Addr()) {
 			continue
 		}
-		if np.podCIDR.IsValid() {
-			probs = append(probs, Problem{Field: fmt.Sprintf("clusterCIDRs[%d]", i), Message: fmt.Sprintf("only one %s cluster CIDR is supported; ignoring %s, using %s", f, p, np.podCIDR)})
+		if np.pods.cidr.IsValid() {
+			probs = append(probs, Problem{Field: fmt.Sprintf("clusterCIDRs[%d]", i), Message: fmt.Sprintf("only one %s cluster CIDR is supported; ignoring %s, using %s", f, p, np.pods.cidr)})
 			continue
 		}
-		np.podCIDR = p
+		np.pods.cidr = p
+	}
+	if pi := n.PodInterface; pi.Name != "" {
+		if bad := interfaceNameProblem(pi.Name); bad != "" {
+			probs = append(probs, Problem{Field: "podInterface", Message: bad + "; pod traffic is not told apart"})
+			np.pods = podMatch{}
+		} else {
+			np.pods = podMatch{iface: pi.Name, prefix: pi.Prefix}
+		}
 	}
 	np.npRestricted, np.npIPs, probs = nodePortIPs(f, n.NodePortAddresses, probs)
 	mark := n.MasqueradeMark
@@ -269,6 +278,31 @@ func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 	np.mark, np.markBit = fmt.Sprintf("%#x", mark), mark
 	np.markMask = np.mark + "/" + np.mark
 	return np, probs
+}
+
+// podMatch is the local-traffic detector, kube-proxy's: traffic from
+// the pods is that from a pod CIDR, or that arriving on a pod interface
+// (a bridge, or interfaces named with a prefix). Zero: none.
+type podMatch struct {
+	cidr   netip.Prefix
+	iface  string
+	prefix bool
+}
+
+func (m podMatch) ok() bool { return m.cidr.IsValid() || m.iface != "" }
+
+// interfaceNameProblem says why name cannot be matched as an interface
+// name (or a prefix of one) in iptables and nftables rules; "" if it can.
+func interfaceNameProblem(name string) string {
+	if len(name) >= 16 { // IFNAMSIZ, with its NUL
+		return fmt.Sprintf("%q is longer than an interface name (15 bytes)", name)
+	}
+	if i := strings.IndexFunc(name, func(r rune) bool {
+		return r <= ' ' || r >= 0x7f || strings.ContainsRune(`/:"'*+!\`, r)
+	}); i >= 0 {
+		return fmt.Sprintf("%q: %q cannot be in an interface name here", name, name[i])
+	}
+	return ""
 }
 
 // nodePortIPs reduces NodeConfig.NodePortAddresses to the family's
