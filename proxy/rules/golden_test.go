@@ -72,8 +72,8 @@ func goldenInputs() map[string]goldenInput {
 	lb6.ExternalTrafficPolicy, lb6.HealthCheckNodePort = rules.PolicyLocal, hcPort
 
 	return map[string]goldenInput{
-		"detect-local-bridge-v4": {rules.IPv4, []rules.Service{lb}, epMap(lb, ready(l.epLocal, nodeA)), bridgeNode},
-		"detect-local-prefix-v6": {rules.IPv6, []rules.Service{lb6}, epMap(lb6, ready(l6.epLocal, nodeA)), prefixNode},
+		"detect-bridge-v4":      {rules.IPv4, []rules.Service{lb}, epMap(lb, ready(l.epLocal, nodeA)), bridgeNode},
+		"detect-prefix-v6":      {rules.IPv6, []rules.Service{lb6}, epMap(lb6, ready(l6.epLocal, nodeA)), prefixNode},
 		"topology-v4":           {rules.IPv4, []rules.Service{zonal}, zonalEps, zonalNode},
 		"nodeport-addresses-v4": {rules.IPv4, []rules.Service{npa, npaEmpty}, epMap(npa, ready(l.epRemote, nodeB)), npaNode},
 		"clusterip-v4":          {rules.IPv4, []rules.Service{nginx}, epMap(nginx, ready(l.epLocal, nodeA), ready(l.epRemote, nodeB)), l.node()},
