@@ -39,6 +39,10 @@ type Meta struct {
 	// instead of taking its addresses over, and moving them back when the
 	// new speaker joins.
 	Restarting bool
+	// Drained: the node carries herald drain's mark; the others then
+	// elect it only for addresses no other node may announce, and take
+	// the rest over while it still answers.
+	Drained bool
 }
 
 // wireMeta is compact because 512 bytes is little: with 15-character
@@ -54,6 +58,9 @@ type wireMeta struct {
 	Leaving bool `json:"l,omitempty"`
 	// Older speakers ignore it: to them a restart is a leave, as before.
 	Restarting bool `json:"rs,omitempty"`
+	// Older speakers ignore it: to them a drained node is an ordinary
+	// candidate (upgrade every speaker before draining).
+	Drained bool `json:"dr,omitempty"`
 }
 
 // ErrMetaTooLarge is returned (wrapped) when the metadata does not fit.
@@ -84,7 +91,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 			}
 		}
 	}
-	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering, Leaving: m.Leaving, Restarting: m.Restarting})
+	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering, Leaving: m.Leaving, Restarting: m.Restarting, Drained: m.Drained})
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
 	}
@@ -121,5 +128,5 @@ func DecodeMeta(b []byte) (Meta, error) {
 		}
 		return normalize(out)
 	}
-	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering, Leaving: w.Leaving, Restarting: w.Restarting}, nil
+	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering, Leaving: w.Leaving, Restarting: w.Restarting, Drained: w.Drained}, nil
 }

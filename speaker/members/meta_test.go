@@ -20,6 +20,7 @@ func TestMetaRoundTrip(t *testing.T) {
 		{Meta{Interfaces: []string{"bond0.100", "enp3s0f1"}}, Meta{Interfaces: []string{"bond0.100", "enp3s0f1"}}},
 		{Meta{Interfaces: []string{"eth0"}, Recovering: true}, Meta{Interfaces: []string{"eth0"}, Recovering: true}},
 		{Meta{Interfaces: []string{"eth0"}, Leaving: true, Restarting: true}, Meta{Interfaces: []string{"eth0"}, Leaving: true, Restarting: true}},
+		{Meta{Interfaces: []string{"eth0"}, Drained: true}, Meta{Interfaces: []string{"eth0"}, Drained: true}},
 	}
 	for _, c := range cases {
 		b, err := EncodeMeta(c.in)

@@ -42,6 +42,10 @@ type Node struct {
 	// counted it out lately; it wins an IP only when no other candidate
 	// is left (see Candidates).
 	Recovering bool
+	// Drained: the node carries herald drain's mark (memberlist
+	// metadata); it wins an IP only when no other candidate is left,
+	// recovering ones included (see Candidates).
+	Drained bool
 }
 
 // ExcludeLabel keeps a node out of external load balancing, as for
@@ -83,6 +87,7 @@ const (
 	ReasonInterfacesDown     = "no interface to announce the IP on is present and up"
 	ReasonNoLocalEndpoint    = "externalTrafficPolicy Local and no local endpoint"
 	ReasonRecovering         = "speaker recovering: the cluster declared it dead or it was isolated lately, and another candidate is healthy"
+	ReasonDrained            = "node drained (herald drain), and another candidate is not"
 )
 
 // Candidates returns the nodes eligible to announce ip, sorted by name,
@@ -98,6 +103,11 @@ const (
 // speaker starved of CPU does) then loses its IPs once and does not take
 // them back until it has stayed counted in for a while, instead of
 // moving them back and forth on every flap.
+//
+// A drained node is a candidate only when every eligible node is
+// drained: its addresses go to the others, but one that no other node
+// may announce (Local with its only endpoint there) stays answered
+// until the endpoint goes.
 func Candidates(ip IP, nodes []Node, opts Options) (candidates []string, excluded map[string]string) {
 	candidates, x, _ := Eligible(ip.Advertisements, nodes, opts).Candidates(ip.Services)
 	return candidates, x.Map()
@@ -110,7 +120,8 @@ func Candidates(ip IP, nodes []Node, opts Options) (candidates []string, exclude
 type Eligibility struct {
 	// eligible passed every check but the local endpoint one, by name.
 	eligible map[string]Node
-	// names are eligible's names, sorted, when none is recovering.
+	// names are eligible's names, sorted, when none is recovering or
+	// drained.
 	names    []string
 	excluded map[string]string
 }
@@ -120,16 +131,16 @@ type Eligibility struct {
 func Eligible(ads []*config.L2Advertisement, nodes []Node, opts Options) Eligibility {
 	e := Eligibility{excluded: map[string]string{}, eligible: map[string]Node{}}
 	ip := IP{Advertisements: ads}
-	recovering := false
+	lesser := false
 	for _, n := range nodes {
 		if why := ineligible(n, ip, opts, nil); why != "" {
 			e.excluded[n.Name] = why
 			continue
 		}
 		e.eligible[n.Name] = n
-		recovering = recovering || n.Recovering
+		lesser = lesser || n.Recovering || n.Drained
 	}
-	if !recovering {
+	if !lesser {
 		e.names = slices.Sorted(maps.Keys(e.eligible))
 	}
 	return e
@@ -146,6 +157,7 @@ type Exclusions struct {
 	// outside one of them have no local endpoint.
 	localNeed  []map[string]bool
 	recovering []string
+	drained    []string
 }
 
 // Reason is why node is not a candidate, "" when it is one (or unknown).
@@ -158,6 +170,9 @@ func (x Exclusions) Reason(node string) string {
 	}
 	if slices.Contains(x.recovering, node) {
 		return ReasonRecovering
+	}
+	if slices.Contains(x.drained, node) {
+		return ReasonDrained
 	}
 	return ""
 }
@@ -177,6 +192,9 @@ func (x Exclusions) Map() map[string]string {
 	}
 	for _, n := range x.recovering {
 		out[n] = ReasonRecovering
+	}
+	for _, n := range x.drained {
+		out[n] = ReasonDrained
 	}
 	return out
 }
@@ -207,23 +225,32 @@ func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded E
 			}
 		}
 	}
-	var recovering []string
+	// Preferred first: healthy, then recovering, then drained nodes; a
+	// node of a later tier is a candidate only when the earlier ones
+	// are empty.
+	var recovering, drained []string
 	for _, name := range from {
 		if !local(name, localNeed) {
 			continue
 		}
-		if e.eligible[name].Recovering {
+		switch n := e.eligible[name]; {
+		case n.Drained:
+			drained = append(drained, name)
+		case n.Recovering:
 			recovering = append(recovering, name)
-			continue
+		default:
+			candidates = append(candidates, name)
 		}
-		candidates = append(candidates, name)
 	}
-	if len(candidates) == 0 {
-		candidates = recovering
-		sort.Strings(candidates)
-	} else {
-		sort.Strings(recovering)
-		excluded.recovering = recovering
+	sort.Strings(recovering)
+	sort.Strings(drained)
+	switch {
+	case len(candidates) > 0:
+		excluded.recovering, excluded.drained = recovering, drained
+	case len(recovering) > 0:
+		candidates, excluded.drained = recovering, drained
+	default:
+		candidates = drained
 	}
 	sort.Strings(candidates)
 	return candidates, excluded, false

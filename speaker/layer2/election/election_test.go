@@ -78,6 +78,22 @@ func TestCandidatesFilters(t *testing.T) {
 		}, []string{"node1", "node2"}, map[string]string{"node3": ReasonNoLocalEndpoint}},
 		{"recovering and ineligible: the real reason", func(ns []Node, _ *IP, _ *Options) { ns[0].Recovering, ns[0].Live = true, false },
 			[]string{"node2", "node3"}, map[string]string{"node1": ReasonNotLive}},
+		{"drained: not a candidate while another node is", func(ns []Node, _ *IP, _ *Options) { ns[1].Drained = true },
+			[]string{"node1", "node3"}, map[string]string{"node2": ReasonDrained}},
+		{"drained: after recovering nodes too", func(ns []Node, _ *IP, _ *Options) {
+			ns[0].Recovering, ns[1].Drained, ns[2].Drained = true, true, true
+		}, []string{"node1"}, map[string]string{"node2": ReasonDrained, "node3": ReasonDrained}},
+		{"drained: kept where no other node may announce (Local, its only endpoint)", func(ns []Node, ip *IP, _ *Options) {
+			ns[1].Drained = true
+			ip.Services = []Service{{Local: true, ReadyNodes: map[string]bool{"node2": true}}}
+		}, []string{"node2"}, map[string]string{"node1": ReasonNoLocalEndpoint, "node3": ReasonNoLocalEndpoint}},
+		{"drained everywhere: every node stays a candidate", func(ns []Node, _ *IP, _ *Options) {
+			for i := range ns {
+				ns[i].Drained = true
+			}
+		}, []string{"node1", "node2", "node3"}, map[string]string{}},
+		{"drained and ineligible: the real reason", func(ns []Node, _ *IP, _ *Options) { ns[0].Drained, ns[0].Live = true, false },
+			[]string{"node2", "node3"}, map[string]string{"node1": ReasonNotLive}},
 		{"shared IP: every Local sharer needs the node", func(_ []Node, ip *IP, _ *Options) {
 			ip.Services = []Service{
 				{Local: true, ReadyNodes: map[string]bool{"node1": true, "node2": true}},

@@ -38,6 +38,9 @@ type Member struct {
 	// Recovering: the speaker says the cluster counted it out lately
 	// (election.Node.Recovering).
 	Recovering bool
+	// Drained: the node carries herald drain's mark
+	// (election.Node.Drained).
+	Drained bool
 }
 
 // Local is this node: its name and its own view of its interfaces.
@@ -388,6 +391,7 @@ func electionNodes(in Input) (nodes []election.Node, localLabels map[string]stri
 			Interfaces:         m.Interfaces,
 			DownInterfaces:     m.DownInterfaces,
 			Recovering:         m.Recovering,
+			Drained:            m.Drained,
 		})
 		if n.Name == in.Local.Name {
 			localLabels, localKnown = n.Labels, true
