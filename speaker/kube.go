@@ -71,6 +71,7 @@ func (k *kubeSource) Snapshot() Snapshot {
 	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
 		an := view.Node{Name: n.Name, Labels: n.Labels}
+		an.Drained, _, an.DrainErr = lbapi.NodeDrain(n)
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionTrue {
 				an.NetworkUnavailable = true

@@ -56,6 +56,13 @@ type Node struct {
 	Labels map[string]string
 	// NetworkUnavailable: the NetworkUnavailable condition is true.
 	NetworkUnavailable bool
+	// Drained: the Node carries herald drain's mark
+	// (lbapi.AnnotationDrain). Only the node's own speaker reads it;
+	// the others learn it from that speaker, once it acts on it.
+	Drained bool
+	// DrainErr: the mark has a value herald does not read; Drained is
+	// then false and the speaker keeps the drain state it had.
+	DrainErr error
 }
 
 // Options tune eligibility.

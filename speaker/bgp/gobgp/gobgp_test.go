@@ -336,6 +336,14 @@ func TestRoutesPerPeer(t *testing.T) {
 		t.Errorf("router A routes %q after B's change, want %q", got, wantA)
 	}
 
+	// A drain's graceful shutdown: GRACEFUL_SHUTDOWN added to what B
+	// gets, the rest kept; then back as before. (LOCAL_PREF 0 cannot be
+	// sent this way: GoBGP reads a local-pref action of 0 as none.)
+	setRoutes(t, r, b, route(x, 150, []uint32{comm(300), bgpplan.GracefulShutdown}), route(y, 120, nil))
+	rtB.waitRoutes(t, map[string]string{x: attrs(ourAddr, 150, "", "64500:300 65535:0", ""), y: attrs(ourAddr, 120, "", "", "")})
+	setRoutes(t, r, b, route(x, 150, []uint32{comm(300)}), route(y, 120, nil))
+	rtB.waitRoutes(t, wantB)
+
 	// A stops getting x, which B keeps: withdrawn from A only.
 	_, updatesB := rtB.session(t)
 	setRoutes(t, r, a, route(y, 0, nil))

@@ -48,6 +48,41 @@ type Input struct {
 	// Unprogrammed are addresses this node's proxy has no rules for
 	// yet; they are not advertised until it has.
 	Unprogrammed map[netip.Addr]bool
+	// Drain is how far this node is in taking its routes away after
+	// herald drain marked it.
+	Drain DrainPhase
+}
+
+// DrainPhase is a drained node's progress in moving traffic away.
+type DrainPhase int
+
+// The drain phases, in order.
+const (
+	NotDrained DrainPhase = iota
+	// DrainShutdown: every route goes out again with the
+	// GRACEFUL_SHUTDOWN community (RFC 8326), so routers that honour it
+	// prefer the other nodes' paths while this node still forwards; a
+	// path no other node offers stays in use.
+	DrainShutdown
+	// DrainWithdrawn: every route is withdrawn (ReasonDrained); the
+	// sessions stay up, so undo only advertises again.
+	DrainWithdrawn
+)
+
+// GracefulShutdown is the well-known GRACEFUL_SHUTDOWN community,
+// 65535:0 (RFC 8326).
+const GracefulShutdown uint32 = 0xFFFF0000
+
+func (d DrainPhase) String() string {
+	switch d {
+	case NotDrained:
+		return "not drained"
+	case DrainShutdown:
+		return "graceful shutdown"
+	case DrainWithdrawn:
+		return "withdrawn"
+	}
+	return fmt.Sprintf("DrainPhase(%d)", int(d))
 }
 
 // Route is one prefix advertised to one peer, with its attributes.
@@ -172,6 +207,7 @@ const (
 	ReasonNoSession          = "no BGP session of this node is selected by the IP's BGPAdvertisements"
 	ReasonNoSessionOfFamily  = "no BGP session of this node is of the IP's family (IPv4 prefixes go to IPv4 peers, IPv6 to IPv6)"
 	ReasonUnprogrammed       = view.ReasonUnprogrammed
+	ReasonDrained            = "node drained (herald drain): its routes were sent with GRACEFUL_SHUTDOWN, then withdrawn"
 )
 
 // Compute decides what this node advertises.
@@ -211,6 +247,9 @@ func Compute(in Input) Plan {
 	}
 	advertising := map[view.ServiceRef]*view.Announcement{}
 	nodeWhy := nodeIneligible(node, in.Options)
+	if nodeWhy == "" && in.Drain == DrainWithdrawn {
+		nodeWhy = ReasonDrained
+	}
 	p.Summary = summary(in.Node, nodeWhy, labels, p.Sessions, ads)
 	for a, g := range groups {
 		ip := IP{Addr: a, Pool: g.Pool, Cluster: true}
@@ -307,6 +346,10 @@ func Compute(in Input) Plan {
 	for i := range p.Sessions {
 		s := &p.Sessions[i]
 		for _, r := range routes[s.Name()] {
+			if in.Drain == DrainShutdown && !slices.Contains(r.Communities, GracefulShutdown) {
+				r.Communities = append(r.Communities, GracefulShutdown)
+				slices.Sort(r.Communities)
+			}
 			s.Routes = append(s.Routes, *r)
 		}
 		slices.SortFunc(s.Routes, func(a, b Route) int { return comparePrefixes(a.Prefix, b.Prefix) })
