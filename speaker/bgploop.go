@@ -40,14 +40,19 @@ type bgpState struct {
 
 // syncBGP decides what this node advertises and applies it; it returns
 // the ServiceAnnouncements and the NodeAnnouncement of what was applied.
-func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.Addr]bool) ([]view.Announcement, *view.NodeSummary) {
+func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.Addr]bool, drain bgpplan.DrainPhase) ([]view.Announcement, *view.NodeSummary) {
 	if s.d.BGP == nil {
 		return nil, nil
 	}
 	plan := bgpplan.Compute(bgpplan.Input{
 		Config: snap.Config, Services: snap.Services, Nodes: snap.Nodes,
 		Node: s.d.Node, NodeIPs: snap.NodeIPs, Options: s.d.Options, Reporter: reporter,
-		Unprogrammed: unprogrammed,
+		Unprogrammed: unprogrammed, Drain: drain,
+	})
+	s.logOnce("bgp/drain", drain.String(), func() {
+		if drain != bgpplan.NotDrained {
+			s.d.Log.Info("BGP drain", "phase", drain.String())
+		}
 	})
 	if s.d.Metrics != nil {
 		s.d.Metrics.observeBGP(plan.Unadvertised)

@@ -26,6 +26,7 @@ type Metrics struct {
 	isolated        prometheus.Gauge
 	known           prometheus.Gauge
 	recovering      prometheus.Gauge
+	drained         prometheus.Gauge
 	keys            prometheus.Gauge
 	contested       prometheus.Gauge
 	takeovers       *prometheus.CounterVec
@@ -81,6 +82,10 @@ func NewMetrics() *Metrics {
 			Name: "herald_speaker_recovering",
 			Help: "1 while this speaker recovers from being counted out (declared dead by memberlist, or isolated): it wins an address only where no healthy node can.",
 		}),
+		drained: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_speaker_drained",
+			Help: "1 while this node carries herald drain's mark (the herald.io/drain annotation): its layer-2 addresses go to the other nodes, and its BGP routes are sent with GRACEFUL_SHUTDOWN, then withdrawn.",
+		}),
 		keys: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_speaker_memberlist_keys",
 			Help: "Keys in the memberlist keyring (the primary one included): 2 while a key rotation is under way.",
@@ -94,7 +99,7 @@ func NewMetrics() *Metrics {
 			Help: "LoadBalancer IPs this node won from a speaker declared dead, by how the check that the latter no longer answers ended: clear (nobody answered), waited (it answered, then stopped), forced (it still answered after the longest wait: two answers), unchecked (the check failed).",
 		}, []string{"outcome"}),
 	}
-	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.known, m.recovering, m.keys, m.contested, m.takeovers,
+	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.known, m.recovering, m.drained, m.keys, m.contested, m.takeovers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("speaker"),
 		responderCollector{m}, bgpCollector{m})
 	return m
@@ -147,12 +152,16 @@ func (m *Metrics) observe(st l2plan.State, ch l2plan.Changes, members int, isola
 	if isolated {
 		m.isolated.Set(1)
 	}
-	m.recovering.Set(0)
-	if recovering {
-		m.recovering.Set(1)
-	}
+	m.recovering.Set(boolGauge(recovering))
 	m.electionChanges.Add(float64(len(ch.Moved)))
 	m.syncs.Inc()
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // observeBGP sets the BGP counts of a plan.

@@ -55,6 +55,9 @@ type Options struct {
 	// to go out on a graceful stop.
 	BGP             bool
 	BGPShutdownWait time.Duration
+	// BGPDrainWait is how long a drained node sends its routes with
+	// GRACEFUL_SHUTDOWN before it withdraws them (DefaultBGPDrainWait).
+	BGPDrainWait time.Duration
 	// HeartbeatPeriod is how often the lowest-named speaker renews the
 	// heartbeat Lease; a speaker alone in memberlist is isolated while
 	// another renewed within 3 periods (see speaker/heartbeat).
@@ -111,6 +114,7 @@ func DefaultOptions() Options {
 		Proxy:           true,
 		BGP:             true,
 		BGPShutdownWait: time.Second,
+		BGPDrainWait:    DefaultBGPDrainWait,
 		HeartbeatPeriod: time.Second,
 		RecoveryHold:    30 * time.Second,
 		TakeoverCheck:   DefaultTakeoverCheckWait,
@@ -158,6 +162,7 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	fs.DurationVar(&o.RecoveryHold, "recovery-hold", o.RecoveryHold, "after memberlist declared this speaker dead (it was paused or cut off, and came back) or it was isolated, how long it leaves its addresses with the other nodes and wins only those no other node can announce; each new such event starts the hold over, so a flapping speaker does not move addresses back and forth (0: claim them back at once)")
 	fs.DurationVar(&o.TakeoverCheck, "takeover-check", o.TakeoverCheck, "before answering for an address won from a speaker memberlist declared dead (not one that left), how long to listen for that speaker still answering for it on the LAN (an ARP or NDP probe, sent twice); while it does (memberlist cut between nodes, the LAN working) the address is not answered here, for up to "+MaxTakeoverHold.String()+"; every failover from a dead node takes this much longer (0: no check)")
 	fs.DurationVar(&o.BGPShutdownWait, "bgp-shutdown-wait", o.BGPShutdownWait, "on a graceful stop, how long to wait for the withdrawals to be sent before closing the BGP sessions")
+	fs.DurationVar(&o.BGPDrainWait, "bgp-drain-wait", o.BGPDrainWait, "once herald drain marked this node, how long it advertises its routes with the GRACEFUL_SHUTDOWN community (65535:0) before it withdraws them, for the routers to move traffic to the other nodes first (0: withdraw at once)")
 	fs.BoolVar(&o.Proxy, "proxy", o.Proxy, "run herald's service proxy in this process too (false when another proxy serves the node)")
 	finishExtra := func() error { return nil }
 	if extra != nil {
@@ -259,6 +264,9 @@ func (o Options) Validate() error {
 	}
 	if o.BGPShutdownWait < 0 || o.BGPShutdownWait > time.Minute {
 		bad("bgp-shutdown-wait", "must be between 0s and 1m, got %s", o.BGPShutdownWait)
+	}
+	if o.BGPDrainWait < 0 || o.BGPDrainWait > 10*time.Minute {
+		bad("bgp-drain-wait", "must be between 0s and 10m, got %s", o.BGPDrainWait)
 	}
 	if err := listen.Check(o.MetricsAddr); err != nil {
 		bad("metrics-addr", "%v", err)

@@ -98,7 +98,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		Node: o.NodeName, Options: view.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
 		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
 		Status: statusWriters{writer, nodeWriter}, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
-		Recovery: recovery.NewTracker(o.RecoveryHold, nil), RestartHold: o.RestartHold,
+		Recovery: recovery.NewTracker(o.RecoveryHold, nil), RestartHold: o.RestartHold, BGPDrainWait: o.BGPDrainWait,
 	}.withProxy(o.ProxyRules).withTakeoverCheck(o.TakeoverCheck))
 	spMu.Unlock()
 	if o.ProxyRules != nil {

@@ -112,6 +112,9 @@ type Deps struct {
 	// RestartHold is how long a member that left restarting in place
 	// stays elected (restart.go); 0: its addresses move at once.
 	RestartHold time.Duration
+	// BGPDrainWait is how long a drained node advertises its routes with
+	// GRACEFUL_SHUTDOWN before it withdraws them (drain.go).
+	BGPDrainWait time.Duration
 }
 
 // ProxyGate tells whether this node's proxy has the rules for a
@@ -179,6 +182,12 @@ type Speaker struct {
 	publishedRecovering atomic.Bool
 	// recoveryTimer runs a sync when recovery ends.
 	recoveryTimer *time.Timer
+	// publishedDrained is the Drained flag of the metadata last handed
+	// to memberlist. This node counts itself drained only once it is
+	// published, both ways: drained, it answers until the others can
+	// know to take its addresses; undone, it claims them back only once
+	// they can know to let them go.
+	publishedDrained atomic.Bool
 
 	// joined: some sync saw another live member; until then being alone
 	// is the start-up join, not an isolation that counts this node out,
@@ -206,6 +215,7 @@ type Speaker struct {
 	// first seen waiting.
 	proxyWait map[netip.Addr]time.Time
 	bgpAnns   []view.Announcement
+	drain     drainState
 
 	bgp bgpState
 
@@ -395,6 +405,9 @@ func (s *Speaker) publish(m members.Meta) {
 	if s.publishedRecovering.Swap(m.Recovering) && !m.Recovering {
 		s.Trigger() // this node may claim addresses again
 	}
+	if s.publishedDrained.Swap(m.Drained) != m.Drained {
+		s.Trigger() // the others know: this node acts on its drain now
+	}
 }
 
 func (s *Speaker) setMeta(m members.Meta) {
@@ -416,6 +429,7 @@ func (s *Speaker) setMeta(m members.Meta) {
 func (s *Speaker) Sync() {
 	start := time.Now()
 	snap := s.d.Source.Snapshot()
+	s.readDrain(snap.Nodes, start)
 	links, err := s.d.Links.List()
 	if err != nil {
 		// Keep the last known interfaces: announcing on them is better
@@ -449,14 +463,17 @@ func (s *Speaker) Sync() {
 		s.joined.Store(true)
 	}
 	meta.Recovering = s.recovering()
+	meta.Drained = s.drain.wanted
 	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) {
 		s.d.Log.Info("interfaces", "announceable", meta.Interfaces, "down", meta.DownInterfaces, "skipped", s.ifs.Skipped)
 	}
-	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) || meta.Recovering != s.meta.Recovering {
+	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) ||
+		meta.Recovering != s.meta.Recovering || meta.Drained != s.meta.Drained {
 		s.meta, s.metaSet = meta, true
 		s.setMeta(meta)
 	}
 	ownRecovering := meta.Recovering || s.publishedRecovering.Load()
+	ownDrained := s.publishedDrained.Load()
 	in := l2plan.Input{
 		Config:   snap.Config,
 		Services: snap.Services,
@@ -467,15 +484,15 @@ func (s *Speaker) Sync() {
 	liveNames := map[string]bool{}
 	for _, m := range live {
 		liveNames[m.Name] = true
-		am := l2plan.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces, Recovering: m.Meta.Recovering}
+		am := l2plan.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces, Recovering: m.Meta.Recovering, Drained: m.Meta.Drained}
 		if m.Name == s.d.Node {
 			// This node's own view is fresher than what gossip carries.
-			am.Interfaces, am.DownInterfaces, am.Recovering = meta.Interfaces, meta.DownInterfaces, ownRecovering
+			am.Interfaces, am.DownInterfaces, am.Recovering, am.Drained = meta.Interfaces, meta.DownInterfaces, ownRecovering, ownDrained
 		}
 		in.Members = append(in.Members, am)
 	}
 	if !liveNames[s.d.Node] {
-		in.Members = append(in.Members, l2plan.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces, Recovering: ownRecovering})
+		in.Members = append(in.Members, l2plan.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces, Recovering: ownRecovering, Drained: ownDrained})
 	}
 	// Members restarting in place keep their addresses; their status
 	// objects stay as well.
@@ -517,13 +534,14 @@ func (s *Speaker) Sync() {
 			}
 		}
 	}
-	bgpAnns, summary := s.syncBGP(snap, in.Reporter, in.Unprogrammed)
+	bgpAnns, summary := s.syncBGP(snap, in.Reporter, in.Unprogrammed, s.bgpDrainPhase(time.Now()))
 	s.d.Status.Set(append(slices.Clone(st.Announcements), bgpAnns...))
 	s.d.Status.SetNode(summary)
 	s.events(ch)
 	s.sweep(present)
 	s.logChanges(st, ch)
 	s.d.Metrics.observe(st, ch, len(live), in.Isolated, ownRecovering)
+	s.d.Metrics.drained.Set(boolGauge(s.drain.wanted))
 	s.d.Metrics.known.Set(float64(len(standing.Known)))
 	s.state = st
 	s.lastSync.Store(time.Now().UnixNano())
