@@ -38,11 +38,12 @@ var commands = map[string]command{
 		longRunning("speaker", parseSpeaker, func(c speakerCmd) (logging.Format, slog.Level) { return c.speaker.LogFormat, c.speaker.LogLevel }, runSpeaker)},
 	"status":          {"show each LoadBalancer Service's IPs, pool and announcing node", runStatus},
 	"migrate":         {"translate MetalLB's configuration into herald's", runMigrate},
+	"drain":           {"hand a node's addresses and routes over before maintenance (--undo: take part again)", runDrain},
 	"label-namespace": {"set a namespace's Pod Security labels (the Helm chart's install hook runs it)", runLabelNamespace},
 	"conntrack":       {"write kube-proxy's conntrack settings and exit (the Helm chart's init container runs it)", runConntrack},
 }
 
-var order = []string{"controller", "speaker", "proxy", "status", "validate", "migrate", "label-namespace", "conntrack", "version"}
+var order = []string{"controller", "speaker", "proxy", "status", "drain", "validate", "migrate", "label-namespace", "conntrack", "version"}
 
 // runConntrack writes the settings; exit 0 also when some could not be
 // written (they are logged): the proxy works with the kernel's values.

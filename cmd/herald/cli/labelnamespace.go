@@ -65,32 +65,48 @@ Security").`)
 	return o, nil
 }
 
-func runLabelNamespace(args []string) int {
-	o, err := parseLabelNamespace(args, flagusage.Output(args), os.Getenv("POD_NAMESPACE"))
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+var runLabelNamespace = clusterCommand("label-namespace",
+	func(args []string, out io.Writer) (labelNamespaceOptions, error) {
+		return parseLabelNamespace(args, out, os.Getenv("POD_NAMESPACE"))
+	},
+	func(o labelNamespaceOptions) kubeclient.Flags { return o.cluster },
+	func(ctx context.Context, cs kubernetes.Interface, o labelNamespaceOptions) int {
+		return labelNamespaceMain(ctx, cs.CoreV1().Namespaces(), o, os.Stdout, os.Stderr)
+	})
+
+// clusterCommand is a command a user or a hook runs once against the
+// cluster its flags select, until it is done or SIGINT or SIGTERM: exit
+// 0 on -h, 2 on bad flags, 1 without a client, else main's status. A
+// command that hangs holds up whoever waits for it (helm install until
+// its --timeout): its client gives up on an API server that does not
+// answer.
+func clusterCommand[O any](name string, parse func([]string, io.Writer) (O, error), cluster func(O) kubeclient.Flags,
+	main func(context.Context, kubernetes.Interface, O) int) func([]string) int {
+	return func(args []string) int {
+		o, err := parse(args, flagusage.Output(args))
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "herald %s: %v\n", name, err)
+			return 2
+		}
+		rc, err := cluster(o).Config()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "herald %s: %v\n", name, err)
+			return 1
+		}
+		rc.Timeout = 30 * time.Second
+		rc.UserAgent = "herald-" + name + "/" + version.Version
+		cs, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "herald %s: %v\n", name, err)
+			return 1
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return main(ctx, cs, o)
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "herald label-namespace: %v\n", err)
-		return 2
-	}
-	rc, err := o.cluster.Config()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "herald label-namespace: %v\n", err)
-		return 1
-	}
-	// A hook that hangs holds up helm install until its --timeout: give
-	// up on an API server that does not answer.
-	rc.Timeout = 30 * time.Second
-	rc.UserAgent = "herald-label-namespace/" + version.Version
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "herald label-namespace: %v\n", err)
-		return 1
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return labelNamespaceMain(ctx, cs.CoreV1().Namespaces(), o, os.Stdout, os.Stderr)
 }
 
 // labelNamespaceMain labels the namespace, prints each change to out

@@ -220,10 +220,17 @@ func run(ctx context.Context, o Options, kube kubernetes.Interface, dyn dynamic.
 	if noCRD {
 		report.Warnings = append(report.Warnings, WarningNoNodeAnnouncementCRD)
 	}
+	var warn string
+	if report.Drained, warn = DrainedNodes(ctx, kube); warn != "" {
+		report.Warnings = append(report.Warnings, warn)
+	}
 	if o.Output == "json" || o.Output == "yaml" {
 		return writeData(out, o.Output, report)
 	}
 	if err := renderText(out, report.Services); err != nil {
+		return err
+	}
+	if err := renderDrainedText(out, report.Drained); err != nil {
 		return err
 	}
 	for _, w := range report.Warnings {
@@ -256,6 +263,8 @@ type Report struct {
 	Configuration []ConfigIssue `json:"configuration,omitempty"`
 	// Warnings say what status could not read, and what that hides.
 	Warnings []string `json:"warnings,omitempty"`
+	// Drained are the nodes herald drain marked.
+	Drained []DrainedNode `json:"drainedNodes,omitempty"`
 }
 
 // ConfigIssue is a configuration object herald does not use as written.
