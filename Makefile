@@ -143,7 +143,7 @@ chart-test: helm ## helm lint and the golden helm template outputs of charts/her
 # controller, the partition (no address answered twice), the MetalLB
 # migration, Pod Security, and the monitoring files; the walkthrough,
 # TestProxy and TestHelm run on real nodes (e2e-real-test).
-E2E_TESTS ?= ^(TestSpeakerL2|TestSpeakerBGP|TestProxyNFTables|TestController|TestFaultsNetworkPartition|TestMigrateFromMetalLB|TestPodSecurityAdmission|TestHelmPodSecurity|TestRules|TestPrometheusRuleIsRules|TestNamesExist|TestDashboard)$$
+E2E_TESTS ?= ^(TestSpeakerL2|TestSpeakerBGP|TestDrainL2|TestDrainBGP|TestProxyNFTables|TestController|TestFaultsNetworkPartition|TestMigrateFromMetalLB|TestPodSecurityAdmission|TestHelmPodSecurity|TestRules|TestPrometheusRuleIsRules|TestNamesExist|TestDashboard)$$
 E2E_PACKAGES ?= . ./lifecycle ./monitoring
 e2e-test: toolchain helm ## the e2e tests of make test, E2E_TESTS in E2E_PACKAGES (needs root; make e2e-all runs every one)
 	@if [ ! -f e2e/go.mod ]; then \
