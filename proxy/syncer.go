@@ -27,6 +27,15 @@ type Config struct {
 	// detection), which tells pods of this node apart just as well: pod
 	// traffic reaches the service rules on its own node.
 	ClusterCIDRs []netip.Prefix
+	// NodeCIDR: the Node's spec.podCIDRs tell pod traffic even with
+	// ClusterCIDRs (--detect-local-mode=NodeCIDR).
+	NodeCIDR bool
+	// PodInterface, when named, tells pod traffic by the interface it
+	// arrives on, and no CIDR is used (the interface modes).
+	PodInterface rules.Interface
+	// BindAddress, when valid and specified, is the node's primary IP of
+	// its family (--bind-address).
+	BindAddress netip.Addr
 	// MasqueradeAll SNATs everything sent to a cluster IP.
 	MasqueradeAll bool
 	// MasqueradeBit is the fwmark bit meaning "masquerade" (0-31).
@@ -413,17 +422,21 @@ func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
 	nc := rules.NodeConfig{
 		Name:             s.cfg.NodeName,
 		Zone:             n.Zone,
-		IPs:              n.IPs,
+		IPs:              withAddr(n.IPs, s.cfg.BindAddress),
 		ClusterCIDRs:     s.cfg.ClusterCIDRs,
 		MasqueradeAll:    s.cfg.MasqueradeAll,
 		ConntrackLiberal: s.cfg.ConntrackLiberal,
+		PodInterface:     s.cfg.PodInterface,
 		NoRandomFully:    s.cfg.NoRandomFully,
 	}
-	if len(nc.ClusterCIDRs) == 0 {
+	if len(nc.ClusterCIDRs) == 0 || s.cfg.NodeCIDR {
 		nc.ClusterCIDRs = n.PodCIDRs
 	}
 	if s.cfg.MasqueradeBit >= 0 && s.cfg.MasqueradeBit < 32 {
 		nc.MasqueradeMark = 1 << uint(s.cfg.MasqueradeBit)
+	if nc.PodInterface.Name != "" {
+		nc.ClusterCIDRs = nil
+	}
 	}
 	return nc
 }
@@ -443,7 +456,7 @@ func (s *Syncer) nodePorts(node *rules.NodeConfig, n NodeInfo) bool {
 	} else {
 		s.local = local
 	}
-	node.NodePortAddresses = s.cfg.NodePortAddresses.allowed(n.PrimaryIPs, s.local)
+	node.NodePortAddresses = s.cfg.NodePortAddresses.allowed(withPrimary(n.PrimaryIPs, s.cfg.BindAddress), s.local)
 	if s.npKnown && maps.EqualFunc(node.NodePortAddresses, s.npLast, slices.Equal[[]netip.Addr]) {
 		return false
 	}
