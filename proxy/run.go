@@ -122,6 +122,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 		health.QueuedUpdate()
 		loop.Request()
 	})
+	tracker.Metrics, tracker.Log = m, log
 	// Set before the first sync; /healthz reads it meanwhile.
 	var current atomic.Pointer[Syncer]
 	health.NodeEligible = func() bool {

@@ -113,6 +113,9 @@ type famState struct {
 	nftLastRender *rules.NFTRuleset
 	// everSynced: a sync of this family has succeeded since the start.
 	everSynced bool
+	// triggers are the trigger times of the changes not yet programmed
+	// in this family (programming.go).
+	triggers []Trigger
 }
 
 // Syncer turns the Tracker's model into iptables rules, one
@@ -213,6 +216,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 
 	anyFull := false
 	for _, f := range s.fams {
+		f.awaitTriggers(snap)
 		full, reason := f.needFull, ""
 		switch {
 		case f.needFull && !f.everSynced:
@@ -253,10 +257,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 		if fr.Err != nil {
 			allOK = false
 			res.Retry = true
-			s.metrics.restoreFailures.Inc()
-			if !fr.Full {
-				s.metrics.partialFailures.Inc()
-			}
+			s.metrics.syncFailed(f.NFT != nil, fr.Full)
 			// Each restore is atomic, so the kernel holds the previous
 			// rules, or with chunks the previous dispatch chains over
 			// complete Service chains (syncFamily); a full sync rewrites
@@ -266,6 +267,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 			continue
 		}
 		f.needFull, f.everSynced = false, true
+		s.observeProgrammed(f)
 		synced = append(synced, f.Family)
 		if fr.Full {
 			f.lastFull = s.now()
