@@ -125,3 +125,19 @@ func TestMigrateKubeProxyExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestSpeakerKubeProxyConfig: the chart's speaker arguments with
+// proxy.kubeProxyConfig: the speaker's proxy reads kubeadm's file, and the
+// speaker keeps its in-cluster connection.
+func TestSpeakerKubeProxyConfig(t *testing.T) {
+	t.Setenv("NODE_NAME", "node1")
+	t.Setenv("NODE_IP", "198.51.100.11")
+	t.Setenv("HERALD_CLUSTER_CIDR", "")
+	c, err := parseSpeaker([]string{"--config=" + kubeadmDir + "kubeadm-v1.34-config.conf", "--kubeconfig="}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.speaker.Kubeconfig != "" || c.proxy.Kubeconfig != "" || len(c.proxy.ClusterCIDRs) != 1 || c.proxy.ClusterCIDRs[0].String() != "10.244.0.0/16" {
+		t.Errorf("speaker kubeconfig %q, proxy %+v", c.speaker.Kubeconfig, c.proxy)
+	}
+}
