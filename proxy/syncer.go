@@ -426,19 +426,19 @@ func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
 		Zone:             n.Zone,
 		IPs:              withAddr(n.IPs, s.cfg.BindAddress),
 		ClusterCIDRs:     s.cfg.ClusterCIDRs,
+		PodInterface:     s.cfg.PodInterface,
 		MasqueradeAll:    s.cfg.MasqueradeAll,
 		ConntrackLiberal: s.cfg.ConntrackLiberal,
-		PodInterface:     s.cfg.PodInterface,
 		NoRandomFully:    s.cfg.NoRandomFully,
 	}
 	if len(nc.ClusterCIDRs) == 0 || s.cfg.NodeCIDR {
 		nc.ClusterCIDRs = n.PodCIDRs
 	}
-	if s.cfg.MasqueradeBit >= 0 && s.cfg.MasqueradeBit < 32 {
-		nc.MasqueradeMark = 1 << uint(s.cfg.MasqueradeBit)
 	if nc.PodInterface.Name != "" {
 		nc.ClusterCIDRs = nil
 	}
+	if s.cfg.MasqueradeBit >= 0 && s.cfg.MasqueradeBit < 32 {
+		nc.MasqueradeMark = 1 << uint(s.cfg.MasqueradeBit)
 	}
 	return nc
 }
