@@ -173,8 +173,10 @@ func TestNodeConfigLocalModes(t *testing.T) {
 		{Config{}, node.PodCIDRs, rules.Interface{}},
 		{Config{ClusterCIDRs: cluster, NodeCIDR: true}, node.PodCIDRs, rules.Interface{}},
 		{Config{ClusterCIDRs: cluster, PodInterface: rules.Interface{Name: "cni0"}}, nil, rules.Interface{Name: "cni0"}},
+		// Whatever else is wrong (a bit the syncer leaves to the default).
+		{Config{ClusterCIDRs: cluster, PodInterface: rules.Interface{Name: "cni0"}, MasqueradeBit: 40}, nil, rules.Interface{Name: "cni0"}},
 	} {
-		tc.cfg.NodeName, tc.cfg.MasqueradeBit = testNode, 14
+		tc.cfg.NodeName = testNode
 		s := NewSyncer(tc.cfg, NewTracker(testNode, nil), nil, nil, nil, nil, nil, nil)
 		nc := s.nodeConfig(node)
 		if !slices.Equal(nc.ClusterCIDRs, tc.cidrs) || nc.PodInterface != tc.iface {
