@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/herald-lb/herald/config/manifests"
+	"github.com/herald-lb/herald/proxy/kubeproxyconfig"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -203,6 +204,7 @@ var valueSets = []valueSet{
 	{name: "lab", check: checkLab},
 	{name: "pod-security-off", like: []string{"config/default"}},
 	{name: "conntrack", check: checkConntrack},
+	{name: "kube-proxy-config", check: checkKubeProxyConfig},
 }
 
 // TestValueSets: every file in testdata/values has a valueSet here.
@@ -604,6 +606,38 @@ func checkConntrack(t *testing.T, objs []manifests.Object) {
 	}
 	if want := []string{"--conntrack-tcp-timeout-close-wait=2h0m0s"}; !slices.Equal(conntrack, want) {
 		t.Errorf("the speaker's conntrack flags %q, want %q", conntrack, want)
+	}
+}
+
+// checkKubeProxyConfig: proxy.kubeProxyConfig reaches the speakers' proxy
+// as a file --config reads, whole, and the pods keep their service
+// account whatever the file's clientConnection says.
+func checkKubeProxyConfig(t *testing.T, objs []manifests.Object) {
+	cm, _ := manifests.Find(objs, "ConfigMap", "herald-kube-proxy-config").(*corev1.ConfigMap)
+	if cm == nil {
+		t.Fatal("no ConfigMap herald-kube-proxy-config")
+	}
+	c, err := kubeproxyconfig.Parse("config.conf", []byte(cm.Data["config.conf"]))
+	if err != nil || c.ClusterCIDR != "10.244.0.0/16" {
+		t.Errorf("the ConfigMap's file: %v", err)
+	}
+	ds, _ := manifests.Find(objs, "DaemonSet", "herald-speaker").(*appsv1.DaemonSet)
+	if ds == nil {
+		t.Fatal("no speaker DaemonSet")
+	}
+	spec := ds.Spec.Template.Spec
+	args := spec.Containers[0].Args
+	if !slices.Contains(args, "--config=/etc/herald/kube-proxy/config.conf") || !slices.Contains(args, "--kubeconfig=") {
+		t.Errorf("speaker args %q", args)
+	}
+	mounted := slices.ContainsFunc(spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "kube-proxy-config" && m.MountPath == "/etc/herald/kube-proxy" && m.ReadOnly
+	})
+	volume := slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "kube-proxy-config" && v.ConfigMap != nil && v.ConfigMap.Name == cm.Name
+	})
+	if !mounted || !volume {
+		t.Errorf("mounted %v, volume %v", mounted, volume)
 	}
 }
 

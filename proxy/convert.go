@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -138,7 +139,7 @@ func Endpoints(namespace, service string, slices []*discoveryv1.EndpointSlice) m
 	}
 	seen := map[key]rules.Endpoint{}
 	for _, sl := range slices {
-		if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
+		if _, ok := sliceFamily(sl); !ok {
 			continue
 		}
 		for _, p := range sl.Ports {
@@ -190,6 +191,36 @@ func Endpoints(namespace, service string, slices []*discoveryv1.EndpointSlice) m
 		})
 	}
 	return out
+}
+
+// TriggerTime reads an EndpointSlice's
+// endpoints.kubernetes.io/last-change-trigger-time, which the
+// EndpointSlice controller sets to when the change of a Pod or Service
+// that it carries happened: where network programming latency starts.
+// ok is false without the annotation; a value that does not parse as
+// RFC 3339 is an error, for the caller to skip (as kube-proxy does).
+func TriggerTime(sl *discoveryv1.EndpointSlice) (at time.Time, ok bool, err error) {
+	v, ok := sl.Annotations[corev1.EndpointsLastChangeTriggerTime]
+	if !ok {
+		return time.Time{}, false, nil
+	}
+	at, err = time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("endpointslice %s/%s: annotation %s: %q is not an RFC 3339 time", sl.Namespace, sl.Name, corev1.EndpointsLastChangeTriggerTime, v)
+	}
+	return at, true, nil
+}
+
+// sliceFamily is the address family of an EndpointSlice's endpoints;
+// false for FQDN slices, which the proxy does not program.
+func sliceFamily(sl *discoveryv1.EndpointSlice) (rules.Family, bool) {
+	switch sl.AddressType {
+	case discoveryv1.AddressTypeIPv4:
+		return rules.IPv4, true
+	case discoveryv1.AddressTypeIPv6:
+		return rules.IPv6, true
+	}
+	return 0, false
 }
 
 // hintNames returns the zone and node names of an endpoint's hints, in

@@ -1,8 +1,12 @@
 package proxy
 
 import (
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -39,3 +43,30 @@ func count(t *testing.T, m *Metrics, endpoint bool, name string) int {
 	}
 	return n
 }
+
+// TestMetricsDocumented: every metric the proxy registers has its row in
+// docs/install.md's table, so the list users read is the one served.
+func TestMetricsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/install.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan *prometheus.Desc)
+	go func() { NewMetrics().Registry.Describe(ch); close(ch) }()
+	n := 0
+	for d := range ch {
+		m := fqName.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("no name in %s", d)
+		}
+		n++
+		if !strings.Contains(string(doc), "| `"+m[1]) {
+			t.Errorf("%s is not in docs/install.md's metrics tables", m[1])
+		}
+	}
+	if n < 10 {
+		t.Errorf("only %d metrics described", n)
+	}
+}
+
+var fqName = regexp.MustCompile(`fqName: "([a-z_:]+)"`)

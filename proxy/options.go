@@ -88,6 +88,23 @@ type Options struct {
 	// Conntrack is the kernel's conntrack settings written at start
 	// (kube-proxy's --conntrack-* flags and defaults).
 	Conntrack conntrack.Tuning
+	// BindAddress is --bind-address: as in kube-proxy since it stopped
+	// binding anything, this node's primary IP of its family (for
+	// --nodeport-addresses=primary and the node's own addresses in
+	// loadBalancerSourceRanges); unset or unspecified: the Node's.
+	BindAddress netip.Addr
+	// DetectLocalMode is --detect-local-mode; PodBridgeInterface and
+	// PodInterfaceNamePrefix name the interfaces of its interface modes.
+	DetectLocalMode                            LocalMode
+	PodBridgeInterface, PodInterfaceNamePrefix string
+	// ConfigFile is --config, kube-proxy's KubeProxyConfiguration; its
+	// fields fill in the flags the command line leaves out.
+	ConfigFile string
+	// ConfigWarnings name the file's fields herald leaves out; ConfigNotes
+	// the flags that won over a field. Both are logged at start.
+	ConfigWarnings, ConfigNotes []string
+	// fromFile maps each flag the file set to its field, for messages.
+	fromFile map[string]string
 }
 
 // DefaultOptions are the flag defaults, kube-proxy's where it has the flag.
@@ -124,7 +141,8 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity as kube-proxy's -v: 4 or more logs at debug level (each sync, each rule change)")
 	fs.StringVar(&o.NodeName, "hostname-override", o.NodeName, "this node's name (default: $NODE_NAME, else the host name)")
 	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove every rule and chain herald's proxy installed, then exit")
-	finish := BindFlags(fs, &o)
+	// The file may set these too: here they are the proxy's own.
+	finish := bindFlags(fs, &o, "kubeconfig", "kube-api-qps", "kube-api-burst", "hostname-override", "v", "log-format")
 	fs.Usage = func() {
 		fmt.Fprintln(out, "usage: herald proxy [flags]\n\nPrograms this node's iptables (or nftables, --proxy-mode=nftables) for ClusterIP, NodePort, LoadBalancer\nand external IPs, like kube-proxy's iptables and nftables modes.")
 		flagusage.PrintDefaults(out, fs)
@@ -135,10 +153,10 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q: herald proxy takes only flags", fs.Arg(0))
 	}
-	o.NodeName = strings.ToLower(strings.TrimSpace(o.NodeName))
 	if err := finish(); err != nil {
 		return o, err
 	}
+	o.NodeName = strings.ToLower(strings.TrimSpace(o.NodeName))
 	if o.Cleanup {
 		return o, nil // needs no node, API server or ports
 	}
@@ -149,8 +167,14 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 // on fs, into o: those of `herald proxy` without the connection, node
 // name and --cleanup, so `herald speaker` can offer them for the proxy it
 // runs in its own process. finish, called after fs.Parse, reads
-// --cluster-cidr and --nodeport-addresses into o.
-func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) {
+// --config, --cluster-cidr, --nodeport-addresses and --bind-address into o.
+func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) { return bindFlags(fs, o) }
+
+// bindFlags is BindFlags; the --config file may set the flags it
+// registers and those named in more, no other.
+func bindFlags(fs *flag.FlagSet, o *Options, more ...string) (finish func() error) {
+	before := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { before[f.Name] = true })
 	cidrs := os.Getenv(EnvClusterCIDR)
 	fs.StringVar(&cidrs, "cluster-cidr", cidrs, "the pods' addresses, one CIDR per family, comma-separated; traffic from outside them to a cluster IP is masqueraded (default: $"+EnvClusterCIDR+", else the Node's spec.podCIDRs)")
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic sent to cluster IPs")
@@ -168,13 +192,35 @@ func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) {
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "address serving /healthz and /livez")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address serving /metrics and /proxyMode")
 	bindConntrackFlags(fs, &o.Conntrack)
+	bind := ""
+	fs.StringVar(&bind, "bind-address", bind, "kube-proxy's: this node's primary IP of its family, instead of the Node's (for --nodeport-addresses=primary and the node's own addresses in loadBalancerSourceRanges); no socket binds it; 0.0.0.0 or :: means the Node's")
+	fs.TextVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "how pod traffic is told apart: ClusterCIDR (--cluster-cidr; the default, the Node's spec.podCIDRs without it), NodeCIDR (the Node's spec.podCIDRs), BridgeInterface (arriving on --pod-bridge-interface) or InterfaceNamePrefix (on interfaces named --pod-interface-name-prefix...)")
+	fs.StringVar(&o.PodBridgeInterface, "pod-bridge-interface", o.PodBridgeInterface, "the pods' bridge, for --detect-local-mode=BridgeInterface")
+	fs.StringVar(&o.PodInterfaceNamePrefix, "pod-interface-name-prefix", o.PodInterfaceNamePrefix, "how the pods' interfaces are named, for --detect-local-mode=InterfaceNamePrefix")
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "kube-proxy's configuration file (a KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1, as kubeadm writes it): its fields set the flags the command line does not; a field herald cannot honour without serving traffic differently is an error, any other it leaves out is logged")
+	allowed := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { allowed[f.Name] = !before[f.Name] })
+	for _, n := range more {
+		allowed[n] = true
+	}
 	return func() error {
 		var err error
+		if o.ConfigFile != "" {
+			if err := applyConfigFile(fs, o, allowed); err != nil {
+				return err
+			}
+		}
+		if bind != "" {
+			if o.BindAddress, err = netip.ParseAddr(bind); err != nil {
+				return fmt.Errorf("--bind-address%s: %q is not an IP address", o.origin("bind-address"), bind)
+			}
+			o.BindAddress = o.BindAddress.Unmap()
+		}
 		if o.ClusterCIDRs, err = parseClusterCIDRs(cidrs); err != nil {
-			return fmt.Errorf("--cluster-cidr: %w", err)
+			return fmt.Errorf("--cluster-cidr%s: %w", o.origin("cluster-cidr"), err)
 		}
 		if o.NodePortAddresses, err = ParseNodePortAddresses(npa); err != nil {
-			return fmt.Errorf("--nodeport-addresses: %w", err)
+			return fmt.Errorf("--nodeport-addresses%s: %w", o.origin("nodeport-addresses"), err)
 		}
 		return nil
 	}
@@ -223,6 +269,7 @@ func (o Options) Validate() error {
 	bad := func(flag, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
 	}
+	o.validateDetectLocal(bad)
 	if o.NodeName == "" {
 		bad("hostname-override", "no node name: set it, or NODE_NAME")
 	} else {
@@ -254,7 +301,7 @@ func (o Options) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, o.APIFlags.Validate()...)
-	return errors.Join(errs...)
+	return errors.Join(o.attribute(errs)...)
 }
 
 // ParseConntrackFlags reads the command line of `herald conntrack`:

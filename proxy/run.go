@@ -122,6 +122,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 		health.QueuedUpdate()
 		loop.Request()
 	})
+	tracker.Metrics, tracker.Log = m, log
 	// Set before the first sync; /healthz reads it meanwhile.
 	var current atomic.Pointer[Syncer]
 	health.NodeEligible = func() bool {
@@ -149,6 +150,7 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	defer stopInformers()
+	logConfigFile(log, o)
 	log.Info("herald proxy starting", "version", version.String(), "node", o.NodeName, "clusterCIDRs", o.ClusterCIDRs, "nodePortAddresses", o.NodePortAddresses.String(),
 		"minSyncPeriod", o.MinSyncPeriod, "syncPeriod", o.SyncPeriod, "healthz", o.HealthzBindAddress, "metrics", o.MetricsBindAddress)
 	// The first sync must see every Service, or it would delete the rules
@@ -174,6 +176,9 @@ func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
 	cfg := Config{
 		NodeName:          o.NodeName,
 		ClusterCIDRs:      o.ClusterCIDRs,
+		NodeCIDR:          o.DetectLocalMode == LocalModeNodeCIDR,
+		PodInterface:      o.podInterface(),
+		BindAddress:       o.BindAddress,
 		MasqueradeAll:     o.MasqueradeAll,
 		MasqueradeBit:     o.MasqueradeBit,
 		ConntrackLiberal:  conntrackLiberal(sysctls),

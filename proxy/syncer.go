@@ -27,6 +27,15 @@ type Config struct {
 	// detection), which tells pods of this node apart just as well: pod
 	// traffic reaches the service rules on its own node.
 	ClusterCIDRs []netip.Prefix
+	// NodeCIDR: the Node's spec.podCIDRs tell pod traffic even with
+	// ClusterCIDRs (--detect-local-mode=NodeCIDR).
+	NodeCIDR bool
+	// PodInterface, when named, tells pod traffic by the interface it
+	// arrives on, and no CIDR is used (the interface modes).
+	PodInterface rules.Interface
+	// BindAddress, when valid and specified, is the node's primary IP of
+	// its family (--bind-address).
+	BindAddress netip.Addr
 	// MasqueradeAll SNATs everything sent to a cluster IP.
 	MasqueradeAll bool
 	// MasqueradeBit is the fwmark bit meaning "masquerade" (0-31).
@@ -104,6 +113,9 @@ type famState struct {
 	nftLastRender *rules.NFTRuleset
 	// everSynced: a sync of this family has succeeded since the start.
 	everSynced bool
+	// triggers are the trigger times of the changes not yet programmed
+	// in this family (programming.go).
+	triggers []Trigger
 }
 
 // Syncer turns the Tracker's model into iptables rules, one
@@ -204,6 +216,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 
 	anyFull := false
 	for _, f := range s.fams {
+		f.awaitTriggers(snap)
 		full, reason := f.needFull, ""
 		switch {
 		case f.needFull && !f.everSynced:
@@ -244,10 +257,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 		if fr.Err != nil {
 			allOK = false
 			res.Retry = true
-			s.metrics.restoreFailures.Inc()
-			if !fr.Full {
-				s.metrics.partialFailures.Inc()
-			}
+			s.metrics.syncFailed(f.NFT != nil, fr.Full)
 			// Each restore is atomic, so the kernel holds the previous
 			// rules, or with chunks the previous dispatch chains over
 			// complete Service chains (syncFamily); a full sync rewrites
@@ -257,6 +267,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 			continue
 		}
 		f.needFull, f.everSynced = false, true
+		s.observeProgrammed(f)
 		synced = append(synced, f.Family)
 		if fr.Full {
 			f.lastFull = s.now()
@@ -413,14 +424,18 @@ func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
 	nc := rules.NodeConfig{
 		Name:             s.cfg.NodeName,
 		Zone:             n.Zone,
-		IPs:              n.IPs,
+		IPs:              withAddr(n.IPs, s.cfg.BindAddress),
 		ClusterCIDRs:     s.cfg.ClusterCIDRs,
+		PodInterface:     s.cfg.PodInterface,
 		MasqueradeAll:    s.cfg.MasqueradeAll,
 		ConntrackLiberal: s.cfg.ConntrackLiberal,
 		NoRandomFully:    s.cfg.NoRandomFully,
 	}
-	if len(nc.ClusterCIDRs) == 0 {
+	if len(nc.ClusterCIDRs) == 0 || s.cfg.NodeCIDR {
 		nc.ClusterCIDRs = n.PodCIDRs
+	}
+	if nc.PodInterface.Name != "" {
+		nc.ClusterCIDRs = nil
 	}
 	if s.cfg.MasqueradeBit >= 0 && s.cfg.MasqueradeBit < 32 {
 		nc.MasqueradeMark = 1 << uint(s.cfg.MasqueradeBit)
@@ -443,7 +458,7 @@ func (s *Syncer) nodePorts(node *rules.NodeConfig, n NodeInfo) bool {
 	} else {
 		s.local = local
 	}
-	node.NodePortAddresses = s.cfg.NodePortAddresses.allowed(n.PrimaryIPs, s.local)
+	node.NodePortAddresses = s.cfg.NodePortAddresses.allowed(withPrimary(n.PrimaryIPs, s.cfg.BindAddress), s.local)
 	if s.npKnown && maps.EqualFunc(node.NodePortAddresses, s.npLast, slices.Equal[[]netip.Addr]) {
 		return false
 	}

@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"log/slog"
 	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -106,9 +108,35 @@ type Tracker struct {
 	node        NodeInfo
 	nodeChanged bool
 
+	// triggers are the trigger times of the endpoint changes since the
+	// last snapshot; svcPending the Services whose object changed then.
+	triggers   []Trigger
+	svcPending map[rules.ServiceKey]bool
+	// started: trigger times not after it are not measured, as
+	// kube-proxy's: a proxy (re)starting would count what happened
+	// before it ran, and the initial list's old annotations.
+	started time.Time
+	now     func() time.Time
+
 	// onChange is called (without the lock) after every change that
 	// needs a sync.
 	onChange func()
+
+	// Metrics, when set, counts the Service and EndpointSlice events and
+	// changes, and when a sync was last asked for. Set before the
+	// informers start.
+	Metrics *Metrics
+	// Log gets what the tracker skips, at debug level.
+	Log *slog.Logger
+}
+
+// Trigger is when an endpoint change the tracker took was triggered (the
+// EndpointSlice's last-change-trigger-time), kept until the rules of
+// its family reflect the change: network programming latency.
+type Trigger struct {
+	Service rules.ServiceKey
+	Family  rules.Family
+	At      time.Time
 }
 
 // NewTracker makes a tracker for the node called nodeName; onChange (may
@@ -118,13 +146,17 @@ func NewTracker(nodeName string, onChange func()) *Tracker {
 		onChange = func() {}
 	}
 	return &Tracker{
-		nodeName:  nodeName,
-		services:  map[rules.ServiceKey][]rules.Service{},
-		slices:    map[rules.ServiceKey]map[string]*discoveryv1.EndpointSlice{},
-		endpoints: map[rules.ServiceKey]map[rules.ServicePortName][]rules.Endpoint{},
-		changed:   map[rules.ServiceKey]bool{},
-		epsDirty:  map[rules.ServiceKey][]rules.ServicePortName{},
-		onChange:  onChange,
+		nodeName:   nodeName,
+		services:   map[rules.ServiceKey][]rules.Service{},
+		slices:     map[rules.ServiceKey]map[string]*discoveryv1.EndpointSlice{},
+		endpoints:  map[rules.ServiceKey]map[rules.ServicePortName][]rules.Endpoint{},
+		changed:    map[rules.ServiceKey]bool{},
+		epsDirty:   map[rules.ServiceKey][]rules.ServicePortName{},
+		onChange:   onChange,
+		svcPending: map[rules.ServiceKey]bool{},
+		started:    time.Now(),
+		now:        time.Now,
+		Log:        slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -134,6 +166,7 @@ func NewTracker(nodeName string, onChange func()) *Tracker {
 func (t *Tracker) UpdateService(svc *corev1.Service) []error {
 	key := rules.ServiceKey{Namespace: svc.Namespace, Name: svc.Name}
 	ports, problems := ServicePorts(svc)
+	t.Metrics.serviceEvent()
 	t.mu.Lock()
 	old, had := t.services[key]
 	if had == (len(ports) > 0) && (!had || reflect.DeepEqual(old, ports)) {
@@ -145,25 +178,37 @@ func (t *Tracker) UpdateService(svc *corev1.Service) []error {
 	} else {
 		t.services[key] = ports
 	}
-	t.changed[key] = true
-	t.flatSvcs = nil
+	t.serviceChangedLocked(key)
 	t.mu.Unlock()
-	t.onChange()
+	t.notify()
 	return problems
 }
 
 // DeleteService forgets a Service.
 func (t *Tracker) DeleteService(namespace, name string) {
 	key := rules.ServiceKey{Namespace: namespace, Name: name}
+	t.Metrics.serviceEvent()
 	t.mu.Lock()
 	if _, ok := t.services[key]; !ok {
 		t.mu.Unlock()
 		return
 	}
 	delete(t.services, key)
+	t.serviceChangedLocked(key)
+	t.mu.Unlock()
+	t.notify()
+}
+
+func (t *Tracker) serviceChangedLocked(key rules.ServiceKey) {
 	t.changed[key] = true
 	t.flatSvcs = nil
-	t.mu.Unlock()
+	t.svcPending[key] = true
+	t.Metrics.serviceChangesPending(len(t.svcPending))
+}
+
+// notify asks for a sync.
+func (t *Tracker) notify() {
+	t.Metrics.queued(t.now())
 	t.onChange()
 }
 
@@ -174,11 +219,17 @@ func sliceService(sl *discoveryv1.EndpointSlice) (rules.ServiceKey, bool) {
 	return rules.ServiceKey{Namespace: sl.Namespace, Name: name}, name != ""
 }
 
-// UpdateSlice takes an added or updated EndpointSlice.
+// UpdateSlice takes an added or updated EndpointSlice. When it changes
+// the Service's endpoints, its trigger time is kept for the sync that
+// programs them; a malformed one is skipped, and only it.
 func (t *Tracker) UpdateSlice(sl *discoveryv1.EndpointSlice) {
 	key, ok := sliceService(sl)
 	if !ok {
 		return
+	}
+	fam, famOK := sliceFamily(sl)
+	if famOK {
+		t.Metrics.endpointEvent()
 	}
 	t.mu.Lock()
 	m := t.slices[key]
@@ -188,9 +239,19 @@ func (t *Tracker) UpdateSlice(sl *discoveryv1.EndpointSlice) {
 	}
 	m[sl.Name] = sl
 	changed := t.recomputeLocked(key)
+	var err error
+	if changed && famOK {
+		var at time.Time
+		if at, ok, err = TriggerTime(sl); ok && at.After(t.started) {
+			t.triggers = append(t.triggers, Trigger{Service: key, Family: fam, At: at})
+		}
+	}
 	t.mu.Unlock()
+	if err != nil {
+		t.Log.Debug("network programming latency not measured for this change", "err", err)
+	}
 	if changed {
-		t.onChange()
+		t.notify()
 	}
 }
 
@@ -199,6 +260,9 @@ func (t *Tracker) DeleteSlice(sl *discoveryv1.EndpointSlice) {
 	key, ok := sliceService(sl)
 	if !ok {
 		return
+	}
+	if _, ok := sliceFamily(sl); ok {
+		t.Metrics.endpointEvent()
 	}
 	t.mu.Lock()
 	if _, ok := t.slices[key][sl.Name]; !ok {
@@ -210,9 +274,15 @@ func (t *Tracker) DeleteSlice(sl *discoveryv1.EndpointSlice) {
 		delete(t.slices, key)
 	}
 	changed := t.recomputeLocked(key)
+	if fam, ok := sliceFamily(sl); changed && ok {
+		// A deleted slice's trigger time is that of its last update, not
+		// of the deletion; kube-proxy then measures none of the Service's
+		// pending changes of that family, and neither does herald.
+		t.triggers = slices.DeleteFunc(t.triggers, func(tr Trigger) bool { return tr.Service == key && tr.Family == fam })
+	}
 	t.mu.Unlock()
 	if changed {
-		t.onChange()
+		t.notify()
 	}
 }
 
@@ -252,6 +322,7 @@ func (t *Tracker) recomputeLocked(key rules.ServiceKey) bool {
 		t.endpoints[key] = eps
 	}
 	t.changed[key] = true
+	t.Metrics.endpointChangePending()
 	return true
 }
 
@@ -272,7 +343,7 @@ func (t *Tracker) UpdateNode(n *corev1.Node) (eligibilityChanged bool) {
 	}
 	t.mu.Unlock()
 	if rulesChanged {
-		t.onChange()
+		t.notify()
 	}
 	return old.Eligible != info.Eligible
 }
@@ -304,6 +375,9 @@ type Snapshot struct {
 	Node    NodeInfo
 	// NodeChanged: the node's addresses, pod CIDRs or zone changed.
 	NodeChanged bool
+	// Triggers are the trigger times of the endpoint changes in Changed
+	// (those from before the tracker started, or unreadable, left out).
+	Triggers []Trigger
 }
 
 // Snapshot returns the current model and resets the change set. Its
@@ -343,8 +417,12 @@ func (t *Tracker) Snapshot() Snapshot {
 		NodeChanged: t.nodeChanged,
 		Services:    t.flatSvcs,
 		Endpoints:   t.flatEps,
+		Triggers:    t.triggers,
 	}
 	t.changed = map[rules.ServiceKey]bool{}
 	t.nodeChanged = false
+	t.triggers = nil
+	clear(t.svcPending)
+	t.Metrics.checkedOut()
 	return s
 }

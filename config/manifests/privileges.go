@@ -174,15 +174,26 @@ func checkNodeAgent(name string, p Privileges) []string {
 	}
 	lock := corev1.HostPathFileOrCreate
 	wantVolumes := []corev1.Volume{{Name: "xtables-lock", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/xtables.lock", Type: &lock}}}}
-	if !reflect.DeepEqual(p.Volumes, wantVolumes) {
+	// The chart's kube-proxy configuration file is a ConfigMap of the
+	// release, mounted read-only: nothing from the host.
+	volumes := slices.DeleteFunc(slices.Clone(p.Volumes), func(v corev1.Volume) bool {
+		return v.Name == KubeProxyConfigVolume && v.ConfigMap != nil
+	})
+	if !reflect.DeepEqual(volumes, wantVolumes) {
 		add("%s: volumes:\n%s", name, diff.Diff(wantVolumes, p.Volumes))
 	}
 	wantMounts := []corev1.VolumeMount{{Name: "xtables-lock", MountPath: "/run/xtables.lock"}}
-	if !reflect.DeepEqual(c.VolumeMounts, wantMounts) {
+	mounts := slices.DeleteFunc(slices.Clone(c.VolumeMounts), func(m corev1.VolumeMount) bool {
+		return m.Name == KubeProxyConfigVolume && m.ReadOnly
+	})
+	if !reflect.DeepEqual(mounts, wantMounts) {
 		add("%s: volumeMounts:\n%s", name, diff.Diff(wantMounts, c.VolumeMounts))
 	}
 	return bad
 }
+
+// KubeProxyConfigVolume is the chart's volume of proxy.kubeProxyConfig.
+const KubeProxyConfigVolume = "kube-proxy-config"
 
 // checkInitContainers: the node agents may have one, `conntrack`,
 // privileged because only a privileged container's /proc/sys is

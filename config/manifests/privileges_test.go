@@ -3,6 +3,7 @@ package manifests
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 )
 
@@ -57,6 +58,38 @@ func TestCheckRuleNamespaces(t *testing.T) {
 	} {
 		if bad := checkRule(tc.grant, tc.rule); (len(bad) == 0) != tc.ok {
 			t.Errorf("%s %+v: %v, want ok=%v", tc.grant, tc.rule, bad, tc.ok)
+		}
+	}
+}
+
+// TestNodeAgentVolumes: besides the xtables lock, only the chart's
+// kube-proxy configuration ConfigMap, mounted read-only, passes.
+func TestNodeAgentVolumes(t *testing.T) {
+	lock := corev1.HostPathFileOrCreate
+	xtables := corev1.Volume{Name: "xtables-lock", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/xtables.lock", Type: &lock}}}
+	xtablesMount := corev1.VolumeMount{Name: "xtables-lock", MountPath: "/run/xtables.lock"}
+	cm := corev1.Volume{Name: KubeProxyConfigVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "herald-kube-proxy-config"}}}}
+	host := corev1.Volume{Name: KubeProxyConfigVolume, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}}
+	mount := corev1.VolumeMount{Name: KubeProxyConfigVolume, MountPath: "/etc/herald/kube-proxy", ReadOnly: true}
+	writable := mount
+	writable.ReadOnly = false
+	for _, tc := range []struct {
+		name    string
+		volumes []corev1.Volume
+		mounts  []corev1.VolumeMount
+		ok      bool
+	}{
+		{"the lock", []corev1.Volume{xtables}, []corev1.VolumeMount{xtablesMount}, true},
+		{"and the ConfigMap", []corev1.Volume{xtables, cm}, []corev1.VolumeMount{xtablesMount, mount}, true},
+		{"writable", []corev1.Volume{xtables, cm}, []corev1.VolumeMount{xtablesMount, writable}, false},
+		{"from the host", []corev1.Volume{xtables, host}, []corev1.VolumeMount{xtablesMount, mount}, false},
+	} {
+		p := Privileges{HostNetwork: true, PriorityClassName: "system-node-critical", Volumes: tc.volumes,
+			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []ContainerPrivileges{{VolumeMounts: tc.mounts, SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{
+				Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"}}}}}}
+		if bad := checkNodeAgent(Speaker, p); (len(bad) == 0) != tc.ok {
+			t.Errorf("%s: %v, want ok=%v", tc.name, bad, tc.ok)
 		}
 	}
 }

@@ -14,7 +14,9 @@ import (
 // the Networking checks that go through Services, the LoadBalancer and
 // ESIPP (externalTrafficPolicy: Local) tests, which herald can serve as
 // the load-balancer provider, the proxy's conntrack and kube-proxy
-// tests, and every [Conformance] test of sig-network. Session affinity
+// tests, the Traffic Distribution and Topology Hints tests (issue #34:
+// the lab's nodes are in three zones), and every [Conformance] test of
+// sig-network. Session affinity
 // tests are among the Services, Networking and LoadBalancers ones.
 var Focus = strings.Join([]string{
 	`\[sig-network\] Services `,
@@ -23,6 +25,8 @@ var Focus = strings.Join([]string{
 	`\[sig-network\] LoadBalancers`,
 	`\[sig-network\] Conntrack `,
 	`\[sig-network\] KubeProxy `,
+	`\[sig-network\] Traffic Distribution `,
+	`\[sig-network\] Topology Hints `,
 	`\[sig-network\] .*\[Conformance\]`,
 }, "|")
 

@@ -259,7 +259,7 @@ func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 		np.pods.cidr = p
 	}
 	if pi := n.PodInterface; pi.Name != "" {
-		if bad := interfaceNameProblem(pi.Name); bad != "" {
+		if bad := InterfaceNameProblem(pi.Name); bad != "" {
 			probs = append(probs, Problem{Field: "podInterface", Message: bad + "; pod traffic is not told apart"})
 			np.pods = podMatch{}
 		} else {
@@ -291,9 +291,9 @@ type podMatch struct {
 
 func (m podMatch) ok() bool { return m.cidr.IsValid() || m.iface != "" }
 
-// interfaceNameProblem says why name cannot be matched as an interface
+// InterfaceNameProblem says why name cannot be matched as an interface
 // name (or a prefix of one) in iptables and nftables rules; "" if it can.
-func interfaceNameProblem(name string) string {
+func InterfaceNameProblem(name string) string {
 	if len(name) >= 16 { // IFNAMSIZ, with its NUL
 		return fmt.Sprintf("%q is longer than an interface name (15 bytes)", name)
 	}

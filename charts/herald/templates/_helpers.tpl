@@ -52,8 +52,31 @@ The proxy's flags, for the speaker or the proxy-only DaemonSet.
 - --healthz-bind-address={{ .Values.proxy.healthzBindAddress }}
 - --metrics-bind-address={{ include "herald.proxyMetricsBindAddress" . }}
 {{- include "herald.conntrackArgs" (dict "Values" .Values "all" false) }}
+{{- if .Values.proxy.kubeProxyConfig }}
+- --config=/etc/herald/kube-proxy/config.conf
+- --kubeconfig=
+{{- end }}
 {{- range .Values.proxy.extraArgs }}
 - {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The mount and the volume of proxy.kubeProxyConfig, for the container
+running the proxy; empty without it.
+*/}}
+{{- define "herald.kubeProxyConfigMount" -}}
+{{- if .Values.proxy.kubeProxyConfig }}
+- name: kube-proxy-config
+  mountPath: /etc/herald/kube-proxy
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- define "herald.kubeProxyConfigVolume" -}}
+{{- if .Values.proxy.kubeProxyConfig }}
+- name: kube-proxy-config
+  configMap:
+    name: herald-kube-proxy-config
 {{- end }}
 {{- end }}
 

@@ -27,16 +27,22 @@ type migrateOptions struct {
 	metallbNamespace string
 	namespace        string
 	cluster          kubeclient.Flags
+	// fromKubeProxy reads kube-proxy's configuration instead of
+	// MetalLB's, from -f or the ConfigMap kubeProxyConfigMap.
+	fromKubeProxy      bool
+	kubeProxyConfigMap string
 }
 
 func parseMigrate(args []string, out io.Writer) (migrateOptions, error) {
-	o := migrateOptions{metallbNamespace: "metallb-system", namespace: "herald-system"}
+	o := migrateOptions{metallbNamespace: "metallb-system", namespace: "herald-system", kubeProxyConfigMap: "kube-system/kube-proxy"}
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Var(&o.files, "f", "YAML file with MetalLB's configuration (repeatable; - for stdin)")
 	fs.BoolVar(&o.fromCluster, "from-cluster", false, "read MetalLB's configuration from the cluster (--metallb-namespace)")
 	fs.StringVar(&o.metallbNamespace, "metallb-namespace", o.metallbNamespace, "namespace MetalLB reads its configuration from; with -f, objects of other namespaces are skipped")
 	fs.StringVar(&o.namespace, "namespace", o.namespace, "herald's namespace: where the translated objects go")
+	fs.BoolVar(&o.fromKubeProxy, "from-kube-proxy", false, "translate kube-proxy's configuration instead (-f: kubeadm's kube-proxy ConfigMap or its config.conf; --from-cluster: --kube-proxy-configmap) into values of herald's Helm chart and herald proxy flags")
+	fs.StringVar(&o.kubeProxyConfigMap, "kube-proxy-configmap", o.kubeProxyConfigMap, "NAMESPACE/NAME of kube-proxy's ConfigMap, for --from-kube-proxy --from-cluster")
 	o.cluster.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(out, `usage: herald migrate -f FILE [-f FILE...] | --from-cluster [flags]
@@ -51,7 +57,13 @@ object and field, then what herald validate finds in the output. Exit
 status: 0 when everything translated and validates (notes are changes
 that keep MetalLB's behaviour), 1 when a warning or an error was reported
 or no MetalLB configuration was found (nothing is written then), 2 when
-the input could not be read.`)
+the input could not be read.
+
+With --from-kube-proxy, it reads kube-proxy's KubeProxyConfiguration
+instead and writes values for herald's Helm chart, with the same settings
+as herald proxy flags in a comment; standard error names every field that
+does not translate and why. Exit status as above: 1 when a field is left
+out or refused (an error: herald would serve traffic differently).`)
 		flagusage.PrintDefaults(out, fs)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -63,6 +75,8 @@ the input could not be read.`)
 		return o, errors.New("give -f FILE or --from-cluster")
 	case len(o.files) > 0 && o.fromCluster:
 		return o, errors.New("give -f FILE or --from-cluster, not both")
+	case o.fromKubeProxy && len(o.files) > 1:
+		return o, errors.New("--from-kube-proxy reads one file")
 	}
 	return o, nil
 }
@@ -78,6 +92,9 @@ func runMigrate(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.fromKubeProxy {
+		return migrateKubeProxyMain(ctx, o, os.Stdout, os.Stderr)
+	}
 	return migrateMain(ctx, o, os.Stdout, os.Stderr)
 }
 

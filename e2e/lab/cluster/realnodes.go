@@ -205,11 +205,11 @@ apiVersion: v1
 kind: Node
 metadata:
   name: %s
-  labels: {kubernetes.io/hostname: %s, kubernetes.io/os: linux}
+  labels: {kubernetes.io/hostname: %s, kubernetes.io/os: linux, %s: %s}
 spec:
   podCIDR: %s
   podCIDRs: [%s, %s]
-`, n.Name, n.Name, n.PodCIDR, n.PodCIDR, n.PodCIDRv6)
+`, n.Name, n.Name, topology.ZoneLabel, n.Zone, n.PodCIDR, n.PodCIDR, n.PodCIDRv6)
 	}
 	_, err := l.kubectlClient().RunStdin(ctx, strings.NewReader(b.String()), "create", "-f", "-")
 	return err

@@ -113,6 +113,8 @@ type Config struct {
 	PodCIDRv6    netip.Prefix
 	PodGatewayV6 netip.Addr
 	PodBridge    string
+	// NodeZone, when set, is the Node's topology.kubernetes.io/zone label.
+	NodeZone string
 	// NetnsPrefix starts the name of every pod namespace
 	// (<prefix>-pod-<namespace>-<name>): the lab's prefix.
 	NetnsPrefix string

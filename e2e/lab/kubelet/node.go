@@ -62,16 +62,20 @@ func memTotal() int64 {
 
 // nodeObject is the Node the kubelet registers.
 func (k *Kubelet) nodeObject() *v1.Node {
+	labels := map[string]string{
+		v1.LabelHostname:          k.cfg.NodeName,
+		v1.LabelOSStable:          "linux",
+		v1.LabelArchStable:        runtime.GOARCH,
+		"beta.kubernetes.io/os":   "linux",
+		"beta.kubernetes.io/arch": runtime.GOARCH,
+	}
+	if k.cfg.NodeZone != "" {
+		labels[v1.LabelTopologyZone] = k.cfg.NodeZone
+	}
 	return &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: k.cfg.NodeName,
-			Labels: map[string]string{
-				v1.LabelHostname:          k.cfg.NodeName,
-				v1.LabelOSStable:          "linux",
-				v1.LabelArchStable:        runtime.GOARCH,
-				"beta.kubernetes.io/os":   "linux",
-				"beta.kubernetes.io/arch": runtime.GOARCH,
-			},
+			Name:        k.cfg.NodeName,
+			Labels:      labels,
 			Annotations: map[string]string{NetnsAnnotation: k.cfg.NodeNetns},
 		},
 		Spec: v1.NodeSpec{

@@ -49,6 +49,7 @@ func ForNode(l topology.Layout, n topology.Node) Config {
 		PodCIDRv6:    n.PodCIDRv6,
 		PodGatewayV6: n.PodGatewayV6,
 		PodBridge:    DefaultPodBridge,
+		NodeZone:     n.Zone,
 		NetnsPrefix:  l.Prefix,
 	}
 }
@@ -68,6 +69,9 @@ func (c Config) Args() []string {
 		"--herald=" + c.Programs.Herald,
 		"--kube-proxy=" + c.Programs.KubeProxy,
 		"--kubelet-version=" + c.KubeletVersion,
+	}
+	if c.NodeZone != "" {
+		args = append(args, "--node-zone="+c.NodeZone)
 	}
 	if c.dualStack() {
 		args = append(args, "--node-ipv6="+c.NodeIPv6.String(), "--pod-cidr-v6="+c.PodCIDRv6.String(), "--pod-gateway-v6="+c.PodGatewayV6.String())
@@ -103,6 +107,7 @@ func (c Config) Args() []string {
 func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.NodeName, "node-name", "", "the Node's name")
 	fs.StringVar(&c.NodeNetns, "node-netns", "", "the node's network namespace")
+	fs.StringVar(&c.NodeZone, "node-zone", "", "the Node's topology.kubernetes.io/zone label (empty: none)")
 	fs.Func("node-ip", "the node's LAN address (InternalIP)", func(s string) (err error) {
 		c.NodeIP, err = netip.ParseAddr(s)
 		return err

@@ -83,7 +83,19 @@ type Node struct {
 	PodGateway   netip.Addr
 	PodCIDRv6    netip.Prefix
 	PodGatewayV6 netip.Addr
+	// Zone is its topology.kubernetes.io/zone label (NodeZone), so the
+	// EndpointSlice controller writes zone hints and upstream's Traffic
+	// Distribution and Topology Hints tests find zones to tell apart.
+	Zone string
 }
+
+// Zones are the zones the lab's nodes are spread over, node i in
+// Zones[(i-1) % len(Zones)]: three, the fewest upstream's Traffic
+// Distribution tests run with.
+var Zones = []string{"zone-a", "zone-b", "zone-c"}
+
+// ZoneLabel is the well-known label that puts a Node in a zone.
+const ZoneLabel = "topology.kubernetes.io/zone"
 
 // Layout is the whole plan.
 type Layout struct {
@@ -124,6 +136,7 @@ func Plan(prefix string, n int) (Layout, error) {
 			// 2001:db8:1:<i>::/64, gateway ::1, like 198.18.<i>.1.
 			PodCIDRv6:    netip.PrefixFrom(offset6At(ClusterCIDRv6.Addr(), 6, i), 64),
 			PodGatewayV6: offset6(offset6At(ClusterCIDRv6.Addr(), 6, i), 1),
+			Zone:         Zones[(i-1)%len(Zones)],
 		})
 	}
 	return l, nil

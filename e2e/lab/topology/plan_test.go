@@ -3,6 +3,7 @@ package topology
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -470,5 +471,28 @@ func TestUpRefusesOverlappingHostNetwork(t *testing.T) {
 	err := Up(context.Background(), &f, l, Existing{Addrs: clash})
 	if err == nil || !strings.Contains(err.Error(), "198.51.100.7/24") || len(f.ran) != 0 {
 		t.Fatalf("Up on a machine with the LAN range: err=%v ran=%d", err, len(f.ran))
+	}
+}
+
+// TestPlanZones: nodes are spread over the zones in turn, so 3 nodes are
+// in 3 zones (upstream's Traffic Distribution tests need 3) and 2 in 2.
+func TestPlanZones(t *testing.T) {
+	for n, want := range map[int][]string{
+		1: {"zone-a"},
+		2: {"zone-a", "zone-b"},
+		3: {"zone-a", "zone-b", "zone-c"},
+		5: {"zone-a", "zone-b", "zone-c", "zone-a", "zone-b"},
+	} {
+		l, err := Plan("hlab", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, node := range l.Nodes {
+			got = append(got, node.Zone)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%d nodes: zones %q, want %q", n, got, want)
+		}
 	}
 }
