@@ -145,8 +145,15 @@ func (t *Table) Endpoints() []netip.AddrPort { return t.endpoints }
 // Owner is the index in Endpoints of the endpoint owning slot i (0 <= i < M).
 func (t *Table) Owner(i int) int { return int(t.owner[i]) }
 
-// Lookup is the endpoint for a flow hash: the owner of slot h mod M, as a
-// data path computing "hash mod M" would pick it.
+// Slot is the slot of a 32-bit flow hash the way the kernel maps a hash
+// onto M values for nftables' jhash and iptables' HMARK (reciprocal_scale:
+// h * M / 2^32, not h mod M), so Go code (tests, the tracer) picks the
+// slot the data path picks.
+func (t *Table) Slot(h uint32) int {
+	return int(uint64(h) * uint64(len(t.owner)) >> 32)
+}
+
+// Lookup is the endpoint for a flow hash: the owner of Slot(h).
 func (t *Table) Lookup(h uint32) netip.AddrPort {
-	return t.endpoints[t.owner[h%uint32(len(t.owner))]]
+	return t.endpoints[t.owner[t.Slot(h)]]
 }

@@ -115,10 +115,22 @@ func TestErrors(t *testing.T) {
 
 func TestLookup(t *testing.T) {
 	tab := mustNew(t, endpoints(10))
-	for _, h := range []uint32{0, 1, uint32(tab.Size()), ^uint32(0)} {
-		want := tab.endpoints[tab.Owner(int(h%uint32(tab.Size())))]
-		if got := tab.Lookup(h); got != want {
-			t.Errorf("Lookup(%d) = %v, want %v", h, got, want)
+	m := uint64(tab.Size())
+	for _, c := range []struct {
+		h    uint32
+		slot int
+	}{
+		{0, 0},
+		{1 << 31, int(m / 2)},            // half way up the hash, half way up the table
+		{^uint32(0), int(m - 1)},         // the top hash, the last slot
+		{uint32((1<<32 + m - 1) / m), 1}, // the first hash of slot 1
+		{uint32((1<<32+m-1)/m) - 1, 0},   // the last hash of slot 0
+	} {
+		if got := tab.Slot(c.h); got != c.slot {
+			t.Errorf("Slot(%#x) = %d, want %d", c.h, got, c.slot)
+		}
+		if got, want := tab.Lookup(c.h), tab.endpoints[tab.Owner(c.slot)]; got != want {
+			t.Errorf("Lookup(%#x) = %v, want %v", c.h, got, want)
 		}
 	}
 }
