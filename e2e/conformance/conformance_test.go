@@ -89,12 +89,23 @@ func TestLabSkips(t *testing.T) {
 		"[sig-network] Services should work after restarting apiserver [Disruptive]",
 		"[sig-apps] CronJob should not schedule jobs when suspended [Slow] [Conformance]",
 		"[sig-network] LoadBalancers should be able to change the type and ports of a TCP service [Slow]",
+		// issue #34's additions.
+		"[sig-network] [Feature:IPv6DualStack] Granular Checks: Services Secondary IP Family [LinuxOnly] should function for service endpoints using hostNetwork",
+		"[sig-network] [Feature:IPv6DualStack] should create service with ipv6,v4 cluster ip",
+		"[sig-network] NoSNAT Should be able to send traffic between Pods without SNAT",
+		"[sig-network] Service CIDRs should create Services and serve on different Service CIDRs",
+		"[sig-network] Connectivity Pod Lifecycle should be able to have zero downtime on a Blue Green deployment using Services and Readiness Gates",
+		"[sig-network] Traffic Distribution should route traffic to an endpoint in the same zone when using PreferClose",
+		"[sig-network] Topology Hints should distribute endpoints evenly",
+		// Not selected: pod to pod, no Service; SCTP skipped.
+		"[sig-network] Connectivity Pod Lifecycle should be able to connect from a Pod to a terminating Pod",
+		"[sig-network] [Feature:IPv6DualStack] Granular Checks: Services Secondary IP Family [LinuxOnly] should function for pod-Service: sctp [Feature:SCTPConnectivity]",
 	}
 	got, err := Select(names, Focus, SkipPattern(false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{names[0], names[3]}
+	want := append([]string{names[0]}, names[3:11]...)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("selected %q, want %q", got, want)
 	}
@@ -124,16 +135,83 @@ func TestParseList(t *testing.T) {
 }
 
 func TestCommand(t *testing.T) {
-	o := RunOptions{E2ETest: "/c/e2e.test", Ginkgo: "/c/ginkgo", Procs: 3, Netns: "hlab-client", Kubeconfig: "/k", Kubectl: "/kubectl", ReportDir: "/r", Focus: "F", Skip: "S", Timeout: time.Hour}
+	o := RunOptions{E2ETest: "/c/e2e.test", Ginkgo: "/c/ginkgo", Procs: 3, Netns: "hlab-client", Kubeconfig: "/k", Kubectl: "/kubectl", ReportDir: "/r", Focus: "F", Skip: "S", Timeout: time.Hour, SpecTimeout: 30 * time.Minute}
 	got := strings.Join(o.Command(), " ")
-	want := "ip netns exec hlab-client /c/ginkgo run --procs=3 --focus=F --no-color --timeout=1h0m0s --poll-progress-after=5m --skip=S /c/e2e.test -- --kubeconfig=/k --provider=local --kubectl-path=/kubectl --report-dir=/r"
+	want := "ip netns exec hlab-client /c/ginkgo run --procs=3 --focus=F --no-color --timeout=1h0m0s --poll-progress-after=5m --skip=S /c/e2e.test -- --kubeconfig=/k --provider=local --kubectl-path=/kubectl --report-dir=/r --spec-timeout=30m0s"
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 	o.Ginkgo = ""
 	got = strings.Join(o.Command(), " ")
-	want = "ip netns exec hlab-client /c/e2e.test --ginkgo.focus=F --ginkgo.no-color --ginkgo.timeout=1h0m0s --ginkgo.poll-progress-after=5m --ginkgo.skip=S --kubeconfig=/k --provider=local --kubectl-path=/kubectl --report-dir=/r"
+	want = "ip netns exec hlab-client /c/e2e.test --ginkgo.focus=F --ginkgo.no-color --ginkgo.timeout=1h0m0s --ginkgo.poll-progress-after=5m --ginkgo.skip=S --kubeconfig=/k --provider=local --kubectl-path=/kubectl --report-dir=/r --spec-timeout=30m0s"
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	// No bound, no flag (the dry run of the selection).
+	o.SpecTimeout = 0
+	if got := strings.Join(o.Command(), " "); strings.Contains(got, "spec-timeout") {
+		t.Fatalf("a run without a bound passes one: %s", got)
+	}
+}
+
+func TestMainSpecTimeoutFlag(t *testing.T) {
+	if DefaultSpecTimeout != 30*time.Minute {
+		t.Fatalf("DefaultSpecTimeout %s: update the reasoning in its comment and docs/testing.md", DefaultSpecTimeout)
+	}
+	// -h prints the flags (exit 2) without running anything.
+	if code := Main(t.Context(), []string{"-h"}, nil); code != 2 {
+		t.Fatalf("-h: exit %d", code)
+	}
+}
+
+// A spec cut at the bound: ginkgo's JUnit case for a SpecTimeout, with
+// the progress report it writes (abridged from a v2.21.0 run).
+const timedOutJUnit = `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites><testsuite name="Kubernetes e2e suite">
+<testcase name="[It] [sig-network] [Feature:IPv6DualStack] Granular Checks: Services Secondary IP Family [LinuxOnly] should function for service endpoints using hostNetwork" classname="Kubernetes e2e suite" status="timedout" time="1830.5">
+<failure message="A spec timeout occurred" type="timedout">[TIMEDOUT] A spec timeout occurred
+In [It] at: k8s.io/kubernetes/test/e2e/network/dual_stack.go:575 @ 11/27/26 23:40:02.1
+
+This is the Progress Report generated when the spec timeout occurred:
+  [sig-network] [Feature:IPv6DualStack] Granular Checks: Services Secondary IP Family [LinuxOnly] should function for service endpoints using hostNetwork (Spec Runtime: 30m0.012s)
+    k8s.io/kubernetes/test/e2e/network/dual_stack.go:575
+    In [It] (Node Runtime: 29m58.2s)
+      k8s.io/kubernetes/test/e2e/network/dual_stack.go:575
+      At [By Step] dialing(udp) fd00:10:0:1::2 (node) --&gt; fd00:10:96::1a2b:90 (config.clusterIP) (Step Runtime: 29m1.3s)
+        k8s.io/kubernetes/test/e2e/network/dual_stack.go:645
+</failure>
+</testcase>
+<testcase name="[It] [sig-network] Services should check NodePort out-of-range" classname="Kubernetes e2e suite" status="timedout" time="27">
+<failure message="A suite timeout occurred" type="timedout">[TIMEDOUT] A suite timeout occurred</failure>
+</testcase>
+</testsuite></testsuites>`
+
+func TestParseJUnitSpecTimeout(t *testing.T) {
+	got, err := ParseJUnit(strings.NewReader(timedOutJUnit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sorted by name: the Services test first.
+	if len(got) != 2 {
+		t.Fatalf("got %+v", got)
+	}
+	hung, suite := got[1], got[0]
+	want := "timed out after 30m0s (-spec-timeout), in step: dialing(udp) fd00:10:0:1::2 (node) --> fd00:10:96::1a2b:90 (config.clusterIP)"
+	if hung.Outcome != Fail || hung.Reason != want {
+		t.Errorf("the spec cut at its bound: %s %q, want fail %q", hung.Outcome, hung.Reason, want)
+	}
+	// A suite timeout is not the spec's bound: its reason is ginkgo's.
+	if suite.Outcome != Fail || suite.Reason != "timedout: [TIMEDOUT] A suite timeout occurred" {
+		t.Errorf("suite timeout: %s %q", suite.Outcome, suite.Reason)
+	}
+	var b strings.Builder
+	run := Run{Proxy: "herald", Results: []Result{hung}}
+	WriteTable(&b, Compare(nil, run), run)
+	if !strings.Contains(b.String(), "| fail: timed out after 30m0s (-spec-timeout), in step: dialing(udp)") {
+		t.Errorf("the table does not show the bound:\n%s", b.String())
+	}
+	// Without a progress report, the case's own time.
+	if r := specTimedOut("[TIMEDOUT] A spec timeout occurred", 90*time.Second+400*time.Millisecond); r != "timed out after 1m30s (-spec-timeout)" {
+		t.Errorf("without a report: %q", r)
 	}
 }

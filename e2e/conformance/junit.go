@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -99,6 +100,9 @@ func ParseJUnit(r io.Reader) ([]Result, error) {
 					text = firstNonEmpty(c.Error.Text, c.Error.Message)
 				}
 				res.Reason = failureSummary(c.Status, text)
+				if c.Status == "timedout" && strings.Contains(text, specTimeoutMessage) {
+					res.Reason = specTimedOut(text, res.Time)
+				}
 			}
 			if !strings.HasPrefix(c.Name, "[It] ") && res.Outcome != Fail {
 				continue
@@ -108,6 +112,31 @@ func ParseJUnit(r io.Reader) ([]Result, error) {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// specTimeoutMessage is ginkgo's failure message for a spec that ran past
+// its SpecTimeout (here: e2e.test's --spec-timeout).
+const specTimeoutMessage = "A spec timeout occurred"
+
+var (
+	specRuntimeRE = regexp.MustCompile(`\(Spec Runtime: ([0-9.a-zµ]+)\)`)
+	byStepRE      = regexp.MustCompile(`At \[By Step\] (.*?) \(Step Runtime: `)
+)
+
+// specTimedOut is the reason of a spec cut at its time bound: when it was
+// cut (the spec's runtime in ginkgo's progress report, else the report's
+// time) and the step it was in, if it named one.
+func specTimedOut(text string, took time.Duration) string {
+	if m := specRuntimeRE.FindStringSubmatch(text); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			took = d
+		}
+	}
+	s := "timed out after " + took.Round(time.Second).String() + " (-spec-timeout)"
+	if m := byStepRE.FindStringSubmatch(text); m != nil {
+		s += ", in step: " + strings.TrimSpace(m[1])
+	}
+	return s
 }
 
 func firstNonEmpty(s ...string) string {

@@ -33,6 +33,10 @@ type RunOptions struct {
 	Skip      string
 	// Timeout ends the whole run (ginkgo's suite timeout).
 	Timeout time.Duration
+	// SpecTimeout ends each spec that runs longer (e2e.test's
+	// --spec-timeout, upstream/spectimeout_test.go): it is reported as
+	// timed out and the run goes on. 0: no bound.
+	SpecTimeout time.Duration
 	// Netns is the network namespace the suite runs in: the lab's remote
 	// client behind the router, a user of the cluster outside the nodes'
 	// network (the ESIPP tests check the source IP they see is not in the
@@ -60,6 +64,9 @@ func (o RunOptions) Command() []string {
 	}
 	if o.Nodes > 0 {
 		e2eArgs = append(e2eArgs, "--num-nodes="+strconv.Itoa(o.Nodes))
+	}
+	if o.SpecTimeout > 0 {
+		e2eArgs = append(e2eArgs, "--spec-timeout="+o.SpecTimeout.String())
 	}
 	e2eArgs = append(e2eArgs, o.Args...)
 	ginkgoArgs := []string{

@@ -14,9 +14,14 @@ import (
 // the Networking checks that go through Services, the LoadBalancer and
 // ESIPP (externalTrafficPolicy: Local) tests, which herald can serve as
 // the load-balancer provider, the proxy's conntrack and kube-proxy
-// tests, the Traffic Distribution and Topology Hints tests (issue #34:
-// the lab's nodes are in three zones), and every [Conformance] test of
-// sig-network. Session affinity
+// tests, and every [Conformance] test of sig-network; and those issue #34
+// adds: the Traffic Distribution and Topology Hints tests (the lab's
+// nodes are in three zones), every [Feature:IPv6DualStack] test (the lab
+// is dual-stack: Services of either family and both, their secondary
+// family's granular checks, pods' and nodes' two addresses), NoSNAT
+// (pod to pod keeps the source), Service CIDRs (a Service served from a
+// ServiceCIDR added at run time) and, of Connectivity Pod Lifecycle, the
+// one through a Service (a blue-green switch with readiness gates). Session affinity
 // tests are among the Services, Networking and LoadBalancers ones.
 var Focus = strings.Join([]string{
 	`\[sig-network\] Services `,
@@ -27,6 +32,10 @@ var Focus = strings.Join([]string{
 	`\[sig-network\] KubeProxy `,
 	`\[sig-network\] Traffic Distribution `,
 	`\[sig-network\] Topology Hints `,
+	`\[sig-network\] \[Feature:IPv6DualStack\] `,
+	`\[sig-network\] NoSNAT `,
+	`\[sig-network\] Service CIDRs `,
+	`\[sig-network\] Connectivity Pod Lifecycle .*using Services`,
 	`\[sig-network\] .*\[Conformance\]`,
 }, "|")
 
