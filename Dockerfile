@@ -9,7 +9,8 @@
 #   BASE_IMAGE    the runtime stage's image; it must be Debian-like (apt)
 #   VERSION, REVISION  what `herald version` and the labels say; the
 #                 context carries no .git, so the revision comes from here
-#   GOPROXY, GOFLAGS, GOSUMDB  passed to the go command (empty: its defaults)
+#   GOPROXY, GOFLAGS, GOSUMDB, GOCACHE  passed to the go command (empty:
+#                 its defaults)
 ARG GO_VERSION=1.26
 ARG GOLANG_IMAGE=docker.io/library/golang:${GO_VERSION}-bookworm
 ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
@@ -18,6 +19,11 @@ FROM ${GOLANG_IMAGE} AS build
 ARG GOPROXY
 ARG GOFLAGS
 ARG GOSUMDB
+# Empty: the go command's own cache (the cache mount below). hack/image.sh
+# points it at the machine's build cache, mounted into the build, so the
+# packages make's earlier builds compiled the same way are not compiled
+# again.
+ARG GOCACHE
 WORKDIR /src
 # Modules first: this layer is reused until go.mod or go.sum change.
 COPY go.mod go.sum ./

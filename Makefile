@@ -35,6 +35,16 @@ SHORT_FUZZTIME ?= 10s
 # 60s, which a 10 s pass spent shrinking rather than fuzzing).
 SHORT_FUZZMINIMIZETIME ?= 1s
 
+# Every go command make runs (unit tests, fuzzing, the lab's binaries and
+# e2e tests, the image's build stage through hack/image.sh) builds the way
+# the image and the lab's Kubernetes binaries are built: without cgo and
+# with -trimpath. The packages they have in common are then compiled once
+# and found in the build cache by the others (the image's build stage
+# reads the machine's cache), which is most of what a fresh machine
+# spends building; herald needs no cgo.
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(GOFLAGS)))
+
 BIN := $(CURDIR)/bin
 # staticcheck 2026.2.2; builds with, and understands, Go 1.26.
 STATICCHECK_VERSION ?= v0.8.2

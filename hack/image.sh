@@ -20,6 +20,9 @@
 #    cache (after `go mod download`) is mounted into the build read-only and
 #    used as a file:// GOPROXY (go.sum still checks every module). Anyone
 #    with network access runs `docker build .` and gets the public proxy.
+#    The machine's Go build cache is mounted too (GOCACHE): the build
+#    stage compiles static and with -trimpath, as make's own builds do,
+#    so what they compiled is reused rather than compiled again.
 # 3. The build: the unchanged Dockerfile, `podman build --pull=never`, with
 #    runc and rlimits no higher than root has here (crun needs
 #    CAP_SYS_RESOURCE and refuses hybrid cgroups). Its RUN steps use the
@@ -33,6 +36,8 @@
 #   VERSION               herald's version            (dev)
 #   HERALD_IMAGE_GOPROXY  a GOPROXY for the build instead of the module cache
 #   HERALD_DEBIAN_MIRROR  where mmdebstrap gets packages (http://deb.debian.org/debian)
+#   HERALD_IMAGE_GOCACHE  the build cache the build stage uses (default: the
+#                         machine's, `go env GOCACHE`; none: its own)
 #   HERALD_IMAGE_REBASE   1: make the base images again even if present
 #   HERALD_IMAGE_BASE_ONLY  debian: make only the debian stand-in (where
 #                         missing) and stop; all: both base images, then stop.
@@ -181,6 +186,14 @@ else
 	(cd "$REPO_ROOT" && go mod download)
 	BUILD+=(--volume "$MODCACHE/cache/download:/goproxy:ro"
 		--build-arg GOPROXY=file:///goproxy --build-arg GOSUMDB=off)
+fi
+# The machine's build cache, shared with the build stage: what `make test`
+# compiled before (static, -trimpath, as the Dockerfile builds) is not
+# compiled again. HERALD_IMAGE_GOCACHE=none keeps the build to the cache
+# mount of its own.
+GOCACHE_HOST=${HERALD_IMAGE_GOCACHE:-$(cd "$REPO_ROOT" && go env GOCACHE)}
+if [[ $GOCACHE_HOST != none && -d $GOCACHE_HOST ]]; then
+	BUILD+=(--volume "$GOCACHE_HOST:/go-build-host" --build-arg GOCACHE=/go-build-host)
 fi
 IIDFILE=$(mktemp)
 BUILD+=(--iidfile "$IIDFILE" --tag "$IMAGE" --file "$REPO_ROOT/Dockerfile" "$REPO_ROOT")

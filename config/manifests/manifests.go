@@ -15,7 +15,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 
@@ -33,14 +32,43 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
-// Root is the repository's root directory (found from this file's path,
-// so tests of any package can use it).
+// ModulePath is the root module's path, as its go.mod says.
+const ModulePath = "github.com/herald-lb/herald"
+
+// Root is the repository's root directory: the nearest directory at or
+// above the working directory whose go.mod is herald's root module, so
+// tests of any package can use it. It is found from the working
+// directory, not from this file's path, because builds with -trimpath
+// (make's, the image's) record no source paths.
 func Root() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		panic("manifests: no caller information")
+	dir, err := os.Getwd()
+	if err != nil {
+		panic("manifests: " + err.Error())
 	}
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	for d := dir; ; d = filepath.Dir(d) {
+		if isRootModule(filepath.Join(d, "go.mod")) {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			panic(fmt.Sprintf("manifests: no go.mod of %s at or above %s", ModulePath, dir))
+		}
+	}
+}
+
+// isRootModule says whether the go.mod at path declares herald's root
+// module (the e2e module's go.mod declares another).
+func isRootModule(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`) == ModulePath
+		}
+	}
+	return false
 }
 
 // A Rendering is a kustomization whose output is kept in the repository

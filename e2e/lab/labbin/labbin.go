@@ -48,10 +48,8 @@ type Target struct {
 	Package string
 	// RealNode marks the programs only real nodes run (Options.RealNodes).
 	RealNode bool
-	// Static builds without cgo, as containerd's release builds are
-	// (and with its build tags for what needs cgo left out).
-	Static bool
-	Tags   string
+	// Tags are build tags (containerd's leave out what needs cgo).
+	Tags string
 }
 
 // containerdTags leave out the snapshotters that need cgo or tools the
@@ -64,9 +62,9 @@ var Targets = []Target{
 	{Name: EchoServer, Package: "./cmd/echoserver"},
 	{Name: Herald, Root: true, Package: "./cmd/herald"},
 	{Name: LabRunc, Package: "./cmd/lab-runc", RealNode: true},
-	{Name: Containerd, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/containerd", RealNode: true, Static: true, Tags: containerdTags},
-	{Name: Shim, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", RealNode: true, Static: true, Tags: containerdTags},
-	{Name: Ctr, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/ctr", RealNode: true, Static: true, Tags: containerdTags},
+	{Name: Containerd, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/containerd", RealNode: true, Tags: containerdTags},
+	{Name: Shim, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", RealNode: true, Tags: containerdTags},
+	{Name: Ctr, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/ctr", RealNode: true, Tags: containerdTags},
 }
 
 // Options say where the modules are and where the binaries go.
@@ -143,15 +141,17 @@ func build(ctx context.Context, dir string, t Target, out string, log io.Writer)
 	start := time.Now()
 	pkg := t.Package
 	tmp := fmt.Sprintf("%s.tmp%d", out, os.Getpid())
-	args := []string{"build", "-o", tmp}
+	args := []string{"build", "-trimpath", "-o", tmp}
 	if t.Tags != "" {
 		args = append(args, "-tags", t.Tags)
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	cmd.Dir = dir
-	if t.Static {
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	}
+	// Static and -trimpath, as herald's image, containerd's release
+	// builds and the lab's Kubernetes binaries (k8sbin) are built: none
+	// needs cgo, and the packages they share with those builds and with
+	// make's are then compiled once, not once per way of building.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	if err := cmd.Run(); err != nil {
