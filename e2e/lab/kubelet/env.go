@@ -24,8 +24,9 @@ type objectGetter interface {
 
 // envInput is what a container's environment is computed from.
 type envInput struct {
-	pod            *v1.Pod
-	podIP, hostIP  string
+	pod *v1.Pod
+	// ips answer the downward API's status fields.
+	ips            podAddrs
 	nodeResources  v1.ResourceList // node allocatable: the default for unset limits
 	serviceEnv     map[string]string
 	getter         objectGetter
@@ -117,7 +118,7 @@ func containerEnv(ctx context.Context, in envInput, c *v1.Container) (*orderedEn
 		vf := e.ValueFrom
 		switch {
 		case vf.FieldRef != nil:
-			v, err := fieldValue(pod, in.podIP, in.hostIP, vf.FieldRef.FieldPath)
+			v, err := fieldValue(pod, in.ips, vf.FieldRef.FieldPath)
 			if err != nil {
 				return nil, configErr("env %s: %v", e.Name, err)
 			}
@@ -169,8 +170,24 @@ func containerEnv(ctx context.Context, in envInput, c *v1.Container) (*orderedEn
 	return env, nil
 }
 
-// fieldValue resolves a downward-API field path.
-func fieldValue(pod *v1.Pod, podIP, hostIP, fieldPath string) (string, error) {
+// podAddrs are a pod's addresses and its node's, primary (IPv4) first.
+type podAddrs struct {
+	pod, host []string
+}
+
+// first is the primary address of ips, or "".
+func first(ips []string) string {
+	if len(ips) == 0 {
+		return ""
+	}
+	return ips[0]
+}
+
+// fieldValue resolves a downward-API field path. The plural status
+// fields are every address joined with commas, as the kubelet gives them
+// (a dual-stack pod's agnhost listens on each: upstream's dual-stack
+// tests pass `--udp-listen-addresses=$(HOST_IP),$(POD_IPS)`).
+func fieldValue(pod *v1.Pod, ips podAddrs, fieldPath string) (string, error) {
 	if k, ok := subscript(fieldPath, "metadata.labels"); ok {
 		return pod.Labels[k], nil
 	}
@@ -192,10 +209,14 @@ func fieldValue(pod *v1.Pod, podIP, hostIP, fieldPath string) (string, error) {
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.hostIPs":
-		return hostIP, nil
-	case "status.podIP", "status.podIPs":
-		return podIP, nil
+	case "status.hostIP":
+		return first(ips.host), nil
+	case "status.hostIPs":
+		return strings.Join(ips.host, ","), nil
+	case "status.podIP":
+		return first(ips.pod), nil
+	case "status.podIPs":
+		return strings.Join(ips.pod, ","), nil
 	}
 	return "", fmt.Errorf("field path %q is not supported", fieldPath)
 }

@@ -125,7 +125,7 @@ func TestContainerEnv(t *testing.T) {
 		Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}},
 	}
 	in := envInput{
-		pod: pod, podIP: "198.18.1.2", hostIP: "192.0.2.11",
+		pod: pod, ips: podAddrs{pod: []string{"198.18.1.2"}, host: []string{"192.0.2.11"}},
 		nodeResources: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")},
 		serviceEnv:    map[string]string{"KUBERNETES_SERVICE_HOST": "198.19.0.1"},
 		getter: fakeGetter{

@@ -103,6 +103,20 @@ func (w *podWorker) currentPod() *v1.Pod {
 	return w.latest
 }
 
+// addrs are the pod's addresses (none before its sandbox) and its
+// node's, as its status lists them.
+func (w *podWorker) addrs() podAddrs {
+	a := podAddrs{host: w.k.nodeIPs()}
+	if w.sandbox != nil {
+		for _, ip := range []string{w.sandbox.ip, w.sandbox.ip6} {
+			if ip != "" {
+				a.pod = append(a.pod, ip)
+			}
+		}
+	}
+	return a
+}
+
 func (w *podWorker) podIP() string {
 	if w.sandbox == nil {
 		return ""
@@ -499,8 +513,7 @@ func (w *podWorker) syncStatus(ctx context.Context, pod *v1.Pod, terminating boo
 func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (*launch, error) {
 	in := envInput{
 		pod:           pod,
-		podIP:         w.podIP(),
-		hostIP:        w.k.cfg.NodeIP.String(),
+		ips:           w.addrs(),
 		nodeResources: w.k.allocatable(),
 		serviceEnv:    w.k.serviceEnv(ctx),
 		getter:        w.k,
@@ -541,7 +554,7 @@ func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (
 }
 
 func (w *podWorker) volumes(pod *v1.Pod) volumeWriter {
-	return volumeWriter{k: w.k, pod: pod, dir: w.logDir, podIP: w.podIP(), hostIP: w.k.cfg.NodeIP.String()}
+	return volumeWriter{k: w.k, pod: pod, dir: w.logDir, ips: w.addrs()}
 }
 
 // serviceEnv is the `kubernetes` Service's variables (only those: the

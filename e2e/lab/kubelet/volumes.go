@@ -75,8 +75,8 @@ type volumeWriter struct {
 	k   *Kubelet
 	pod *v1.Pod
 	dir string
-	// podIP and hostIP answer downward-API items.
-	podIP, hostIP string
+	// ips answer downward-API items.
+	ips podAddrs
 }
 
 func (vw volumeWriter) volumeDir(name string) string {
@@ -265,7 +265,7 @@ func (vw volumeWriter) downwardFiles(items []v1.DownwardAPIVolumeFile, files map
 		if it.FieldRef == nil {
 			return fmt.Errorf("downwardAPI %s: only fieldRef is supported by the lab kubelet", it.Path)
 		}
-		v, err := fieldValue(vw.pod, vw.podIP, vw.hostIP, it.FieldRef.FieldPath)
+		v, err := fieldValue(vw.pod, vw.ips, it.FieldRef.FieldPath)
 		if err != nil {
 			return fmt.Errorf("downwardAPI %s: %w", it.Path, err)
 		}
