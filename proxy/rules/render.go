@@ -484,12 +484,12 @@ type iptNames struct{ svc, svl, ext, fw string }
 // blockRule is the filter target and comment of traffic a plan blocks.
 func (r *renderer) blockRule(s *svcPort, b block) (target, comment string) {
 	switch b {
+	case pass:
+		return "", ""
 	case reject:
 		return r.rejectTarget(), quote(s.name + " has no endpoints")
-	case drop:
-		return "DROP", quote(s.name + " has no local endpoints")
 	}
-	return "", ""
+	return "DROP", quote(s.name + " has no local endpoints")
 }
 
 // dispatch writes the rules that lead a Service port's addresses to its
