@@ -183,6 +183,10 @@ logging: {vmodule: [{filePattern: proxier.go, verbosity: 5}], format: logfmt, op
 `, nil, []string{"warning enableProfiling", "warning showHiddenMetricsForVersion", "warning oomScoreAdj", "warning configSyncPeriod", "warning portRange",
 			"warning featureGates.A", "warning featureGates.B", "warning clientConnection.contentType", "warning clientConnection.acceptContentTypes",
 			"warning logging.format", "warning logging.vmodule", "warning logging.options.json.splitStream", "warning logging.options.json.infoBufferSize"}},
+		{"a gate that changes traffic turned the other way", head + "featureGates: {PreferSameTrafficDistribution: false}\n",
+			nil, []string{"error featureGates.PreferSameTrafficDistribution"}},
+		{"a gate that changes traffic at herald's value", head + "featureGates: {PreferSameTrafficDistribution: true}\n",
+			nil, []string{"warning featureGates.PreferSameTrafficDistribution"}},
 		{"bridge interface", head + "detectLocalMode: BridgeInterface\ndetectLocal: {bridgeInterface: cni0}\n",
 			[]string{"--detect-local-mode=BridgeInterface", "--pod-bridge-interface=cni0"}, nil},
 	} {

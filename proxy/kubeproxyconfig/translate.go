@@ -227,8 +227,24 @@ func (t *translation) top(c *Config) {
 		t.warn("portRange", "unused since kube-proxy's userspace mode went; ignored")
 	}
 	for _, g := range slices.Sorted(maps.Keys(c.FeatureGates)) {
-		t.warn("featureGates."+g, "herald has no feature gates; ignored")
+		on, ok := builtInGates[g]
+		switch {
+		case !ok:
+			t.warn("featureGates."+g, "herald has no feature gates; ignored")
+		case c.FeatureGates[g] != on:
+			t.refuse("featureGates."+g, "herald always behaves as kube-proxy with this gate %t; set to %t, traffic would differ", on, c.FeatureGates[g])
+		default:
+			t.warn("featureGates."+g, "herald always behaves as kube-proxy with this gate %t; nothing to set", on)
+		}
 	}
+}
+
+// builtInGates are kube-proxy's feature gates that change which endpoint
+// a packet reaches, with the value herald's behaviour matches: a file
+// that turns one the other way asks for different traffic.
+var builtInGates = map[string]bool{
+	// Node hints (trafficDistribution: PreferSameNode) are honoured.
+	"PreferSameTrafficDistribution": true,
 }
 
 // withPort appends port to a bare IP, as kube-proxy does.
