@@ -111,6 +111,17 @@ func TestDrainL2(t *testing.T) {
 	})
 	t.Logf("%s is announced by %s (%s)", ip, winner, macOf[winner])
 
+	// A failed request is explained by a capture or it is herald's bug:
+	// every reset in the client's and the nodes' namespaces, and the
+	// client's whole exchange with the address (which MAC took which
+	// packet), both printed around a failure.
+	captureIn := []string{h.Layout.Client}
+	for _, n := range h.Layout.Nodes {
+		captureIn = append(captureIn, n.Netns)
+	}
+	resets := harness.StartRSTCapture(t, captureIn)
+	packets := harness.StartPacketCapture(t, h.Lab.ModuleDir, h.Layout.Client, ip)
+
 	// Drain the announcer under the probe.
 	probe := harness.StartProbe(h.Layout.Client, ip)
 	stopMAC := harness.WatchMAC(h.Layout.Client, ip)
@@ -123,6 +134,10 @@ func TestDrainL2(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	changes := stopMAC()
 	probeResult(t, "drain of "+winner, probe)
+	if at := probe.FailedAt(); len(at) > 0 {
+		t.Logf("TCP resets (tcpdump -e in the client's and every node's namespace):\n  %s", strings.Join(resets.Near(at), "\n  "))
+		t.Logf("the client's packets to and from %s within 300 ms of a failure:\n  %s", ip, strings.Join(packets.Around(at, 300*time.Millisecond, 400), "\n  "))
+	}
 	t.Logf("DRAIN %s handed %s to %s: ServiceAnnouncement and arping agree %s after herald drain; the client's neighbour entry: %s",
 		winner, ip, next, moved.Round(time.Millisecond), macChanges(changes, owner, start))
 	if len(changes) != 2 || changes[0].MAC != macOf[winner] || changes[1].MAC != macOf[next] {
