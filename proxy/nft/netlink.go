@@ -470,152 +470,181 @@ func native32(v uint32) []byte { return binaryutil.NativeEndian.PutUint32(v) }
 func (b *batch) rule(r Rule) ([]expr.Any, error) {
 	var out []expr.Any
 	for _, e := range r.Exprs {
-		switch x := e.(type) {
-		case MatchAddr:
-			if !x.Prefix.IsValid() || ipfamily.Of(x.Prefix.Addr()) != b.f {
-				return nil, fmt.Errorf("%s: not an %s prefix", x.Prefix, b.f)
-			}
-			out = append(out, b.load(KeyType{x.Field})...)
-			n := uint32(len(x.Prefix.Addr().AsSlice()))
-			if !x.Prefix.IsSingleIP() {
-				mask := netip.PrefixFrom(x.Prefix.Addr(), x.Prefix.Bits()).Masked()
-				out = append(out, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: n,
-					Mask: prefixMask(x.Prefix.Bits(), int(n)), Xor: make([]byte, n)})
-				x.Prefix = mask
-			}
-			op := expr.CmpOpEq
-			if x.Not {
-				op = expr.CmpOpNeq
-			}
-			out = append(out, &expr.Cmp{Op: op, Register: reg1, Data: x.Prefix.Addr().AsSlice()})
-		case MatchProto:
-			out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{byte(x.Proto)}})
-		case MatchDport:
-			out = append(out, &expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.BigEndian.PutUint16(x.Port)})
-		case MatchFibLocal:
-			out = append(out, &expr.Fib{Register: reg1, FlagSADDR: x.Field == Saddr, FlagDADDR: x.Field != Saddr, ResultADDRTYPE: true},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(unix.RTN_LOCAL)})
-		case MatchIifname:
-			// The kernel compares the register's bytes: the whole
-			// IFNAMSIZ-padded name, or only the prefix's bytes.
-			if len(x.Name) == 0 || len(x.Name) >= unix.IFNAMSIZ {
-				return nil, fmt.Errorf("iifname %q: not an interface name", x.Name)
-			}
-			data := []byte(x.Name)
-			if !x.Prefix {
-				data = append(data, make([]byte, unix.IFNAMSIZ-len(data))...)
-			}
-			op := expr.CmpOpEq
-			if x.Not {
-				op = expr.CmpOpNeq
-			}
-			out = append(out, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1}, &expr.Cmp{Op: op, Register: reg1, Data: data})
-		case MatchMark:
-			op := expr.CmpOpNeq
-			if x.Not {
-				op = expr.CmpOpEq
-			}
-			out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(x.Bit), Xor: native32(0)},
-				&expr.Cmp{Op: op, Register: reg1, Data: native32(0)})
-		case MatchCtState:
-			var bits uint32
-			for _, s := range x.States {
-				switch s {
-				case CtInvalid:
-					bits |= expr.CtStateBitINVALID
-				case CtEstablished:
-					bits |= expr.CtStateBitESTABLISHED
-				case CtRelated:
-					bits |= expr.CtStateBitRELATED
-				case CtNew:
-					bits |= expr.CtStateBitNEW
-				}
-			}
-			out = append(out, &expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
-				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(bits), Xor: native32(0)},
-				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: native32(0)})
-		case MatchSet:
-			s := b.sets[x.Set]
-			if s == nil {
-				return nil, fmt.Errorf("lookup in unknown set %s", x.Set)
-			}
-			out = append(out, b.load(x.Key)...)
-			out = append(out, &expr.Lookup{SourceRegister: reg1, SetName: s.Name, SetID: s.ID})
-		case Counter:
-			out = append(out, &expr.Counter{})
-		case Reject:
-			// ICMP port unreachable is code 3, ICMPv6's is code 4.
-			code := uint8(3)
-			if b.f == ipfamily.IPv6 {
-				code = 4
-			}
-			out = append(out, &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code})
-		case DNAT:
-			a := x.To.Addr()
-			if ipfamily.Of(a) != b.f {
-				return nil, fmt.Errorf("dnat to %s in the %s table", x.To, b.f)
-			}
-			fam := uint32(unix.NFPROTO_IPV4)
-			if b.f == ipfamily.IPv6 {
-				fam = unix.NFPROTO_IPV6
-			}
-			out = append(out, &expr.Immediate{Register: reg1, Data: a.AsSlice()},
-				&expr.Immediate{Register: reg2, Data: binaryutil.BigEndian.PutUint16(x.To.Port())},
-				&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: reg2, Specified: true})
-		case Masquerade:
-			out = append(out, &expr.Masq{FullyRandom: x.FullyRandom})
-		case MarkOr:
-			out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^x.Bit), Xor: native32(x.Bit)},
-				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
-		case MarkXor:
-			out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^uint32(0)), Xor: native32(x.Bit)},
-				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
-		case VmapLookup:
-			s := b.sets[x.Map]
-			if s == nil || !s.IsMap {
-				return nil, fmt.Errorf("vmap lookup in unknown map %s", x.Map)
-			}
-			out = append(out, b.load(x.Key)...)
-			out = append(out, &expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: 0, SetName: s.Name, SetID: s.ID})
-		case DNATMap:
-			s := b.sets[x.Map]
-			if s == nil || !s.IsMap {
-				return nil, fmt.Errorf("dnat through unknown map %s", x.Map)
-			}
-			// The value lands from NFT_REG32_00: the address in its first
-			// 4 or 16 bytes, the port in the 32-bit register after.
-			port := uint32(reg32_0 + 1)
-			fam := uint32(unix.NFPROTO_IPV4)
-			if b.f == ipfamily.IPv6 {
-				port, fam = reg32_0+4, unix.NFPROTO_IPV6
-			}
-			out = append(out, &expr.Numgen{Register: reg1, Modulus: x.Mod, Type: unix.NFT_NG_RANDOM, Offset: x.Offset},
-				&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID},
-				&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: port, Specified: true})
-		case NumgenMatch:
-			out = append(out, &expr.Numgen{Register: reg1, Modulus: x.Mod, Type: unix.NFT_NG_RANDOM},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)})
-		case UpdateSet:
-			s := b.sets[x.Set]
-			if s == nil {
-				return nil, fmt.Errorf("update of unknown set %s", x.Set)
-			}
-			out = append(out, b.load(KeyType{x.Field})...)
-			out = append(out, &expr.Dynset{SrcRegKey: reg1, SetName: s.Name, SetID: s.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: s.Timeout})
-		case Verdict:
-			v, err := verdict(x)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, v)
-		default:
-			return nil, fmt.Errorf("no netlink encoding for %T", e)
+		x, err := b.encode(e)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, x...)
+	}
+	return out, nil
+}
+
+// encode is one expression's netlink form: a match, else an action.
+func (b *batch) encode(e Expr) ([]expr.Any, error) {
+	if m, ok, err := b.match(e); ok || err != nil {
+		return m, err
+	}
+	return b.action(e)
+}
+
+// match encodes the expressions that test a packet; ok is false for
+// any other kind.
+func (b *batch) match(e Expr) (out []expr.Any, ok bool, err error) {
+	switch x := e.(type) {
+	case MatchAddr:
+		if !x.Prefix.IsValid() || ipfamily.Of(x.Prefix.Addr()) != b.f {
+			return nil, true, fmt.Errorf("%s: not an %s prefix", x.Prefix, b.f)
+		}
+		out = append(out, b.load(KeyType{x.Field})...)
+		n := uint32(len(x.Prefix.Addr().AsSlice()))
+		if !x.Prefix.IsSingleIP() {
+			mask := netip.PrefixFrom(x.Prefix.Addr(), x.Prefix.Bits()).Masked()
+			out = append(out, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: n,
+				Mask: prefixMask(x.Prefix.Bits(), int(n)), Xor: make([]byte, n)})
+			x.Prefix = mask
+		}
+		op := expr.CmpOpEq
+		if x.Not {
+			op = expr.CmpOpNeq
+		}
+		out = append(out, &expr.Cmp{Op: op, Register: reg1, Data: x.Prefix.Addr().AsSlice()})
+	case MatchProto:
+		out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{byte(x.Proto)}})
+	case MatchDport:
+		out = append(out, &expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.BigEndian.PutUint16(x.Port)})
+	case MatchFibLocal:
+		out = append(out, &expr.Fib{Register: reg1, FlagSADDR: x.Field == Saddr, FlagDADDR: x.Field != Saddr, ResultADDRTYPE: true},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(unix.RTN_LOCAL)})
+	case MatchIifname:
+		// The kernel compares the register's bytes: the whole
+		// IFNAMSIZ-padded name, or only the prefix's bytes.
+		if len(x.Name) == 0 || len(x.Name) >= unix.IFNAMSIZ {
+			return nil, true, fmt.Errorf("iifname %q: not an interface name", x.Name)
+		}
+		data := []byte(x.Name)
+		if !x.Prefix {
+			data = append(data, make([]byte, unix.IFNAMSIZ-len(data))...)
+		}
+		op := expr.CmpOpEq
+		if x.Not {
+			op = expr.CmpOpNeq
+		}
+		out = append(out, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1}, &expr.Cmp{Op: op, Register: reg1, Data: data})
+	case MatchMark:
+		op := expr.CmpOpNeq
+		if x.Not {
+			op = expr.CmpOpEq
+		}
+		out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(x.Bit), Xor: native32(0)},
+			&expr.Cmp{Op: op, Register: reg1, Data: native32(0)})
+	case MatchCtState:
+		var bits uint32
+		for _, s := range x.States {
+			switch s {
+			case CtInvalid:
+				bits |= expr.CtStateBitINVALID
+			case CtEstablished:
+				bits |= expr.CtStateBitESTABLISHED
+			case CtRelated:
+				bits |= expr.CtStateBitRELATED
+			case CtNew:
+				bits |= expr.CtStateBitNEW
+			}
+		}
+		out = append(out, &expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(bits), Xor: native32(0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: native32(0)})
+	case MatchSet:
+		s := b.sets[x.Set]
+		if s == nil {
+			return nil, true, fmt.Errorf("lookup in unknown set %s", x.Set)
+		}
+		out = append(out, b.load(x.Key)...)
+		out = append(out, &expr.Lookup{SourceRegister: reg1, SetName: s.Name, SetID: s.ID})
+	default:
+		return nil, false, nil
+	}
+	return out, true, nil
+}
+
+// action encodes the expressions that act on a packet.
+func (b *batch) action(e Expr) ([]expr.Any, error) {
+	var out []expr.Any
+	switch x := e.(type) {
+	case Counter:
+		out = append(out, &expr.Counter{})
+	case Reject:
+		// ICMP port unreachable is code 3, ICMPv6's is code 4.
+		code := uint8(3)
+		if b.f == ipfamily.IPv6 {
+			code = 4
+		}
+		out = append(out, &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code})
+	case DNAT:
+		a := x.To.Addr()
+		if ipfamily.Of(a) != b.f {
+			return nil, fmt.Errorf("dnat to %s in the %s table", x.To, b.f)
+		}
+		fam := uint32(unix.NFPROTO_IPV4)
+		if b.f == ipfamily.IPv6 {
+			fam = unix.NFPROTO_IPV6
+		}
+		out = append(out, &expr.Immediate{Register: reg1, Data: a.AsSlice()},
+			&expr.Immediate{Register: reg2, Data: binaryutil.BigEndian.PutUint16(x.To.Port())},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: reg2, Specified: true})
+	case Masquerade:
+		out = append(out, &expr.Masq{FullyRandom: x.FullyRandom})
+	case MarkOr:
+		out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^x.Bit), Xor: native32(x.Bit)},
+			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
+	case MarkXor:
+		out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(^uint32(0)), Xor: native32(x.Bit)},
+			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
+	case VmapLookup:
+		s := b.sets[x.Map]
+		if s == nil || !s.IsMap {
+			return nil, fmt.Errorf("vmap lookup in unknown map %s", x.Map)
+		}
+		out = append(out, b.load(x.Key)...)
+		out = append(out, &expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: 0, SetName: s.Name, SetID: s.ID})
+	case DNATMap:
+		s := b.sets[x.Map]
+		if s == nil || !s.IsMap {
+			return nil, fmt.Errorf("dnat through unknown map %s", x.Map)
+		}
+		// The value lands from NFT_REG32_00: the address in its first
+		// 4 or 16 bytes, the port in the 32-bit register after.
+		port := uint32(reg32_0 + 1)
+		fam := uint32(unix.NFPROTO_IPV4)
+		if b.f == ipfamily.IPv6 {
+			port, fam = reg32_0+4, unix.NFPROTO_IPV6
+		}
+		out = append(out, &expr.Numgen{Register: reg1, Modulus: x.Mod, Type: unix.NFT_NG_RANDOM, Offset: x.Offset},
+			&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: port, Specified: true})
+	case NumgenMatch:
+		out = append(out, &expr.Numgen{Register: reg1, Modulus: x.Mod, Type: unix.NFT_NG_RANDOM},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)})
+	case UpdateSet:
+		s := b.sets[x.Set]
+		if s == nil {
+			return nil, fmt.Errorf("update of unknown set %s", x.Set)
+		}
+		out = append(out, b.load(KeyType{x.Field})...)
+		out = append(out, &expr.Dynset{SrcRegKey: reg1, SetName: s.Name, SetID: s.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: s.Timeout})
+	case Verdict:
+		v, err := verdict(x)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	default:
+		return nil, fmt.Errorf("no netlink encoding for %T", e)
 	}
 	return out, nil
 }
