@@ -139,7 +139,7 @@ e2e-all: toolchain helm ## (root) every e2e test: the whole suite in binary mode
 # unit-test gives the chart's tests the pinned Helm, so under make they run
 # rather than skip (a bare `go test ./...` without Helm skips them, saying so).
 unit-test: toolchain helm ## go test ./... with the pinned Helm for the chart's tests (no root needed)
-	HERALD_HELM=$(HELM) $(GO) test $(strip $(GOTESTFLAGS) ./...)
+	hack/recap.sh unit-test env HERALD_HELM=$(HELM) $(GO) test $(strip $(GOTESTFLAGS) ./...)
 
 # chart-test runs the chart's tests with the pinned Helm: HERALD_HELM makes
 # them run (go test ./... alone skips them, saying so) and fail if it is
@@ -170,7 +170,7 @@ e2e-test: toolchain helm ## the e2e tests of make test, E2E_TESTS in E2E_PACKAGE
 	echo "cd e2e && $(GO) run ./cmd/herald-lab build   # the lab's Kubernetes binaries, cached in e2e/_cache"; \
 	(cd e2e && $(GO) run ./cmd/herald-lab build); \
 	echo "cd e2e && HERALD_HELM=$(HELM) $(GO) test $(strip $(E2E_TESTFLAGS)) -run '$(E2E_TESTS)' $(E2E_PACKAGES)"; \
-	cd e2e && HERALD_HELM=$(HELM) $(GO) test $(strip $(E2E_TESTFLAGS)) -run '$(E2E_TESTS)' $(E2E_PACKAGES)
+	cd e2e && ../hack/recap.sh e2e-test env HERALD_HELM=$(HELM) $(GO) test $(strip $(E2E_TESTFLAGS)) -run '$(E2E_TESTS)' $(E2E_PACKAGES)
 
 # e2e-image-test runs the lab's image mode: herald's pods run the image
 # `make image` built, under runc, with their securityContext and volumes,
@@ -188,7 +188,7 @@ e2e-image-test: toolchain ## (root) make image, then the walkthrough, the L2, BG
 	@$(MAKE) image
 	@$(MAKE) e2e-images
 	(cd e2e && $(GO) run ./cmd/herald-lab build)
-	cd e2e && HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 50m -run '$(E2E_IMAGE_TESTS)' .
+	cd e2e && ../hack/recap.sh e2e-image-test env HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 50m -run '$(E2E_IMAGE_TESTS)' .
 
 # e2e-real-test runs the user-facing tests on real nodes: each lab node
 # runs the real kubelet of the pinned release with its own containerd
@@ -200,8 +200,8 @@ E2E_REAL_LIFECYCLE_TESTS ?= ^TestHelm$$
 e2e-real-test: toolchain helm ## (root) make image, then the walkthrough, the proxy and Helm e2e tests on real nodes (kubelet, containerd, runc, CNI plugins)
 	@$(MAKE) image
 	(cd e2e && $(GO) run ./cmd/herald-lab build)
-	cd e2e && HERALD_LAB_REAL_NODES=1 HERALD_HELM=$(HELM) $(GO) test -count=1 -timeout 40m -run '$(E2E_REAL_TESTS)' .
-	cd e2e && HERALD_LAB_REAL_NODES=1 HERALD_HELM=$(HELM) $(GO) test -count=1 -timeout 20m -run '$(E2E_REAL_LIFECYCLE_TESTS)' ./lifecycle
+	cd e2e && ../hack/recap.sh e2e-real-test env HERALD_LAB_REAL_NODES=1 HERALD_HELM=$(HELM) $(GO) test -count=1 -timeout 40m -run '$(E2E_REAL_TESTS)' .
+	cd e2e && ../hack/recap.sh e2e-real-lifecycle-test env HERALD_LAB_REAL_NODES=1 HERALD_HELM=$(HELM) $(GO) test -count=1 -timeout 20m -run '$(E2E_REAL_LIFECYCLE_TESTS)' ./lifecycle
 
 # e2e-images makes the images Kubernetes' upstream e2e suite runs (agnhost,
 # pause, busybox, nginx, regression-issue-74839, distroless-iptables,
