@@ -180,7 +180,7 @@ func (s *Speaker) heldMembers(live map[string]bool, now time.Time) []l2plan.Memb
 			delete(s.held, name)
 			s.d.Log.Warn("no speaker came back on a node whose speaker restarted in place: taking its addresses over", "member", name, "hold", s.d.RestartHold)
 		default:
-			out = append(out, l2plan.Member{Name: name, Interfaces: h.meta.Interfaces, DownInterfaces: h.meta.DownInterfaces, Recovering: h.meta.Recovering})
+			out = append(out, l2plan.Member{Name: name, Interfaces: h.meta.Interfaces, DownInterfaces: h.meta.DownInterfaces, Recovering: h.meta.Recovering, CountedOutAt: h.meta.CountedOutAt})
 		}
 	}
 	return out

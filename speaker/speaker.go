@@ -463,12 +463,15 @@ func (s *Speaker) Sync() {
 		s.joined.Store(true)
 	}
 	meta.Recovering = s.recovering()
+	// Truncated as the metadata carries it, so the election reads this
+	// node's own count-out as the others do.
+	meta.CountedOutAt = s.d.Recovery.LastCountedOut().Truncate(time.Millisecond)
 	meta.Drained = s.drain.wanted
 	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) {
 		s.d.Log.Info("interfaces", "announceable", meta.Interfaces, "down", meta.DownInterfaces, "skipped", s.ifs.Skipped)
 	}
 	if !s.metaSet || !slices.Equal(meta.Interfaces, s.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.meta.DownInterfaces) ||
-		meta.Recovering != s.meta.Recovering || meta.Drained != s.meta.Drained {
+		meta.Recovering != s.meta.Recovering || !meta.CountedOutAt.Equal(s.meta.CountedOutAt) || meta.Drained != s.meta.Drained {
 		s.meta, s.metaSet = meta, true
 		s.setMeta(meta)
 	}
@@ -484,15 +487,15 @@ func (s *Speaker) Sync() {
 	liveNames := map[string]bool{}
 	for _, m := range live {
 		liveNames[m.Name] = true
-		am := l2plan.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces, Recovering: m.Meta.Recovering, Drained: m.Meta.Drained}
+		am := l2plan.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces, Recovering: m.Meta.Recovering, CountedOutAt: m.Meta.CountedOutAt, Drained: m.Meta.Drained}
 		if m.Name == s.d.Node {
 			// This node's own view is fresher than what gossip carries.
-			am.Interfaces, am.DownInterfaces, am.Recovering, am.Drained = meta.Interfaces, meta.DownInterfaces, ownRecovering, ownDrained
+			am.Interfaces, am.DownInterfaces, am.Recovering, am.CountedOutAt, am.Drained = meta.Interfaces, meta.DownInterfaces, ownRecovering, meta.CountedOutAt, ownDrained
 		}
 		in.Members = append(in.Members, am)
 	}
 	if !liveNames[s.d.Node] {
-		in.Members = append(in.Members, l2plan.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces, Recovering: ownRecovering, Drained: ownDrained})
+		in.Members = append(in.Members, l2plan.Member{Name: s.d.Node, Interfaces: meta.Interfaces, DownInterfaces: meta.DownInterfaces, Recovering: ownRecovering, CountedOutAt: meta.CountedOutAt, Drained: ownDrained})
 	}
 	// Members restarting in place keep their addresses; their status
 	// objects stay as well.

@@ -639,3 +639,64 @@ func TestWaitsForTheProxy(t *testing.T) {
 		t.Errorf("%s still not announced after ProxyWait", other)
 	}
 }
+
+// TestBlipCountsBothOutAndMovesNothing: in a two-node cluster a blip
+// counts both speakers out (each declared the other dead, or found itself
+// isolated), a few hundred milliseconds apart. Their holds end as far
+// apart; the one out first must not take the other's addresses for that
+// moment (the address moved there and back during a helm upgrade on real
+// nodes, and a connection caught between reset). One counted out apart
+// from the other is still ranked after it.
+func TestBlipCountsBothOutAndMovesNothing(t *testing.T) {
+	nodes := []string{"node1", "node2"}
+	ip := ipFor(t, "node2", nodes...)
+	now := time.Unix(1000, 0)
+	node2Out := now.Add(-30 * time.Second).Add(100 * time.Millisecond) // its hold ends 100 ms from now
+
+	for _, c := range []struct {
+		name    string
+		node1At time.Time // when node1 was counted out; its 30 s hold has just ended
+		want    bool      // node1 announces the address
+	}{
+		{"counted out together", node2Out.Add(-200 * time.Millisecond), false},
+		{"counted out 6 s before node2: node2 is lesser", node2Out.Add(-6 * time.Second), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLab(t, "node1", nodes...)
+			at := c.node1At
+			l.sp.d.Recovery = recovery.NewTracker(30*time.Second, func() time.Time { return at })
+			l.service("web", false, ip)
+			l.sp.Sync() // joined: a death now counts
+			l.sp.DeclaredDead("node2")
+			at = now
+			l.cluster.Set(members.Member{Name: "node2", Meta: members.Meta{Interfaces: []string{"eth0"}, Recovering: true, CountedOutAt: node2Out}})
+			l.sp.Sync()
+			l.sp.publishOnce()
+			l.sp.Sync()
+			if got := l.sp.Announcements().AnnouncingAnywhere(addr(ip)); got != c.want {
+				t.Errorf("node1 out of its hold, node2 in its own for 100 ms more: node1 announces %s: %v, want %v", ip, got, c.want)
+			}
+			meta := selfMember(l.cluster, "node1").Meta
+			if meta.Recovering || !meta.CountedOutAt.Equal(c.node1At.Truncate(time.Millisecond)) {
+				t.Errorf("node1's metadata: recovering %v, counted out at %v; want false, %v", meta.Recovering, meta.CountedOutAt, c.node1At)
+			}
+
+			// node2's side: recovering, it keeps the address it wins
+			// unless node1 was counted out apart from it.
+			o := newLab(t, "node2", nodes...)
+			at2 := node2Out
+			o.sp.d.Recovery = recovery.NewTracker(30*time.Second, func() time.Time { return at2 })
+			o.service("web", false, ip)
+			o.sp.Sync()
+			o.sp.DeclaredDead("node1")
+			at2 = now
+			o.cluster.Set(members.Member{Name: "node1", Meta: members.Meta{Interfaces: []string{"eth0"}, CountedOutAt: c.node1At}})
+			o.sp.Sync()
+			o.sp.publishOnce()
+			o.sp.Sync()
+			if got := o.sp.Announcements().AnnouncingAnywhere(addr(ip)); got == c.want {
+				t.Errorf("node2 recovering: announces %s: %v, want %v", ip, got, !c.want)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // MaxMetaSize is memberlist's limit on node metadata (memberlist.MetaMaxSize;
@@ -29,6 +30,10 @@ type Meta struct {
 	// Recovering: the cluster declared this speaker dead, or it was
 	// isolated, lately; the others then prefer any other candidate.
 	Recovering bool
+	// CountedOutAt is when the cluster last counted this speaker out, by
+	// its clock, to the millisecond (zero: never); the election treats
+	// speakers counted out together as peers.
+	CountedOutAt time.Time
 	// Leaving: the speaker is stopping gracefully and leaves next; the
 	// others then forget it instead of counting it among the speakers
 	// that may be alive behind a partition.
@@ -54,6 +59,9 @@ type wireMeta struct {
 	// Older speakers ignore the field: to them a recovering speaker is
 	// an ordinary candidate.
 	Recovering bool `json:"r,omitempty"`
+	// Unix milliseconds. Older speakers ignore it: to them every
+	// recovering speaker ranks after every healthy one.
+	CountedOutAt int64 `json:"o,omitempty"`
 	// Older speakers ignore it too: to them a leave is a leave.
 	Leaving bool `json:"l,omitempty"`
 	// Older speakers ignore it: to them a restart is a leave, as before.
@@ -91,7 +99,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 			}
 		}
 	}
-	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering, Leaving: m.Leaving, Restarting: m.Restarting, Drained: m.Drained})
+	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering, CountedOutAt: unixMilli(m.CountedOutAt), Leaving: m.Leaving, Restarting: m.Restarting, Drained: m.Drained})
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
 	}
@@ -128,5 +136,20 @@ func DecodeMeta(b []byte) (Meta, error) {
 		}
 		return normalize(out)
 	}
-	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering, Leaving: w.Leaving, Restarting: w.Restarting, Drained: w.Drained}, nil
+	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering, CountedOutAt: fromUnixMilli(w.CountedOutAt), Leaving: w.Leaving, Restarting: w.Restarting, Drained: w.Drained}, nil
+}
+
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromUnixMilli reads a peer's time; a negative one is not trusted.
+func fromUnixMilli(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMetaRoundTrip(t *testing.T) {
@@ -21,6 +22,9 @@ func TestMetaRoundTrip(t *testing.T) {
 		{Meta{Interfaces: []string{"eth0"}, Recovering: true}, Meta{Interfaces: []string{"eth0"}, Recovering: true}},
 		{Meta{Interfaces: []string{"eth0"}, Leaving: true, Restarting: true}, Meta{Interfaces: []string{"eth0"}, Leaving: true, Restarting: true}},
 		{Meta{Interfaces: []string{"eth0"}, Drained: true}, Meta{Interfaces: []string{"eth0"}, Drained: true}},
+		// Milliseconds, in UTC.
+		{Meta{Interfaces: []string{"eth0"}, Recovering: true, CountedOutAt: time.Date(2026, 11, 28, 1, 2, 3, 456789000, time.FixedZone("x", 3600))},
+			Meta{Interfaces: []string{"eth0"}, Recovering: true, CountedOutAt: time.Date(2026, 11, 28, 0, 2, 3, 456000000, time.UTC)}},
 	}
 	for _, c := range cases {
 		b, err := EncodeMeta(c.in)
@@ -119,8 +123,12 @@ func TestMetaRecoveringCompatible(t *testing.T) {
 		t.Fatalf("metadata without r: %+v %v", got, err)
 	}
 	b, err := EncodeMeta(Meta{Interfaces: []string{"eth0"}})
-	if err != nil || strings.Contains(string(b), `"r"`) {
-		t.Fatalf("not recovering must leave r out (the old layout): %s %v", b, err)
+	if err != nil || strings.Contains(string(b), `"r"`) || strings.Contains(string(b), `"o"`) {
+		t.Fatalf("not recovering and never counted out must leave r and o out (the old layout): %s %v", b, err)
+	}
+	// A time before 1970 from a peer is no time.
+	if got, err := DecodeMeta([]byte(`{"v":1,"i":["eth0"],"r":true,"o":-5}`)); err != nil || !got.CountedOutAt.IsZero() {
+		t.Fatalf("negative o: %+v %v, want no time", got, err)
 	}
 }
 

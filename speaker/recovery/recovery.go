@@ -48,6 +48,17 @@ func (t *Tracker) CountedOut() {
 	t.last = t.now()
 }
 
+// LastCountedOut is when the cluster last counted this speaker out
+// (zero: never, or a nil or disabled Tracker).
+func (t *Tracker) LastCountedOut() time.Time {
+	if t == nil || t.hold <= 0 {
+		return time.Time{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.last
+}
+
 // Recovering tells whether the speaker is recovering and, if so, how long
 // that lasts unless it is counted out again. A nil Tracker never is.
 func (t *Tracker) Recovering() (bool, time.Duration) {

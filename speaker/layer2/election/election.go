@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/herald-lb/herald/config"
 )
@@ -42,6 +43,11 @@ type Node struct {
 	// counted it out lately; it wins an IP only when no other candidate
 	// is left (see Candidates).
 	Recovering bool
+	// CountedOutAt is when the cluster last counted the speaker out, by
+	// its own clock (memberlist metadata; zero: never, or an older
+	// speaker). Recovering nodes counted out together are peers, not
+	// one another's betters (see Together).
+	CountedOutAt time.Time
 	// Drained: the node carries herald drain's mark (memberlist
 	// metadata); it wins an IP only when no other candidate is left,
 	// recovering ones included (see Candidates).
@@ -86,7 +92,7 @@ const (
 	ReasonNoAdvertisement    = "no L2Advertisement selects the node for this IP"
 	ReasonInterfacesDown     = "no interface to announce the IP on is present and up"
 	ReasonNoLocalEndpoint    = "externalTrafficPolicy Local and no local endpoint"
-	ReasonRecovering         = "speaker recovering: the cluster declared it dead or it was isolated lately, and another candidate is healthy"
+	ReasonRecovering         = "speaker recovering: the cluster declared it dead or it was isolated lately, and another candidate, not counted out with it, is healthy"
 	ReasonDrained            = "node drained (herald drain), and another candidate is not"
 )
 
@@ -103,6 +109,12 @@ const (
 // speaker starved of CPU does) then loses its IPs once and does not take
 // them back until it has stayed counted in for a while, instead of
 // moving them back and forth on every flap.
+//
+// Nodes counted out together (Together: one symmetric blip, each side
+// declaring the other dead, or a partition with no majority) are peers:
+// one whose hold ended first does not outrank the others, so when the
+// holds end a few hundred milliseconds apart the addresses stay where
+// they are instead of moving to the first node out and back.
 //
 // A drained node is a candidate only when every eligible node is
 // drained: its addresses go to the others, but one that no other node
@@ -242,6 +254,20 @@ func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded E
 			candidates = append(candidates, name)
 		}
 	}
+	// A recovering node counted out together with every healthy
+	// candidate is their peer.
+	if len(candidates) > 0 && len(recovering) > 0 {
+		var lesser []string
+		healthy := slices.Clone(candidates)
+		for _, r := range recovering {
+			if togetherWithAll(e.eligible[r], healthy, e.eligible) {
+				candidates = append(candidates, r)
+			} else {
+				lesser = append(lesser, r)
+			}
+		}
+		recovering = lesser
+	}
 	sort.Strings(recovering)
 	sort.Strings(drained)
 	switch {
@@ -254,6 +280,31 @@ func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded E
 	}
 	sort.Strings(candidates)
 	return candidates, excluded, false
+}
+
+// TogetherWindow is how close two speakers' count-outs must be for them
+// to count as one event: well above memberlist's detection spread (a lone
+// suspicion lasts 1.8 s) and clock skew between NTP-synced nodes, well
+// below a recovery hold (30 s).
+const TogetherWindow = 5 * time.Second
+
+// Together tells whether a and b were counted out by one event: both at
+// some time, within TogetherWindow of each other.
+func Together(a, b Node) bool {
+	if a.CountedOutAt.IsZero() || b.CountedOutAt.IsZero() {
+		return false
+	}
+	d := a.CountedOutAt.Sub(b.CountedOutAt)
+	return d <= TogetherWindow && d >= -TogetherWindow
+}
+
+func togetherWithAll(n Node, healthy []string, nodes map[string]Node) bool {
+	for _, h := range healthy {
+		if !Together(n, nodes[h]) {
+			return false
+		}
+	}
+	return true
 }
 
 // localRequirement returns, per Local Service, the nodes that may announce

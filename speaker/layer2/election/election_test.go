@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/herald-lb/herald/config"
 )
@@ -76,6 +77,24 @@ func TestCandidatesFilters(t *testing.T) {
 			ns[0].Recovering, ns[1].Recovering = true, true
 			ip.Services = []Service{{Local: true, ReadyNodes: map[string]bool{"node1": true, "node2": true}}}
 		}, []string{"node1", "node2"}, map[string]string{"node3": ReasonNoLocalEndpoint}},
+		{"recovering, counted out with the healthy one (one blip, holds ending apart): a peer", func(ns []Node, _ *IP, _ *Options) {
+			ns[0].Recovering, ns[0].CountedOutAt = true, epoch.Add(-200*time.Millisecond)
+			ns[1].CountedOutAt = epoch // its hold ended first
+			ns[2].Live = false
+		}, []string{"node1", "node2"}, map[string]string{"node3": ReasonNotLive}},
+		{"recovering, counted out apart from a healthy one: ranked after it", func(ns []Node, _ *IP, _ *Options) {
+			ns[0].Recovering, ns[0].CountedOutAt = true, epoch
+			ns[1].CountedOutAt = epoch.Add(-TogetherWindow - time.Millisecond)
+			ns[2].Live = false
+		}, []string{"node2"}, map[string]string{"node1": ReasonRecovering, "node3": ReasonNotLive}},
+		{"recovering, counted out with one healthy node but not another: ranked after both", func(ns []Node, _ *IP, _ *Options) {
+			ns[0].Recovering, ns[0].CountedOutAt = true, epoch
+			ns[1].CountedOutAt = epoch
+		}, []string{"node2", "node3"}, map[string]string{"node1": ReasonRecovering}},
+		{"recovering, a healthy node never counted out: ranked after it", func(ns []Node, _ *IP, _ *Options) {
+			ns[0].Recovering, ns[0].CountedOutAt = true, epoch
+			ns[2].Live = false
+		}, []string{"node2"}, map[string]string{"node1": ReasonRecovering, "node3": ReasonNotLive}},
 		{"recovering and ineligible: the real reason", func(ns []Node, _ *IP, _ *Options) { ns[0].Recovering, ns[0].Live = true, false },
 			[]string{"node2", "node3"}, map[string]string{"node1": ReasonNotLive}},
 		{"drained: not a candidate while another node is", func(ns []Node, _ *IP, _ *Options) { ns[1].Drained = true },

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/herald-lb/herald/config"
 )
@@ -91,13 +92,29 @@ func referenceCandidates(ip IP, nodes []Node, opts Options) ([]string, map[strin
 	if len(candidates) == 0 {
 		candidates = recovering
 	} else {
-		for _, n := range recovering {
-			excluded[n] = ReasonRecovering
+		byName := map[string]Node{}
+		for _, n := range nodes {
+			byName[n.Name] = n
+		}
+		healthy := slices.Clone(candidates)
+		for _, r := range recovering {
+			peer := true
+			for _, h := range healthy {
+				peer = peer && Together(byName[r], byName[h])
+			}
+			if peer {
+				candidates = append(candidates, r)
+			} else {
+				excluded[r] = ReasonRecovering
+			}
 		}
 	}
 	sort.Strings(candidates)
 	return candidates, excluded
 }
+
+// epoch is an arbitrary moment the tests' count-outs are placed around.
+var epoch = time.Date(2026, 11, 28, 0, 34, 33, 0, time.UTC)
 
 func TestCandidatesMatchReferenceOnRandomWorlds(t *testing.T) {
 	r := rand.New(rand.NewPCG(19, 3))
@@ -109,6 +126,9 @@ func TestCandidatesMatchReferenceOnRandomWorlds(t *testing.T) {
 			ns[i].Live = r.IntN(6) != 0
 			ns[i].NetworkUnavailable = r.IntN(8) == 0
 			ns[i].Recovering = r.IntN(3) == 0
+			if r.IntN(2) == 0 { // counted out at one of a few moments, some together
+				ns[i].CountedOutAt = epoch.Add(time.Duration(r.IntN(4)) * 4 * time.Second)
+			}
 			if r.IntN(3) == 0 {
 				ns[i].Interfaces = append(ns[i].Interfaces, "eth1")
 			}

@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/speaker/layer2/election"
@@ -38,6 +39,9 @@ type Member struct {
 	// Recovering: the speaker says the cluster counted it out lately
 	// (election.Node.Recovering).
 	Recovering bool
+	// CountedOutAt is when the cluster last counted it out
+	// (election.Node.CountedOutAt).
+	CountedOutAt time.Time
 	// Drained: the node carries herald drain's mark
 	// (election.Node.Drained).
 	Drained bool
@@ -391,6 +395,7 @@ func electionNodes(in Input) (nodes []election.Node, localLabels map[string]stri
 			Interfaces:         m.Interfaces,
 			DownInterfaces:     m.DownInterfaces,
 			Recovering:         m.Recovering,
+			CountedOutAt:       m.CountedOutAt,
 			Drained:            m.Drained,
 		})
 		if n.Name == in.Local.Name {
