@@ -451,13 +451,12 @@ func (s *Speaker) Sync() {
 	standing := s.standing(live)
 	lonely := standing.Lonely()
 	isolated := s.d.Isolated != nil && s.d.Isolated(standing)
-	if (isolated || s.state.Isolated) && s.joined.Load() {
-		// Until the sync that ends an isolation: the hold starts then.
+	if s.joined.Load() {
 		// A speaker still joining after its start is alone too, but
 		// the others never counted it out and moved nothing away from
 		// it: a hold then would only move addresses assigned meanwhile
 		// to it once it ends.
-		s.d.Recovery.CountedOut()
+		s.d.Recovery.Isolation(isolated)
 	}
 	if !lonely {
 		s.joined.Store(true)

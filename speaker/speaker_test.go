@@ -423,7 +423,8 @@ func TestIsolatedSpeakerHoldsBack(t *testing.T) {
 // never counted out: once joined it wins its IPs at once, with no
 // recovery hold (the CI failure this guards against: a speaker that
 // started alone took an IP assigned meanwhile from its winner 30 s
-// later). An isolation after it had joined does start the hold.
+// later). An isolation after it had joined starts the hold if it lasts
+// recovery.MinIsolation.
 func TestStartupJoinIsNoRecovery(t *testing.T) {
 	nodes := []string{"node1", "node2", "node3"}
 	ip := ipFor(t, "node1", nodes...)
@@ -453,14 +454,27 @@ func TestStartupJoinIsNoRecovery(t *testing.T) {
 		t.Fatalf("joined, yet not announcing %s, which it wins", ip)
 	}
 
-	// Cut off after having joined: that isolation counts.
-	l.cluster.Remove("node2")
-	l.cluster.Remove("node3")
-	l.sp.Sync()
-	for _, n := range []string{"node2", "node3"} {
-		l.cluster.Set(members.Member{Name: n, Meta: members.Meta{Interfaces: []string{"eth0"}}})
+	// Cut off after having joined, for less than MinIsolation: a blip
+	// (the others may be the slow ones), which counts nothing.
+	cut := func(lasting time.Duration) {
+		l.cluster.Remove("node2")
+		l.cluster.Remove("node3")
+		l.sp.Sync()
+		now = now.Add(lasting)
+		for _, n := range []string{"node2", "node3"} {
+			l.cluster.Set(members.Member{Name: n, Meta: members.Meta{Interfaces: []string{"eth0"}}})
+		}
+		l.sp.Sync()
 	}
-	l.sp.Sync()
+	cut(recovery.MinIsolation - time.Millisecond)
+	if r, _ := l.sp.d.Recovery.Recovering(); r {
+		t.Fatal("recovering after an isolation shorter than MinIsolation")
+	}
+	if !l.sp.Announcements().Announcing(addr(ip), "eth0") {
+		t.Fatalf("after a blip of isolation, not announcing %s, which it wins", ip)
+	}
+	// For MinIsolation: that isolation counts.
+	cut(recovery.MinIsolation)
 	if r, _ := l.sp.d.Recovery.Recovering(); !r {
 		t.Fatal("not recovering after an isolation that followed a join")
 	}

@@ -39,3 +39,36 @@ func TestDisabled(t *testing.T) {
 		t.Fatal("hold 0 disables recovery")
 	}
 }
+
+func TestIsolation(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tr := NewTracker(30*time.Second, func() time.Time { return now })
+	steps := []struct {
+		after    time.Duration
+		isolated bool
+		want     bool // recovering after this sync
+		why      string
+	}{
+		{0, false, false, "never isolated"},
+		{time.Second, true, false, "isolated for 0 s"},
+		{MinIsolation - 301*time.Millisecond, true, false, "isolated, under MinIsolation"},
+		{300 * time.Millisecond, false, false, "a blip ended 1 ms short of MinIsolation: nothing counted"},
+		{time.Second, true, false, "a new isolation starts its own clock"},
+		{MinIsolation, true, true, "isolated for MinIsolation: counted out"},
+		{10 * time.Second, false, true, "it ends: counted out again, the hold starts here"},
+		{30*time.Second - time.Millisecond, false, true, "a full hold after the end, less a millisecond"},
+		{time.Millisecond, false, false, "a full hold after the end"},
+	}
+	for _, s := range steps {
+		now = now.Add(s.after)
+		tr.Isolation(s.isolated)
+		if r, _ := tr.Recovering(); r != s.want {
+			t.Fatalf("%s: recovering %v, want %v", s.why, r, s.want)
+		}
+	}
+	var nilTracker *Tracker
+	nilTracker.Isolation(true)
+	if got := nilTracker.LastCountedOut(); !got.IsZero() {
+		t.Fatalf("nil tracker counted out at %v", got)
+	}
+}
