@@ -1,6 +1,7 @@
 // Package labbin builds the lab's own programs: lab-kubelet and echoserver
 // from the e2e module, herald from the repository's root module. They go
-// into <e2e>/_cache/lab/bin (git-ignored). Each call runs `go build`,
+// into <e2e>/_cache/lab/bin (git-ignored; see DefaultBinDir for a checkout
+// sharing another's cache). Each call runs `go build`,
 // which takes a second or two when nothing changed (the Go build cache
 // holds the compiled packages), so the binaries always match the sources
 // and there is no cache key to get wrong.
@@ -9,6 +10,8 @@ package labbin
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -92,6 +95,22 @@ type Bins struct {
 // Path is the binary of the named program ("" if it was not built).
 func (b *Bins) Path(name string) string { return b.Paths[name] }
 
+// DefaultBinDir is where the binaries of the e2e module at mod go:
+// <mod>/_cache/lab/bin, or, when <mod>/_cache is a symbolic link (a
+// second checkout sharing the first one's cache, to build Kubernetes
+// once), a directory of this checkout's own beside it. The programs are
+// built before a lab waits for the machine's lock, so with one directory
+// a lab still waiting would replace the binaries of the lab running,
+// whose next pod start would run the other checkout's herald.
+func DefaultBinDir(mod string) string {
+	bin := filepath.Join(mod, "_cache", "lab", "bin")
+	if fi, err := os.Lstat(filepath.Join(mod, "_cache")); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		sum := sha256.Sum256([]byte(filepath.Clean(mod)))
+		bin += "-" + hex.EncodeToString(sum[:4])
+	}
+	return bin
+}
+
 // Ensure builds the programs and returns their paths.
 func Ensure(ctx context.Context, opts Options) (*Bins, error) {
 	if opts.ModuleDir == "" {
@@ -106,7 +125,7 @@ func Ensure(ctx context.Context, opts Options) (*Bins, error) {
 		return nil, err
 	}
 	if opts.BinDir == "" {
-		opts.BinDir = filepath.Join(mod, "_cache", "lab", "bin")
+		opts.BinDir = DefaultBinDir(mod)
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,5 +75,29 @@ func TestEchoServerBinary(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal(fmt.Errorf("echoserver still running 10s after SIGTERM"))
+	}
+}
+
+func TestDefaultBinDir(t *testing.T) {
+	own := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(own, "_cache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := DefaultBinDir(own), filepath.Join(own, "_cache", "lab", "bin"); got != want {
+		t.Errorf("a checkout with its own cache: %s, want %s", got, want)
+	}
+	// Two checkouts sharing the first one's cache get a directory each.
+	a, b := t.TempDir(), t.TempDir()
+	for _, m := range []string{a, b} {
+		if err := os.Symlink(filepath.Join(own, "_cache"), filepath.Join(m, "_cache")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da, db := DefaultBinDir(a), DefaultBinDir(b)
+	if da == db || !strings.HasPrefix(da, filepath.Join(a, "_cache", "lab", "bin-")) {
+		t.Errorf("two checkouts sharing a cache: %s and %s, want distinct bin-* directories", da, db)
+	}
+	if DefaultBinDir(a) != da {
+		t.Error("not stable")
 	}
 }
