@@ -179,7 +179,9 @@ e2e-test: toolchain helm ## the e2e tests of make test, E2E_TESTS in E2E_PACKAGE
 # proxy, and the kubelet API (kubectl exec and logs inside a herald
 # container), the lab kubelet's init containers and sidecars, the images
 # of Kubernetes' upstream e2e suite, and a subset of that suite with
-# herald (TestUpstreamConformance; docs/testing.md). It makes the upstream
+# herald (TestUpstreamConformance; docs/testing.md); the lab's own tests
+# among them are in e2e/labtest, run after the root package's (-p 1: each
+# package brings up a lab, one at a time). It makes the upstream
 # images first (e2e-images), which TestInitContainers and TestProbes only
 # look for: on a fresh machine they run before anything else has made them.
 # make e2e-all runs it after the binary-mode suite.
@@ -188,7 +190,7 @@ e2e-image-test: toolchain ## (root) make image, then the walkthrough, the L2, BG
 	@$(MAKE) image
 	@$(MAKE) e2e-images
 	(cd e2e && $(GO) run ./cmd/herald-lab build)
-	cd e2e && ../hack/recap.sh e2e-image-test env HERALD_LAB_IMAGE=1 $(GO) test -count=1 -timeout 50m -run '$(E2E_IMAGE_TESTS)' .
+	cd e2e && ../hack/recap.sh e2e-image-test env HERALD_LAB_IMAGE=1 $(GO) test -count=1 -p 1 -timeout 50m -run '$(E2E_IMAGE_TESTS)' . ./labtest
 
 # e2e-real-test runs the user-facing tests on real nodes: each lab node
 # runs the real kubelet of the pinned release with its own containerd

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/herald-lb/herald/e2e/harness"
 )
 
 // TestPodSecurityAdmission: the lab's API server enforces Pod Security
@@ -35,7 +37,7 @@ import (
 func TestPodSecurityAdmission(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cp, _ := startControlPlane(t, ctx)
+	cp, _ := harness.StartControlPlane(t, ctx)
 	rc, err := clientcmd.BuildConfigFromFlags("", cp.AdminKubeconfig())
 	if err != nil {
 		t.Fatal(err)

@@ -960,7 +960,7 @@ func (b bgpLab) waitRemoteEcho(url string, want func(addr string) bool, what str
 	var addr string
 	b.Poll(30*time.Second, what, func() (bool, string) {
 		page, err := b.remoteGet(url)
-		addr = clientAddress(page)
+		addr = harness.ClientAddress(page)
 		return err == nil && strings.Contains(page, "CLIENT VALUES:") && want(addr), fmt.Sprintf("client_address=%q, err %v", addr, err)
 	})
 	return addr

@@ -344,16 +344,6 @@ func runOut(bin string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-var clientAddressRE = regexp.MustCompile(`client_address=(\S+)`)
-
-// clientAddress is the echo server's client_address, "" if absent.
-func clientAddress(page string) string {
-	if m := clientAddressRE.FindStringSubmatch(page); m != nil {
-		return m[1]
-	}
-	return ""
-}
-
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
 
 // on binds the helpers to a subtest, so a failure ends that subtest.

@@ -81,7 +81,7 @@ func TestSpeakerL2(t *testing.T) {
 		if err != nil {
 			t.Fatalf("curl %s: %v", url, err)
 		}
-		a := clientAddress(page)
+		a := harness.ClientAddress(page)
 		if n, ok := topologyNodeByIP(h, a); !ok {
 			t.Errorf("Cluster policy: client_address=%s, want a node's IP (SNAT)", a)
 		} else {
@@ -179,10 +179,10 @@ func TestSpeakerL2(t *testing.T) {
 			slices6 := h.Kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name="+name, "-o", "wide")
 			t.Fatalf("curl %s: %v\nip6tables nat on %s:\n%s\nclient neighbors:\n%s\n%s", url6, err, node, rules, neigh, slices6)
 		}
-		if n, ok := topologyNodeByIP(h, clientAddress(page)); !ok {
-			t.Errorf("Cluster policy over IPv6: client_address=%s, want a node's IPv6 address (SNAT)", clientAddress(page))
+		if n, ok := topologyNodeByIP(h, harness.ClientAddress(page)); !ok {
+			t.Errorf("Cluster policy over IPv6: client_address=%s, want a node's IPv6 address (SNAT)", harness.ClientAddress(page))
 		} else {
-			t.Logf("curl %s from the client: client_address=%s (%s, SNAT)", url6, clientAddress(page), n)
+			t.Logf("curl %s from the client: client_address=%s (%s, SNAT)", url6, harness.ClientAddress(page), n)
 		}
 		if v, err := s.speakerMetric(node, `herald_speaker_responses_sent_total{interface="eth0",protocol="ndp"}`); err != nil || v < 1 {
 			t.Errorf("%s: NDP responses sent = %v (%v), want >= 1 after ndisc6", node, v, err)
@@ -196,7 +196,7 @@ func TestSpeakerL2(t *testing.T) {
 		got := ndiscAnswers(func(n string) bool { return n == at }, "the node with the pod ("+at+") to answer NDP for "+ip6)
 		h.Poll(30*time.Second, "the client's own IPv6 address in client_address", func() (bool, string) {
 			page, err := s.curlClient(url6)
-			return err == nil && clientAddress(page) == topology.ClientV6.String(), clientAddress(page) + fmt.Sprint(err)
+			return err == nil && harness.ClientAddress(page) == topology.ClientV6.String(), harness.ClientAddress(page) + fmt.Sprint(err)
 		})
 		t.Logf("externalTrafficPolicy Local: %s announces %s, client_address=%s", got, ip6, topology.ClientV6)
 	})
@@ -246,7 +246,7 @@ func TestSpeakerL2(t *testing.T) {
 			got := winnerAnswers(s, func(n string) bool { return n == at }, "the node with the pod ("+at+") to announce")
 			h.Poll(30*time.Second, "the client's own IP in client_address", func() (bool, string) {
 				page, err := s.curlClient(url)
-				return err == nil && clientAddress(page) == topology.ClientV4.String(), clientAddress(page) + fmt.Sprint(err)
+				return err == nil && harness.ClientAddress(page) == topology.ClientV4.String(), harness.ClientAddress(page) + fmt.Sprint(err)
 			})
 			t.Logf("step %d: pod on %s -> %s announces (after %s), client_address=%s", step, at, got, time.Since(start).Round(time.Millisecond), topology.ClientV4)
 		}

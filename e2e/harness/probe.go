@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,4 +175,15 @@ func (p *Probe) Failures() string {
 		return strings.Join(p.failed[:10], "; ") + fmt.Sprintf("; and %d more", len(p.failed)-10)
 	}
 	return strings.Join(p.failed, "; ")
+}
+
+var clientAddressRE = regexp.MustCompile(`client_address=(\S+)`)
+
+// ClientAddress is the echo server's client_address in page, "" if
+// absent.
+func ClientAddress(page string) string {
+	if m := clientAddressRE.FindStringSubmatch(page); m != nil {
+		return m[1]
+	}
+	return ""
 }

@@ -1,4 +1,4 @@
-package e2e
+package labtest
 
 import (
 	"fmt"
@@ -196,8 +196,8 @@ func TestLabKubelets(t *testing.T) {
 	// The machine reaches a pod's IPv6 address through its node, as the
 	// API server reaches herald's controller over IPv4.
 	hostURL := "http://" + net.JoinHostPort(podIPv6(t, pods[0]), "8080") + "/from-host"
-	if page, err := hostGet(hostURL); err != nil || clientAddress(page) != topology.HostLANv6.String() {
-		t.Errorf("GET %s from the machine: client_address=%q (%v), want %s", hostURL, clientAddress(page), err, topology.HostLANv6)
+	if page, err := hostGet(hostURL); err != nil || harness.ClientAddress(page) != topology.HostLANv6.String() {
+		t.Errorf("GET %s from the machine: client_address=%q (%v), want %s", hostURL, harness.ClientAddress(page), err, topology.HostLANv6)
 	}
 	// The kubelets record those namespaces and processes.
 	recorded := map[string]proc.Record{}

@@ -1,4 +1,4 @@
-package e2e
+package labtest
 
 import (
 	"bufio"
@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herald-lb/herald/e2e/harness"
 	"github.com/herald-lb/herald/e2e/lab/controlplane"
-	"github.com/herald-lb/herald/e2e/lab/k8sbin"
 	"github.com/herald-lb/herald/e2e/lab/kubectl"
 )
 
@@ -29,65 +29,10 @@ func (r redactor) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// requireEtcd fails, rather than skips, without etcd: `make test` installs
-// it (hack/apt-packages.txt), so its absence is a broken setup, and a skip
-// would let the suite pass while proving nothing.
-func requireEtcd(t *testing.T) {
-	t.Helper()
-	if _, err := os.Stat(controlplane.DefaultEtcdPath); err != nil {
-		t.Fatalf("etcd not found at %s (apt-get install etcd-server, or run bash hack/bootstrap.sh): %v", controlplane.DefaultEtcdPath, err)
-	}
-}
-
-// startControlPlane builds (or reuses) the multi-call binary, starts a
-// control plane in a temporary state directory and stops it when the test
-// ends, dumping every log's tail first if the test failed.
-func startControlPlane(t *testing.T, ctx context.Context) (*controlplane.ControlPlane, *k8sbin.Bin) {
-	t.Helper()
-	requireEtcd(t)
-	bin, err := k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: ".", Log: t.Output()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bin.Built {
-		t.Logf("cold build of the multi-call binary: %s", bin.BuildTime.Round(time.Second))
-	}
-	start := time.Now()
-	cp, err := controlplane.Up(ctx, controlplane.Config{
-		StateDir:       t.TempDir(),
-		BinDir:         bin.Dir,
-		KillWithParent: true,
-		Log:            t.Output(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("control plane start to ready: %s", time.Since(start).Round(time.Millisecond))
-	// Cleanups run last-registered first: dump logs, then stop.
-	t.Cleanup(func() {
-		if err := cp.Stop(controlplane.StopOptions{}); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-		for _, r := range cp.State().Processes {
-			if r.Alive() {
-				t.Errorf("%s (pid %d) still running after Stop", r.Name, r.PID)
-			}
-		}
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			var b strings.Builder
-			cp.WriteLogTails(&b, 60)
-			t.Log("logs of the control plane:\n" + b.String())
-		}
-	})
-	return cp, bin
-}
-
 func TestControlPlane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	cp, bin := startControlPlane(t, ctx)
+	cp, bin := harness.StartControlPlane(t, ctx)
 	k := &kubectl.Kubectl{Path: bin.Tool("kubectl"), Kubeconfig: cp.AdminKubeconfig(), Log: t.Output()}
 
 	must := func(args ...string) string {
@@ -108,14 +53,14 @@ func TestControlPlane(t *testing.T) {
 	must("create", "namespace", "herald-system")
 
 	t.Run("crds", func(t *testing.T) {
-		must("apply", "-f", "../config/crd/bases")
-		must("wait", "--for=condition=Established", "--timeout=60s", "-f", "../config/crd/bases")
-		must("apply", "-f", "../config/samples/valid.yaml")
+		must("apply", "-f", "../../config/crd/bases")
+		must("wait", "--for=condition=Established", "--timeout=60s", "-f", "../../config/crd/bases")
+		must("apply", "-f", "../../config/samples/valid.yaml")
 		if out := must("get", "ipaddresspools,bgppeers,l2advertisements,bgpadvertisements,bfdprofiles,communities", "-n", "herald-system", "-o", "name"); strings.Count(out, "\n") < 10 {
 			t.Errorf("expected the valid sample's objects, got:\n%s", out)
 		}
 
-		files, err := filepath.Glob("../config/samples/invalid-schema/*.yaml")
+		files, err := filepath.Glob("../../config/samples/invalid-schema/*.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +198,7 @@ func waitFor(t *testing.T, ctx context.Context, cond func() bool, what string) {
 func TestControlPlaneDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	cp, bin := startControlPlane(t, ctx)
+	cp, bin := harness.StartControlPlane(t, ctx)
 	dir := cp.State().StateDir
 
 	_, err := controlplane.Up(ctx, controlplane.Config{StateDir: dir, BinDir: bin.Dir})
