@@ -201,18 +201,7 @@ func (s l2) arping(ip string, count, waitSec int) ([]string, string) {
 
 // neighMAC is the client kernel's neighbor entry for ip ("" if none).
 func (s l2) neighMAC(ip string) (mac, state string) {
-	out, err := s.Exec("client", "ip", "-j", "neigh", "show", ip, "dev", "eth0")
-	if err != nil {
-		return "", err.Error()
-	}
-	var entries []struct {
-		LLAddr string   `json:"lladdr"`
-		State  []string `json:"state"`
-	}
-	if err := json.Unmarshal([]byte(out), &entries); err != nil || len(entries) == 0 {
-		return "", strings.TrimSpace(out)
-	}
-	return strings.ToLower(entries[0].LLAddr), strings.Join(entries[0].State, ",")
+	return harness.Neighbor(s.Layout.Client, ip)
 }
 
 // curlClient GETs url from the client netns.

@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"sync"
@@ -56,7 +58,29 @@ func WatchMAC(ns, ip string) (stop func() []MACChange) {
 
 // neighMAC is the lladdr of ns's neighbor entry for ip, or "".
 func neighMAC(ns, ip string) string {
-	return ipField("lladdr", "-n", ns, "neigh", "show", ip)
+	mac, _ := Neighbor(ns, ip)
+	return mac
+}
+
+// Neighbor is ns's neighbor entry for ip: its link-layer address,
+// lower-case ("" when there is none or it is unresolved), and its state
+// (REACHABLE, STALE, ...; on a failure to read it, why).
+func Neighbor(ns, ip string) (mac, state string) {
+	out, err := exec.Command("ip", "-j", "-n", ns, "neigh", "show", ip).CombinedOutput()
+	if err != nil {
+		return "", fmt.Sprintf("ip neigh: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	var entries []struct {
+		LLAddr string   `json:"lladdr"`
+		State  []string `json:"state"`
+	}
+	if err := json.Unmarshal(out, &entries); err != nil {
+		return "", fmt.Sprintf("ip neigh: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	if len(entries) == 0 {
+		return "", "none"
+	}
+	return strings.ToLower(entries[0].LLAddr), strings.Join(entries[0].State, ",")
 }
 
 // LinkMAC is the MAC of a link in a namespace, or "".

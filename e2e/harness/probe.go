@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -121,14 +120,11 @@ func StartProbePort(ns, ip string, port int) *Probe {
 // request that went to a node's MAC from one that found none: which MAC,
 // and in which state, is the first question a rare lone failure raises.
 func neighbor(ns, ip string) string {
-	out, err := exec.Command("ip", "-n", ns, "neigh", "show", ip).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("ip neigh: %v", err)
+	mac, state := Neighbor(ns, ip)
+	if mac == "" {
+		return state
 	}
-	if s := strings.TrimSpace(string(out)); s != "" {
-		return s
-	}
-	return "none"
+	return mac + " " + state
 }
 
 // Since is the time since the probe started, as failures are stamped.
