@@ -156,123 +156,131 @@ func outcomeOf(t *testing.T, cfg0, cfg *config.Config) outcome {
 	return out
 }
 
+// poolNamed finds a pool of the edited Resources by name.
+func poolNamed(name string) func(*config.Resources) *v1beta1.IPAddressPool {
+	return func(r *config.Resources) *v1beta1.IPAddressPool {
+		for i := range r.Pools {
+			if r.Pools[i].Name == name {
+				return &r.Pools[i]
+			}
+		}
+		panic(name)
+	}
+}
+
+type refusedEdit struct {
+	name  string
+	kind  string // of the object reported stale
+	obj   string
+	field string
+	edit  func(*config.Resources)
+}
+
+// refusedEdits are TestRefusedEditsChangeNothing's: each an edit the parser
+// refuses, on which object and field.
+var refusedEdits = []refusedEdit{
+	{"pool adds a range overlapping an older pool", config.KindIPAddressPool, "b", "spec.addresses[1]", func(r *config.Resources) {
+		p := poolNamed("b")(r)
+		p.Spec.Addresses = append(p.Spec.Addresses, "192.0.2.8/29")
+	}},
+	{"older pool adds a range another pool holds", config.KindIPAddressPool, "a", "spec.addresses[1]", func(r *config.Resources) {
+		p := poolNamed("a")(r)
+		p.Spec.Addresses = append(p.Spec.Addresses, "198.51.100.0/29")
+	}},
+	{"reversed range", config.KindIPAddressPool, "b", "spec.addresses[0]", func(r *config.Resources) {
+		poolNamed("b")(r).Spec.Addresses = []v1beta1.AddressEntry{"198.51.100.15-198.51.100.0"}
+	}},
+	{"range holding an IP removed", config.KindIPAddressPool, "b", "spec.addresses", func(r *config.Resources) {
+		poolNamed("b")(r).Spec.Addresses = []v1beta1.AddressEntry{"198.51.100.64/28"}
+	}},
+	{"range narrowed past an IP", config.KindIPAddressPool, "bgp", "spec.addresses", func(r *config.Resources) {
+		poolNamed("bgp")(r).Spec.Addresses = []v1beta1.AddressEntry{"203.0.113.136/29"}
+	}},
+	{"malformed CIDR", config.KindIPAddressPool, "b", "spec.addresses[0]", func(r *config.Resources) {
+		poolNamed("b")(r).Spec.Addresses = []v1beta1.AddressEntry{"198.51.100.0/33"}
+	}},
+	{"ranges overlapping each other", config.KindIPAddressPool, "b", "spec.addresses[1]", func(r *config.Resources) {
+		poolNamed("b")(r).Spec.Addresses = []v1beta1.AddressEntry{"198.51.100.0/28", "198.51.100.8/29"}
+	}},
+	{"bad service selector", config.KindIPAddressPool, "b", "spec.serviceAllocation.serviceSelectors[0]", func(r *config.Resources) {
+		poolNamed("b")(r).Spec.ServiceAllocation.ServiceSelectors = []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "app", Operator: "Bogus", Values: []string{"x"}}}}}
+	}},
+	{"negative priority", config.KindIPAddressPool, "b", "spec.serviceAllocation.priority", func(r *config.Resources) {
+		poolNamed("b")(r).Spec.ServiceAllocation.Priority = ptr(int32(-1))
+	}},
+	{"BGP pool overlaps an older pool", config.KindIPAddressPool, "bgp", "spec.addresses[1]", func(r *config.Resources) {
+		p := poolNamed("bgp")(r)
+		p.Spec.Addresses = append(p.Spec.Addresses, "192.0.2.0/30")
+	}},
+	{"peer ASN to 0", config.KindBGPPeer, "router", "spec.myASN", func(r *config.Resources) { r.Peers[0].Spec.MyASN = 0 }},
+	{"peer ASN and dynamicASN both", config.KindBGPPeer, "router", "spec.dynamicASN", func(r *config.Resources) {
+		r.Peers[0].Spec.DynamicASN = "external"
+	}},
+	{"peer address not an IP", config.KindBGPPeer, "router", "spec.peerAddress", func(r *config.Resources) {
+		r.Peers[0].Spec.PeerAddress = "router.example"
+	}},
+	{"hold time too short", config.KindBGPPeer, "router", "spec.holdTime", func(r *config.Resources) {
+		r.Peers[0].Spec.HoldTime = &metav1.Duration{Duration: time.Second}
+	}},
+	{"keepalive longer than hold time", config.KindBGPPeer, "router", "spec.keepaliveTime", func(r *config.Resources) {
+		r.Peers[0].Spec.KeepaliveTime = &metav1.Duration{Duration: 30 * time.Second}
+	}},
+	{"peer names a missing BFD profile", config.KindBGPPeer, "router", "spec.bfdProfile", func(r *config.Resources) {
+		r.Peers[0].Spec.BFDProfile = "slow"
+	}},
+	{"password and passwordSecret both", config.KindBGPPeer, "router", "spec.passwordSecret", func(r *config.Resources) {
+		r.Peers[0].Spec.Password = "inline"
+	}},
+	{"password Secret deleted", config.KindBGPPeer, "router", "spec.passwordSecret.name", func(r *config.Resources) {
+		r.Secrets = nil
+	}},
+	{"password Secret key renamed", config.KindBGPPeer, "router", "spec.passwordSecret.key", func(r *config.Resources) {
+		r.Secrets[0].Data = map[string][]byte{"pw": []byte("s3cret")}
+	}},
+	{"password Secret too long", config.KindBGPPeer, "router", "spec.passwordSecret", func(r *config.Resources) {
+		r.Secrets[0].Data = map[string][]byte{"password": []byte(strings.Repeat("x", 81))}
+	}},
+	{"L2 advertisement names only missing pools", config.KindL2Advertisement, "l2", "spec.ipAddressPools[0]", func(r *config.Resources) {
+		r.L2Advertisements[0].Spec.IPAddressPools = []v1beta1.ObjectName{"lan"}
+	}},
+	{"L2 advertisement bad node selector", config.KindL2Advertisement, "l2", "spec.nodeSelectors[0]", func(r *config.Resources) {
+		r.L2Advertisements[0].Spec.NodeSelectors = []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "l2", Operator: metav1.LabelSelectorOpIn}}}}
+	}},
+	{"L2 advertisement interface name too long", config.KindL2Advertisement, "l2", "spec.interfaces[0]", func(r *config.Resources) {
+		r.L2Advertisements[0].Spec.Interfaces = []v1beta1.InterfaceName{"a-very-long-interface-name"}
+	}},
+	{"BGP advertisement aggregation too long", config.KindBGPAdvertisement, "adv", "spec.aggregationLength", func(r *config.Resources) {
+		r.BGPAdvertisements[0].Spec.AggregationLength = ptr(int32(33))
+	}},
+	{"BGP advertisement aggregation wider than the pool", config.KindBGPAdvertisement, "adv", "spec.aggregationLength", func(r *config.Resources) {
+		r.BGPAdvertisements[0].Spec.AggregationLength = ptr(int32(24))
+	}},
+	{"BGP advertisement unknown community alias", config.KindBGPAdvertisement, "adv", "spec.communities[0]", func(r *config.Resources) {
+		r.BGPAdvertisements[0].Spec.Communities = []v1beta1.CommunityValue{"edgy"}
+	}},
+	{"BGP advertisement names only a missing peer", config.KindBGPAdvertisement, "adv", "spec.peers[0]", func(r *config.Resources) {
+		r.BGPAdvertisements[0].Spec.Peers = []v1beta1.ObjectName{"rooter"}
+	}},
+	{"community value malformed", config.KindCommunity, "comms", "spec.communities[0].value", func(r *config.Resources) {
+		r.Communities[0].Spec.Communities[0].Value = "64512:x"
+	}},
+	{"community alias in use renamed", config.KindCommunity, "comms", "spec.communities", func(r *config.Resources) {
+		r.Communities[0].Spec.Communities[0].Name = "edge2"
+	}},
+	{"BFD interval out of range", config.KindBFDProfile, "fast", "spec.receiveInterval", func(r *config.Resources) {
+		r.BFDProfiles[0].Spec.ReceiveInterval = ptr(uint32(5))
+	}},
+}
+
 // Every edit below is accepted by the API server (the CRD checks one
 // object at a time, and some of these are fine alone) and would, without
 // the version in force, move an address or withdraw an announcement or a
 // route. With it: nothing changes, the edited object is reported stale
 // with the field at fault, and the speakers' view agrees.
 func TestRefusedEditsChangeNothing(t *testing.T) {
-	pool := func(name string) func(*config.Resources) *v1beta1.IPAddressPool {
-		return func(r *config.Resources) *v1beta1.IPAddressPool {
-			for i := range r.Pools {
-				if r.Pools[i].Name == name {
-					return &r.Pools[i]
-				}
-			}
-			panic(name)
-		}
-	}
-	edits := []struct {
-		name  string
-		kind  string // of the object reported stale
-		obj   string
-		field string
-		edit  func(*config.Resources)
-	}{
-		{"pool adds a range overlapping an older pool", config.KindIPAddressPool, "b", "spec.addresses[1]", func(r *config.Resources) {
-			p := pool("b")(r)
-			p.Spec.Addresses = append(p.Spec.Addresses, "192.0.2.8/29")
-		}},
-		{"older pool adds a range another pool holds", config.KindIPAddressPool, "a", "spec.addresses[1]", func(r *config.Resources) {
-			p := pool("a")(r)
-			p.Spec.Addresses = append(p.Spec.Addresses, "198.51.100.0/29")
-		}},
-		{"reversed range", config.KindIPAddressPool, "b", "spec.addresses[0]", func(r *config.Resources) {
-			pool("b")(r).Spec.Addresses = []v1beta1.AddressEntry{"198.51.100.15-198.51.100.0"}
-		}},
-		{"range holding an IP removed", config.KindIPAddressPool, "b", "spec.addresses", func(r *config.Resources) {
-			pool("b")(r).Spec.Addresses = []v1beta1.AddressEntry{"198.51.100.64/28"}
-		}},
-		{"range narrowed past an IP", config.KindIPAddressPool, "bgp", "spec.addresses", func(r *config.Resources) {
-			pool("bgp")(r).Spec.Addresses = []v1beta1.AddressEntry{"203.0.113.136/29"}
-		}},
-		{"malformed CIDR", config.KindIPAddressPool, "b", "spec.addresses[0]", func(r *config.Resources) {
-			pool("b")(r).Spec.Addresses = []v1beta1.AddressEntry{"198.51.100.0/33"}
-		}},
-		{"ranges overlapping each other", config.KindIPAddressPool, "b", "spec.addresses[1]", func(r *config.Resources) {
-			pool("b")(r).Spec.Addresses = []v1beta1.AddressEntry{"198.51.100.0/28", "198.51.100.8/29"}
-		}},
-		{"bad service selector", config.KindIPAddressPool, "b", "spec.serviceAllocation.serviceSelectors[0]", func(r *config.Resources) {
-			pool("b")(r).Spec.ServiceAllocation.ServiceSelectors = []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: "app", Operator: "Bogus", Values: []string{"x"}}}}}
-		}},
-		{"negative priority", config.KindIPAddressPool, "b", "spec.serviceAllocation.priority", func(r *config.Resources) {
-			pool("b")(r).Spec.ServiceAllocation.Priority = ptr(int32(-1))
-		}},
-		{"BGP pool overlaps an older pool", config.KindIPAddressPool, "bgp", "spec.addresses[1]", func(r *config.Resources) {
-			p := pool("bgp")(r)
-			p.Spec.Addresses = append(p.Spec.Addresses, "192.0.2.0/30")
-		}},
-		{"peer ASN to 0", config.KindBGPPeer, "router", "spec.myASN", func(r *config.Resources) { r.Peers[0].Spec.MyASN = 0 }},
-		{"peer ASN and dynamicASN both", config.KindBGPPeer, "router", "spec.dynamicASN", func(r *config.Resources) {
-			r.Peers[0].Spec.DynamicASN = "external"
-		}},
-		{"peer address not an IP", config.KindBGPPeer, "router", "spec.peerAddress", func(r *config.Resources) {
-			r.Peers[0].Spec.PeerAddress = "router.example"
-		}},
-		{"hold time too short", config.KindBGPPeer, "router", "spec.holdTime", func(r *config.Resources) {
-			r.Peers[0].Spec.HoldTime = &metav1.Duration{Duration: time.Second}
-		}},
-		{"keepalive longer than hold time", config.KindBGPPeer, "router", "spec.keepaliveTime", func(r *config.Resources) {
-			r.Peers[0].Spec.KeepaliveTime = &metav1.Duration{Duration: 30 * time.Second}
-		}},
-		{"peer names a missing BFD profile", config.KindBGPPeer, "router", "spec.bfdProfile", func(r *config.Resources) {
-			r.Peers[0].Spec.BFDProfile = "slow"
-		}},
-		{"password and passwordSecret both", config.KindBGPPeer, "router", "spec.passwordSecret", func(r *config.Resources) {
-			r.Peers[0].Spec.Password = "inline"
-		}},
-		{"password Secret deleted", config.KindBGPPeer, "router", "spec.passwordSecret.name", func(r *config.Resources) {
-			r.Secrets = nil
-		}},
-		{"password Secret key renamed", config.KindBGPPeer, "router", "spec.passwordSecret.key", func(r *config.Resources) {
-			r.Secrets[0].Data = map[string][]byte{"pw": []byte("s3cret")}
-		}},
-		{"password Secret too long", config.KindBGPPeer, "router", "spec.passwordSecret", func(r *config.Resources) {
-			r.Secrets[0].Data = map[string][]byte{"password": []byte(strings.Repeat("x", 81))}
-		}},
-		{"L2 advertisement names only missing pools", config.KindL2Advertisement, "l2", "spec.ipAddressPools[0]", func(r *config.Resources) {
-			r.L2Advertisements[0].Spec.IPAddressPools = []v1beta1.ObjectName{"lan"}
-		}},
-		{"L2 advertisement bad node selector", config.KindL2Advertisement, "l2", "spec.nodeSelectors[0]", func(r *config.Resources) {
-			r.L2Advertisements[0].Spec.NodeSelectors = []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: "l2", Operator: metav1.LabelSelectorOpIn}}}}
-		}},
-		{"L2 advertisement interface name too long", config.KindL2Advertisement, "l2", "spec.interfaces[0]", func(r *config.Resources) {
-			r.L2Advertisements[0].Spec.Interfaces = []v1beta1.InterfaceName{"a-very-long-interface-name"}
-		}},
-		{"BGP advertisement aggregation too long", config.KindBGPAdvertisement, "adv", "spec.aggregationLength", func(r *config.Resources) {
-			r.BGPAdvertisements[0].Spec.AggregationLength = ptr(int32(33))
-		}},
-		{"BGP advertisement aggregation wider than the pool", config.KindBGPAdvertisement, "adv", "spec.aggregationLength", func(r *config.Resources) {
-			r.BGPAdvertisements[0].Spec.AggregationLength = ptr(int32(24))
-		}},
-		{"BGP advertisement unknown community alias", config.KindBGPAdvertisement, "adv", "spec.communities[0]", func(r *config.Resources) {
-			r.BGPAdvertisements[0].Spec.Communities = []v1beta1.CommunityValue{"edgy"}
-		}},
-		{"BGP advertisement names only a missing peer", config.KindBGPAdvertisement, "adv", "spec.peers[0]", func(r *config.Resources) {
-			r.BGPAdvertisements[0].Spec.Peers = []v1beta1.ObjectName{"rooter"}
-		}},
-		{"community value malformed", config.KindCommunity, "comms", "spec.communities[0].value", func(r *config.Resources) {
-			r.Communities[0].Spec.Communities[0].Value = "64512:x"
-		}},
-		{"community alias in use renamed", config.KindCommunity, "comms", "spec.communities", func(r *config.Resources) {
-			r.Communities[0].Spec.Communities[0].Name = "edge2"
-		}},
-		{"BFD interval out of range", config.KindBFDProfile, "fast", "spec.receiveInterval", func(r *config.Resources) {
-			r.BFDProfiles[0].Spec.ReceiveInterval = ptr(uint32(5))
-		}},
-	}
+	edits := refusedEdits
 	if len(edits) < 20 {
 		t.Fatalf("only %d edits", len(edits))
 	}
