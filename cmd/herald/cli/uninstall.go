@@ -11,12 +11,14 @@ import (
 
 // Bounds of the work at SIGTERM; with the speaker's own shutdown (at
 // most 4 s, in parallel with the decision) they fit the node agents'
-// terminationGracePeriodSeconds of 10. Removing the rules of both
+// terminationGracePeriodSeconds of 30. Removing the rules of both
 // families took 3.4 s on a busy real node (iptables-nft, kubelet's and
-// the CNI plugins' rules beside herald's): 3 s was too little.
+// the CNI plugins' rules beside herald's), and more than 8.8 s on one
+// with a load of 10 on 2 cores: 6 s was too little. Only an uninstall
+// waits for it; a restart keeps the rules and exits at once.
 const (
 	decideTimeout = 2 * time.Second
-	removeTimeout = 6 * time.Second
+	removeTimeout = 20 * time.Second
 )
 
 // uninstallGuard decides, once ctx ends, whether herald is being
