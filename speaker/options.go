@@ -125,23 +125,12 @@ func DefaultOptions() Options {
 	}
 }
 
-// ParseFlags reads the command line of `herald speaker` (flags only).
+// ParseFlags reads the command line of `herald speaker` (flags only),
+// without the in-process proxy's flags, which the command line adds.
 // Errors name the flag; -h returns pflag.ErrHelp.
 func ParseFlags(args []string, out io.Writer) (Options, error) {
-	return ParseFlagsWith(args, out, nil)
-}
-
-// ParseFlagsWith is ParseFlags with more flags: extra binds them (the
-// in-process proxy's) and returns what checks them once parsed.
-func ParseFlagsWith(args []string, out io.Writer, extra func(*pflag.FlagSet) (finish func() error)) (Options, error) {
 	o := DefaultOptions()
-	err := flagusage.ParseFlags("speaker", args, out, func(fs *pflag.FlagSet) func() error {
-		finish, finishExtra := Flags(fs, &o), func() error { return nil }
-		if extra != nil {
-			finishExtra = extra(fs)
-		}
-		return func() error { return errors.Join(finish(), finishExtra()) }
-	})
+	err := flagusage.ParseFlags("speaker", args, out, func(fs *pflag.FlagSet) func() error { return Flags(fs, &o) })
 	return o, err
 }
 
