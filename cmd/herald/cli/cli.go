@@ -109,6 +109,8 @@ func newRoot() *cobra.Command {
 	root.Flags().BoolVar(&showVersion, "version", false, "print the version, git revision and Go version (as herald version)")
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetHelpFunc(func(c *cobra.Command, _ []string) { writeHelp(c.OutOrStdout(), c) })
+	// cobra's own calls for the usage (`herald help nope`) get the same text.
+	root.SetUsageFunc(func(c *cobra.Command) error { writeHelp(c.OutOrStderr(), c); return nil })
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	root.AddCommand(controllerCommand(), speakerCommand(), proxyCommand(), statusCommand(), drainCommand(),
 		validateCommand(), migrateCommand(), labelNamespaceCommand(), conntrackCommand(), versionCommand())
