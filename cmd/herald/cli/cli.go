@@ -119,8 +119,8 @@ func newRoot() *cobra.Command {
 
 // Annotations of a command that its help prints.
 const (
-	synopsis = "herald.io/synopsis" // the usage lines, one per form
-	epilogue = "herald.io/epilogue" // a line after the flags
+	synopsis = "synopsis" // the usage lines, one per form
+	epilogue = "epilogue" // a line after the flags
 )
 
 // command is a subcommand of herald: use is its synopsis after "herald

@@ -381,7 +381,7 @@ func referenceAnnotations(t *testing.T) string {
 		}
 		rel, _ := filepath.Rel(root, path)
 		if d.IsDir() {
-			if rel == "e2e" || rel == "bin" || strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" {
+			if rel == "e2e" || rel == "bin" || path != root && strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" {
 				return filepath.SkipDir
 			}
 			return nil
