@@ -4,12 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/herald-lb/herald/internal/daemon"
@@ -69,43 +69,41 @@ func DefaultOptions() Options {
 	}
 }
 
-// ParseFlags reads the command line of `herald controller`. Errors name the
-// flag; -h prints the usage to out and returns flag.ErrHelp.
+// ParseFlags reads the command line of `herald controller` (flags only).
+// Errors name the flag; -h returns pflag.ErrHelp.
 func ParseFlags(args []string, out io.Writer) (Options, error) {
 	o := DefaultOptions()
-	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
-	fs.SetOutput(out)
+	err := flagusage.ParseFlags("controller", args, out, func(fs *pflag.FlagSet) func() error { return Flags(fs, &o) })
+	return o, err
+}
+
+// Flags defines the flags of `herald controller` on fs, into o (whose
+// values are the defaults). finish, called once fs is parsed, fills in
+// what the flags left to be derived and checks the options.
+func Flags(fs *pflag.FlagSet, o *Options) (finish func() error) {
 	o.APIFlags.Register(fs)
 	logging.Register(fs, &o.LogFormat)
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of herald's configuration (default: $POD_NAMESPACE or herald-system)")
-	fs.StringVar(&o.LBClass, "lb-class", "", "handle only Services with this spec.loadBalancerClass (default: only Services without a class)")
+	fs.StringVar(&o.LBClass, "lb-class", o.LBClass, "handle only Services with this spec.loadBalancerClass (default: only Services without a class)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address serving /metrics, /healthz and /readyz")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Services reconciled in parallel")
 	fs.DurationVar(&o.StatusInterval, "status-interval", o.StatusInterval, "least time between two status writes of one herald.io object")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader with a Lease so only one replica allocates")
 	fs.StringVar(&o.LeaseName, "leader-elect-lease-name", o.LeaseName, "name of the Lease")
-	fs.StringVar(&o.LeaseNS, "leader-elect-lease-namespace", "", "namespace of the Lease (default: --namespace)")
+	fs.StringVar(&o.LeaseNS, "leader-elect-lease-namespace", o.LeaseNS, "namespace of the Lease (default: --namespace)")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "how long a standby waits after the last renewal before taking over")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "how long the leader keeps trying to renew before it gives up")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "wait between attempts to acquire or renew")
 	fs.StringVar(&o.Identity, "leader-elect-identity", o.Identity, "this replica's name in the Lease (default: $POD_NAME, else host name and a random suffix)")
-	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: herald controller [flags]\n\nAssigns external IPs from IPAddressPools to LoadBalancer Services.")
-		flagusage.PrintDefaults(out, fs)
+	return func() error {
+		if o.LeaseNS == "" {
+			o.LeaseNS = o.Namespace
+		}
+		if o.Identity == "" {
+			o.Identity = randomIdentity()
+		}
+		return o.Validate()
 	}
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q: herald controller takes only flags", fs.Arg(0))
-	}
-	if o.LeaseNS == "" {
-		o.LeaseNS = o.Namespace
-	}
-	if o.Identity == "" {
-		o.Identity = randomIdentity()
-	}
-	return o, o.Validate()
 }
 
 // randomIdentity is for a replica outside a pod: a restarted process must

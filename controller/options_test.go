@@ -2,13 +2,14 @@ package controller
 
 import (
 	"errors"
-	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -24,7 +25,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || o.Identity == "" {
 		t.Errorf("without POD_NAME the identity must be generated: %q, %v", o.Identity, err)
 	}
-	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, pflag.ErrHelp) {
 		t.Errorf("-h: %v", err)
 	}
 }
@@ -47,7 +48,7 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--leader-elect-renew-deadline=2s"}, "--leader-elect-renew-deadline: 2s must be longer than 1.2 x"},
 		{[]string{"--leader-elect-lease-duration=10s"}, "--leader-elect-lease-duration: 10s must be longer than --leader-elect-renew-deadline"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
-		{[]string{"--workers=many"}, "invalid value"},
+		{[]string{"--workers=many"}, `invalid argument "many" for "--workers" flag`},
 	} {
 		_, err := ParseFlags(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -2,11 +2,12 @@ package proxy
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/herald-lb/herald/proxy/kubeproxyconfig"
 )
@@ -19,7 +20,7 @@ import (
 // flag is left out with a warning. A field herald cannot honour without
 // serving traffic differently, or a value the flag refuses, is an error
 // naming the file and the field.
-func applyConfigFile(fs *flag.FlagSet, o *Options, allowed map[string]bool) error {
+func applyConfigFile(fs *pflag.FlagSet, o *Options, allowed map[string]bool) error {
 	data, err := os.ReadFile(o.ConfigFile)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
@@ -38,7 +39,7 @@ func applyConfigFile(fs *flag.FlagSet, o *Options, allowed map[string]bool) erro
 		}
 	}
 	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	fs.Visit(func(f *pflag.Flag) { given[f.Name] = true })
 	o.fromFile = map[string]string{}
 	for _, f := range tr.Flags {
 		switch {
@@ -47,10 +48,14 @@ func applyConfigFile(fs *flag.FlagSet, o *Options, allowed map[string]bool) erro
 		case !allowed[f.Name]:
 			o.ConfigWarnings = append(o.ConfigWarnings, fmt.Sprintf("%s: left out: this command runs the proxy with its own --%s", f.Field, f.Name))
 		default:
-			if err := fs.Set(f.Name, f.Value); err != nil {
+			// The value's own error: pflag's Set would wrap it in one
+			// naming the flag, which the file did not set.
+			fl := fs.Lookup(f.Name)
+			if err := fl.Value.Set(f.Value); err != nil {
 				errs = append(errs, fmt.Errorf("--config: %s: %s: %q: %v", o.ConfigFile, f.Field, f.Value, err))
 				continue
 			}
+			fl.Changed = true
 			o.fromFile[f.Name] = f.Field
 		}
 	}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"flag"
 	"io"
 	"net/netip"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/herald-lb/herald/proxy/rules"
 )
@@ -95,7 +96,7 @@ func TestConfigErrors(t *testing.T) {
 // not the fields for the speaker's own flags (its connection).
 func TestConfigInTheSpeaker(t *testing.T) {
 	path := writeConfig(t, "clientConnection: {kubeconfig: /k, qps: 3}\nclusterCIDR: 198.18.0.0/16\niptables: {localhostNodePorts: false}\n")
-	fs := flag.NewFlagSet("speaker", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("speaker", pflag.ContinueOnError)
 	kubeconfig := fs.String("kubeconfig", "", "")
 	o := DefaultOptions()
 	finish := BindFlags(fs, &o)
@@ -126,7 +127,7 @@ func TestDetectLocalFlags(t *testing.T) {
 		{[]string{"--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix=veth"}, rules.Interface{Name: "veth", Prefix: true}, ""},
 		{[]string{"--detect-local-mode=NodeCIDR", "--pod-bridge-interface=cni0"}, rules.Interface{}, ""},
 		{[]string{"--detect-local-mode=InterfaceNamePrefix"}, rules.Interface{}, "--pod-interface-name-prefix: --detect-local-mode=InterfaceNamePrefix needs it"},
-		{[]string{"--detect-local-mode=bridge"}, rules.Interface{}, `invalid value "bridge" for flag -detect-local-mode`},
+		{[]string{"--detect-local-mode=bridge"}, rules.Interface{}, `invalid argument "bridge" for "--detect-local-mode" flag`},
 		{[]string{"--pod-bridge-interface=br 0"}, rules.Interface{}, `--pod-bridge-interface: "br 0": ' ' cannot be`},
 		{[]string{"--bind-address=::"}, rules.Interface{}, ""},
 		{[]string{"--bind-address=node"}, rules.Interface{}, `--bind-address: "node" is not an IP address`},

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/herald-lb/herald/internal/daemon"
@@ -130,37 +130,36 @@ func DefaultOptions() Options {
 	}
 }
 
-// ParseFlags reads the command line of `herald proxy`. Errors name the
-// flag; -h prints the usage to out and returns flag.ErrHelp.
+// ParseFlags reads the command line of `herald proxy` (flags only).
+// Errors name the flag; -h returns pflag.ErrHelp.
 func ParseFlags(args []string, out io.Writer) (Options, error) {
 	o := DefaultOptions()
-	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	fs.SetOutput(out)
+	err := flagusage.ParseFlags("proxy", args, out, func(fs *pflag.FlagSet) func() error { return Flags(fs, &o) })
+	return o, err
+}
+
+// Flags defines the flags of `herald proxy` on fs, into o (whose values
+// are the defaults). finish, called once fs is parsed, reads --config and
+// the flags that need it, and checks the options.
+func Flags(fs *pflag.FlagSet, o *Options) (finish func() error) {
 	o.APIFlags.Register(fs)
 	logging.Register(fs, &o.LogFormat)
-	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity as kube-proxy's -v: 4 or more logs at debug level (each sync, each rule change)")
+	// -v and --v, as kube-proxy's (klog's) verbosity.
+	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "log verbosity as kube-proxy's -v: 4 or more logs at debug level (each sync, each rule change)")
 	fs.StringVar(&o.NodeName, "hostname-override", o.NodeName, "this node's name (default: $NODE_NAME, else the host name)")
-	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove every rule and chain herald's proxy installed, then exit")
+	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "remove every rule and chain herald's proxy installed, then exit")
 	// The file may set these too: here they are the proxy's own.
-	finish := bindFlags(fs, &o, "kubeconfig", "kube-api-qps", "kube-api-burst", "hostname-override", "v", "log-format")
-	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: herald proxy [flags]\n\nPrograms this node's iptables (or nftables, --proxy-mode=nftables) for ClusterIP, NodePort, LoadBalancer\nand external IPs, like kube-proxy's iptables and nftables modes.")
-		flagusage.PrintDefaults(out, fs)
+	bound := bindFlags(fs, o, "kubeconfig", "kube-api-qps", "kube-api-burst", "hostname-override", "v", "log-format")
+	return func() error {
+		if err := bound(); err != nil {
+			return err
+		}
+		o.NodeName = strings.ToLower(strings.TrimSpace(o.NodeName))
+		if o.Cleanup {
+			return nil // needs no node, API server or ports
+		}
+		return o.Validate()
 	}
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q: herald proxy takes only flags", fs.Arg(0))
-	}
-	if err := finish(); err != nil {
-		return o, err
-	}
-	o.NodeName = strings.ToLower(strings.TrimSpace(o.NodeName))
-	if o.Cleanup {
-		return o, nil // needs no node, API server or ports
-	}
-	return o, o.Validate()
 }
 
 // BindFlags registers the flags that shape the proxy's rules and servers
@@ -168,19 +167,19 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 // name and --cleanup, so `herald speaker` can offer them for the proxy it
 // runs in its own process. finish, called after fs.Parse, reads
 // --config, --cluster-cidr, --nodeport-addresses and --bind-address into o.
-func BindFlags(fs *flag.FlagSet, o *Options) (finish func() error) { return bindFlags(fs, o) }
+func BindFlags(fs *pflag.FlagSet, o *Options) (finish func() error) { return bindFlags(fs, o) }
 
 // bindFlags is BindFlags; the --config file may set the flags it
 // registers and those named in more, no other.
-func bindFlags(fs *flag.FlagSet, o *Options, more ...string) (finish func() error) {
+func bindFlags(fs *pflag.FlagSet, o *Options, more ...string) (finish func() error) {
 	before := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { before[f.Name] = true })
+	fs.VisitAll(func(f *pflag.Flag) { before[f.Name] = true })
 	cidrs := os.Getenv(EnvClusterCIDR)
 	fs.StringVar(&cidrs, "cluster-cidr", cidrs, "the pods' addresses, one CIDR per family, comma-separated; traffic from outside them to a cluster IP is masqueraded (default: $"+EnvClusterCIDR+", else the Node's spec.podCIDRs)")
-	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic sent to cluster IPs")
+	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", o.MasqueradeAll, "masquerade all traffic sent to cluster IPs")
 	fs.IntVar(&o.MasqueradeBit, "iptables-masquerade-bit", o.MasqueradeBit, "the fwmark bit (0-31) that marks packets to masquerade")
-	fs.TextVar(&o.ProxyMode, "proxy-mode", o.ProxyMode, "iptables, or nftables: one nftables table per family, programmed over netlink in one transaction per sync")
-	fs.TextVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "which iptables the rules go through: nft, legacy, or auto (the one the node's rules are in, as kube-proxy's image detects it; plain iptables when only that is installed)")
+	fs.TextVar(&o.ProxyMode, "proxy-mode", o.ProxyMode, "the proxy `mode`: iptables, or nftables: one nftables table per family, programmed over netlink in one transaction per sync")
+	fs.TextVar(&o.IPTablesBackend, "iptables-backend", o.IPTablesBackend, "the iptables `backend` the rules go through: nft, legacy, or auto (the one the node's rules are in, as kube-proxy's image detects it; plain iptables when only that is installed)")
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", o.MinSyncPeriod, "least time between two syncs of the rules (changes in between are batched)")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", o.SyncPeriod, "most time between two syncs; a periodic sync checks the canary chain and rewrites what changed")
 	// kube-proxy's names for the same two, so its command lines carry over.
@@ -194,12 +193,12 @@ func bindFlags(fs *flag.FlagSet, o *Options, more ...string) (finish func() erro
 	bindConntrackFlags(fs, &o.Conntrack)
 	bind := ""
 	fs.StringVar(&bind, "bind-address", bind, "kube-proxy's: this node's primary IP of its family, instead of the Node's (for --nodeport-addresses=primary and the node's own addresses in loadBalancerSourceRanges); no socket binds it; 0.0.0.0 or :: means the Node's")
-	fs.TextVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "how pod traffic is told apart: ClusterCIDR (--cluster-cidr; the default, the Node's spec.podCIDRs without it), NodeCIDR (the Node's spec.podCIDRs), BridgeInterface (arriving on --pod-bridge-interface) or InterfaceNamePrefix (on interfaces named --pod-interface-name-prefix...)")
+	fs.TextVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "how pod traffic is told apart (the `mode`): ClusterCIDR (--cluster-cidr; the default, the Node's spec.podCIDRs without it), NodeCIDR (the Node's spec.podCIDRs), BridgeInterface (arriving on --pod-bridge-interface) or InterfaceNamePrefix (on interfaces named --pod-interface-name-prefix...)")
 	fs.StringVar(&o.PodBridgeInterface, "pod-bridge-interface", o.PodBridgeInterface, "the pods' bridge, for --detect-local-mode=BridgeInterface")
 	fs.StringVar(&o.PodInterfaceNamePrefix, "pod-interface-name-prefix", o.PodInterfaceNamePrefix, "how the pods' interfaces are named, for --detect-local-mode=InterfaceNamePrefix")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "kube-proxy's configuration file (a KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1, as kubeadm writes it): its fields set the flags the command line does not; a field herald cannot honour without serving traffic differently is an error, any other it leaves out is logged")
 	allowed := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { allowed[f.Name] = !before[f.Name] })
+	fs.VisitAll(func(f *pflag.Flag) { allowed[f.Name] = !before[f.Name] })
 	for _, n := range more {
 		allowed[n] = true
 	}
@@ -228,7 +227,7 @@ func bindFlags(fs *flag.FlagSet, o *Options, more ...string) (finish func() erro
 
 // bindConntrackFlags registers kube-proxy's conntrack flags, with its
 // defaults: written once at start, a zero leaving the node's value.
-func bindConntrackFlags(fs *flag.FlagSet, t *conntrack.Tuning) {
+func bindConntrackFlags(fs *pflag.FlagSet, t *conntrack.Tuning) {
 	fs.IntVar(&t.MaxPerCore, "conntrack-max-per-core", t.MaxPerCore, "conntrack entries per CPU: nf_conntrack_max becomes this times the CPUs, at least --conntrack-min (0 leaves the table's size alone)")
 	fs.IntVar(&t.Min, "conntrack-min", t.Min, "the least nf_conntrack_max set from --conntrack-max-per-core")
 	fs.DurationVar(&t.TCPEstablishedTimeout, "conntrack-tcp-timeout-established", t.TCPEstablishedTimeout, "how long an idle established TCP connection stays tracked (0 leaves the node's)")
@@ -304,26 +303,22 @@ func (o Options) Validate() error {
 	return errors.Join(o.attribute(errs)...)
 }
 
-// ParseConntrackFlags reads the command line of `herald conntrack`:
-// the proxy's --conntrack-* flags alone, for a privileged init
-// container that writes them before the unprivileged proxy starts.
+// ParseConntrackFlags reads the command line of `herald conntrack`
+// (flags only). Errors name the flag; -h returns pflag.ErrHelp.
 func ParseConntrackFlags(args []string, out io.Writer) (conntrack.Tuning, logging.Format, error) {
 	t, format := conntrack.DefaultTuning(), logging.Text
-	fs := flag.NewFlagSet("conntrack", flag.ContinueOnError)
-	fs.SetOutput(out)
-	logging.Register(fs, &format)
-	bindConntrackFlags(fs, &t)
-	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: herald conntrack [flags]\n\nWrites the kernel's conntrack settings as kube-proxy does at start (the table's size and the\ntimeouts, kube-proxy's defaults), logs each change and exits. The proxy writes them itself too,\nbut runs with /proc/sys read-only in its container: the Helm chart runs this in a privileged\ninit container first. A setting that cannot be written is a warning, not a failure.")
-		flagusage.PrintDefaults(out, fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		return t, format, err
-	}
-	if fs.NArg() > 0 {
-		return t, format, fmt.Errorf("unexpected argument %q: herald conntrack takes only flags", fs.Arg(0))
-	}
-	return t, format, t.Validate()
+	err := flagusage.ParseFlags("conntrack", args, out, func(fs *pflag.FlagSet) func() error { return ConntrackFlags(fs, &t, &format) })
+	return t, format, err
+}
+
+// ConntrackFlags defines the flags of `herald conntrack` on fs: the
+// proxy's --conntrack-* flags alone, for a privileged init container
+// that writes them before the unprivileged proxy starts, and
+// --log-format. finish, called once fs is parsed, checks them.
+func ConntrackFlags(fs *pflag.FlagSet, t *conntrack.Tuning, format *logging.Format) (finish func() error) {
+	logging.Register(fs, format)
+	bindConntrackFlags(fs, t)
+	return func() error { return t.Validate() }
 }
 
 // LogLevel is the slog level -v asks for.

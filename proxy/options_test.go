@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"flag"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/herald-lb/herald/proxy/rules"
 )
@@ -33,7 +34,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if err != nil || len(o.ClusterCIDRs) != 2 || o.NodeName != "n2" {
 		t.Errorf("%+v %v", o, err)
 	}
-	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, pflag.ErrHelp) {
 		t.Errorf("-h: %v", err)
 	}
 	// kube-proxy's names and -v carry over.

@@ -2,7 +2,6 @@ package speaker
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/herald-lb/herald/internal/daemon"
@@ -125,25 +125,26 @@ func DefaultOptions() Options {
 	}
 }
 
-// ParseFlags reads the command line of `herald speaker`. Errors name the
-// flag; -h prints the usage to out and returns flag.ErrHelp.
+// ParseFlags reads the command line of `herald speaker` (flags only),
+// without the in-process proxy's flags, which the command line adds.
+// Errors name the flag; -h returns pflag.ErrHelp.
 func ParseFlags(args []string, out io.Writer) (Options, error) {
-	return ParseFlagsWith(args, out, nil)
+	o := DefaultOptions()
+	err := flagusage.ParseFlags("speaker", args, out, func(fs *pflag.FlagSet) func() error { return Flags(fs, &o) })
+	return o, err
 }
 
-// ParseFlagsWith is ParseFlags with more flags: extra binds them (the
-// in-process proxy's) and returns what checks them once parsed.
-func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (finish func() error)) (Options, error) {
-	o := DefaultOptions()
-	fs := flag.NewFlagSet("speaker", flag.ContinueOnError)
-	fs.SetOutput(out)
+// Flags defines the flags of `herald speaker` on fs, into o (whose
+// values are the defaults). finish, called once fs is parsed, reads the
+// flags that need it and checks the options.
+func Flags(fs *pflag.FlagSet, o *Options) (finish func() error) {
 	advertise, bind := os.Getenv("NODE_IP"), ""
 	logLevel := "info"
 	o.APIFlags.Register(fs)
 	logging.Register(fs, &o.LogFormat)
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's Node name (default: $NODE_NAME)")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of herald's configuration, the memberlist Secret and the ServiceAnnouncements (default: $POD_NAMESPACE or herald-system)")
-	fs.StringVar(&o.LBClass, "lb-class", "", "announce only Services with this spec.loadBalancerClass (default: only Services without a class), as the controller's --lb-class")
+	fs.StringVar(&o.LBClass, "lb-class", o.LBClass, "announce only Services with this spec.loadBalancerClass (default: only Services without a class), as the controller's --lb-class")
 	fs.StringVar(&advertise, "memberlist-advertise-address", advertise, "address the other speakers reach this one at (default: $NODE_IP, else the Node's InternalIP)")
 	fs.StringVar(&bind, "memberlist-bind-address", "", "address memberlist listens on (default: the advertise address)")
 	fs.IntVar(&o.Port, "memberlist-port", o.Port, "memberlist UDP and TCP port; every speaker must use the same")
@@ -153,7 +154,7 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	fs.IntVar(&o.Timers.SuspicionMult, "memberlist-suspicion-mult", o.Timers.SuspicionMult, "suspicion time in probe intervals (scaled by log10 of the cluster size) before a suspect is declared dead, when other members confirm the suspicion; above 2, memberlist waits for (mult-2) confirmations, at most (cluster size-2)")
 	fs.IntVar(&o.Timers.SuspicionMaxTimeoutMult, "memberlist-suspicion-max-mult", o.Timers.SuspicionMaxTimeoutMult, "how many times the suspicion time an unconfirmed suspicion lasts (one member alone could not reach the suspect): the time the suspect has to refute it")
 	fs.DurationVar(&o.Timers.GossipInterval, "memberlist-gossip-interval", o.Timers.GossipInterval, "time between gossip rounds")
-	fs.BoolVar(&o.IgnoreExcludeLB, "ignore-exclude-lb", false, "let nodes labelled node.kubernetes.io/exclude-from-external-load-balancers announce")
+	fs.BoolVar(&o.IgnoreExcludeLB, "ignore-exclude-lb", o.IgnoreExcludeLB, "let nodes labelled node.kubernetes.io/exclude-from-external-load-balancers announce")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address serving /metrics, /healthz and /readyz")
 	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
 	fs.BoolVar(&o.BGP, "bgp", o.BGP, "peer with the BGPPeers selecting this node and advertise the LoadBalancer IPs of BGPAdvertisements (embedded GoBGP)")
@@ -164,49 +165,34 @@ func ParseFlagsWith(args []string, out io.Writer, extra func(*flag.FlagSet) (fin
 	fs.DurationVar(&o.BGPShutdownWait, "bgp-shutdown-wait", o.BGPShutdownWait, "on a graceful stop, how long to wait for the withdrawals to be sent before closing the BGP sessions")
 	fs.DurationVar(&o.BGPDrainWait, "bgp-drain-wait", o.BGPDrainWait, "once herald drain marked this node, how long it advertises its routes with the GRACEFUL_SHUTDOWN community (65535:0) before it withdraws them, for the routers to move traffic to the other nodes first (0: withdraw at once)")
 	fs.BoolVar(&o.Proxy, "proxy", o.Proxy, "run herald's service proxy in this process too (false when another proxy serves the node)")
-	finishExtra := func() error { return nil }
-	if extra != nil {
-		finishExtra = extra(fs)
-	}
-	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: herald speaker [flags]\n\nAnswers ARP and NDP for the LoadBalancer IPs this node wins, advertises them over\nBGP to the BGPPeers selecting it, and runs the service\nproxy (the proxy's flags are accepted too; see herald proxy -h).")
-		flagusage.PrintDefaults(out, fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q: herald speaker takes only flags", fs.Arg(0))
-	}
-	var errs []error
-	bad := func(flag, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
-	}
-	o.NodeName = strings.ToLower(strings.TrimSpace(o.NodeName))
-	if err := o.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
-		bad("log-level", "%q is not debug, info, warn or error", logLevel)
-	}
-	if advertise != "" {
-		a, err := netip.ParseAddr(strings.TrimSpace(advertise))
-		if err != nil || a.Zone() != "" || a.IsUnspecified() {
-			bad("memberlist-advertise-address", "%q is not a unicast IP address", advertise)
+	return func() error {
+		var errs []error
+		bad := func(flag, format string, args ...any) {
+			errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
 		}
-		o.AdvertiseAddr = a.Unmap()
-	}
-	if bind != "" {
-		a, err := netip.ParseAddr(strings.TrimSpace(bind))
-		if err != nil || a.Zone() != "" {
-			bad("memberlist-bind-address", "%q is not an IP address", bind)
+		o.NodeName = strings.ToLower(strings.TrimSpace(o.NodeName))
+		if err := o.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
+			bad("log-level", "%q is not debug, info, warn or error", logLevel)
 		}
-		o.BindAddr = a.Unmap()
+		if advertise != "" {
+			a, err := netip.ParseAddr(strings.TrimSpace(advertise))
+			if err != nil || a.Zone() != "" || a.IsUnspecified() {
+				bad("memberlist-advertise-address", "%q is not a unicast IP address", advertise)
+			}
+			o.AdvertiseAddr = a.Unmap()
+		}
+		if bind != "" {
+			a, err := netip.ParseAddr(strings.TrimSpace(bind))
+			if err != nil || a.Zone() != "" {
+				bad("memberlist-bind-address", "%q is not an IP address", bind)
+			}
+			o.BindAddr = a.Unmap()
+		}
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		return o.Validate()
 	}
-	if err := finishExtra(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return o, errors.Join(errs...)
-	}
-	return o, o.Validate()
 }
 
 // Validate checks the options, naming the flag at fault.

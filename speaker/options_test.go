@@ -2,12 +2,13 @@ package speaker
 
 import (
 	"errors"
-	"flag"
 	"io"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -32,7 +33,7 @@ func TestParseFlags(t *testing.T) {
 	if o.Proxy || o.Port != 7947 || o.Timers.ProbeInterval != 200*time.Millisecond || o.Timers.SuspicionMaxTimeoutMult != 4 || !o.IgnoreExcludeLB || o.LogLevel.String() != "DEBUG" || o.TakeoverCheck != 0 {
 		t.Errorf("flags: %+v", o)
 	}
-	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+	if _, err := ParseFlags([]string{"-h"}, io.Discard); !errors.Is(err, pflag.ErrHelp) {
 		t.Errorf("-h: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"math"
@@ -14,6 +13,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -58,7 +58,7 @@ type APIFlags struct {
 }
 
 // Register defines the flags on fs, with f's values as defaults.
-func (f *APIFlags) Register(fs *flag.FlagSet) {
+func (f *APIFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "kubeconfig file (default: in-cluster configuration)")
 	fs.Float64Var(&f.QPS, "kube-api-qps", f.QPS, "requests per second to the API server")
 	fs.IntVar(&f.Burst, "kube-api-burst", f.Burst, "burst of requests to the API server")

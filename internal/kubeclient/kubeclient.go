@@ -4,9 +4,9 @@
 package kubeclient
 
 import (
-	"flag"
 	"fmt"
 
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -18,7 +18,7 @@ type Flags struct {
 }
 
 // Register adds --kubeconfig and --context to fs.
-func (f *Flags) Register(fs *flag.FlagSet) {
+func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
 	fs.StringVar(&f.Context, "context", "", "kubeconfig context to use (default: the current context)")
 }

@@ -4,11 +4,11 @@
 package logging
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 
+	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 )
 
@@ -21,8 +21,8 @@ const (
 	JSON Format = "json" // one JSON object per line
 )
 
-// UnmarshalText accepts "text" or "json"; the flag package names the
-// flag in the error.
+// UnmarshalText accepts "text" or "json"; pflag names the flag in the
+// error.
 func (f *Format) UnmarshalText(b []byte) error {
 	switch v := Format(b); v {
 	case Text, JSON:
@@ -37,7 +37,7 @@ func (f *Format) UnmarshalText(b []byte) error {
 func (f Format) MarshalText() ([]byte, error) { return []byte(f), nil }
 
 // Register adds --log-format to fs, stored in f (text by default).
-func Register(fs *flag.FlagSet, f *Format) {
+func Register(fs *pflag.FlagSet, f *Format) {
 	fs.TextVar(f, "log-format", Text, "log `format`: text (key=value pairs) or json (one object per line); client-go's messages are written the same way")
 }
 

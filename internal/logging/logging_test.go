@@ -3,12 +3,12 @@ package logging
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 )
 
@@ -21,9 +21,9 @@ func TestFlag(t *testing.T) {
 		{nil, Text, ""},
 		{[]string{"--log-format=json"}, JSON, ""},
 		{[]string{"--log-format", "text"}, Text, ""},
-		{[]string{"--log-format=yaml"}, "", `invalid value "yaml" for flag -log-format: "yaml" is neither text nor json`},
+		{[]string{"--log-format=yaml"}, "", `invalid argument "yaml" for "--log-format" flag: "yaml" is neither text nor json`},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		var f Format
 		Register(fs, &f)

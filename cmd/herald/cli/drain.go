@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,9 +27,7 @@ type drainOptions struct {
 	cluster kubeclient.Flags
 }
 
-const drainUsage = `usage: herald drain NODE [--undo] [--dry-run]
-
-Marks the Node for maintenance with the annotation ` + lbapi.AnnotationDrain + `=` + lbapi.DrainValue + `
+const drainDescription = `Marks the Node for maintenance with the annotation ` + lbapi.AnnotationDrain + `=` + lbapi.DrainValue + `
 (--undo removes it). The node's speaker then hands the layer-2 addresses it
 answers for over to the other nodes (they send gratuitous ARP and unsolicited
 NA), stops winning new ones unless no other node may announce them, and sends
@@ -38,37 +36,42 @@ withdraws them after the speaker's --bgp-drain-wait (10s by default). Run it
 before kubectl drain: a cordon alone moves nothing. Undo makes the node a
 candidate again; the addresses the election gives it come back to it once.`
 
-func parseDrain(args []string, out io.Writer) (drainOptions, error) {
-	var o drainOptions
-	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
-	fs.SetOutput(out)
+func drainFlags(fs *pflag.FlagSet, o *drainOptions) {
 	fs.BoolVar(&o.undo, "undo", false, "remove the mark: the node announces and advertises again")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would change and check the permission (a server-side dry run), change nothing")
 	o.cluster.Register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), drainUsage)
-		flagusage.PrintDefaults(fs.Output(), fs)
-	}
-	pos, err := flagusage.Parse(fs, args)
-	if err != nil {
-		return o, err
-	}
+}
+
+// complete takes the node from the positional arguments.
+func (o *drainOptions) complete(pos []string) error {
 	switch len(pos) {
 	case 0:
-		return o, errors.New("which node? usage: herald drain NODE [--undo] [--dry-run]")
+		return errors.New("which node? usage: herald drain NODE [--undo] [--dry-run]")
 	case 1:
 		o.node = pos[0]
 	default:
-		return o, fmt.Errorf("one node at a time, got %q", pos)
+		return fmt.Errorf("one node at a time, got %q", pos)
 	}
-	return o, nil
+	return nil
 }
 
-var runDrain = clusterCommand("drain", parseDrain,
-	func(o drainOptions) kubeclient.Flags { return o.cluster },
-	func(ctx context.Context, cs kubernetes.Interface, o drainOptions) int {
-		return drainMain(ctx, cs.CoreV1().Nodes(), o, os.Stdout, os.Stderr)
-	})
+func parseDrain(args []string, out io.Writer) (drainOptions, error) {
+	var o drainOptions
+	err := flagusage.ParseArgs("drain", args, out, func(fs *pflag.FlagSet) func([]string) error { drainFlags(fs, &o); return o.complete })
+	return o, err
+}
+
+func drainCommand() *cobra.Command {
+	c := command("drain NODE [--undo] [--dry-run] [flags]", "hand a node's addresses and routes over before maintenance (--undo: take part again)",
+		drainDescription, cobra.ArbitraryArgs)
+	var o drainOptions
+	drainFlags(c.Flags(), &o)
+	c.RunE = clusterRun("drain", o.complete, func() kubeclient.Flags { return o.cluster },
+		func(ctx context.Context, cs kubernetes.Interface, out, errOut io.Writer) int {
+			return drainMain(ctx, cs.CoreV1().Nodes(), o, out, errOut)
+		})
+	return c
+}
 
 // drainMain sets or clears the mark on the Node, says what follows, and
 // returns the exit status: 1 when the Node cannot be read or patched.

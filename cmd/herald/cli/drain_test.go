@@ -29,7 +29,7 @@ func TestParseDrain(t *testing.T) {
 		{args: []string{"--dry-run", "node2"}, want: drainOptions{node: "node2", dryRun: true}},
 		{args: nil, errHas: "which node?"},
 		{args: []string{"node1", "node2"}, errHas: `one node at a time, got ["node1" "node2"]`},
-		{args: []string{"--cordon", "node2"}, errHas: "flag provided but not defined: -cordon"},
+		{args: []string{"--cordon", "node2"}, errHas: "unknown flag: --cordon"},
 	} {
 		got, err := parseDrain(c.args, io.Discard)
 		switch {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/herald-lb/herald/config/migrate"
@@ -33,21 +34,7 @@ type migrateOptions struct {
 	kubeProxyConfigMap string
 }
 
-func parseMigrate(args []string, out io.Writer) (migrateOptions, error) {
-	o := migrateOptions{metallbNamespace: "metallb-system", namespace: "herald-system", kubeProxyConfigMap: "kube-system/kube-proxy"}
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.Var(&o.files, "f", "YAML file with MetalLB's configuration (repeatable; - for stdin)")
-	fs.BoolVar(&o.fromCluster, "from-cluster", false, "read MetalLB's configuration from the cluster (--metallb-namespace)")
-	fs.StringVar(&o.metallbNamespace, "metallb-namespace", o.metallbNamespace, "namespace MetalLB reads its configuration from; with -f, objects of other namespaces are skipped")
-	fs.StringVar(&o.namespace, "namespace", o.namespace, "herald's namespace: where the translated objects go")
-	fs.BoolVar(&o.fromKubeProxy, "from-kube-proxy", false, "translate kube-proxy's configuration instead (-f: kubeadm's kube-proxy ConfigMap or its config.conf; --from-cluster: --kube-proxy-configmap) into values of herald's Helm chart and herald proxy flags")
-	fs.StringVar(&o.kubeProxyConfigMap, "kube-proxy-configmap", o.kubeProxyConfigMap, "NAMESPACE/NAME of kube-proxy's ConfigMap, for --from-kube-proxy --from-cluster")
-	o.cluster.Register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(out, `usage: herald migrate -f FILE [-f FILE...] | --from-cluster [flags]
-
-Translates MetalLB's configuration (metallb.io custom resources, or its
+const migrateDescription = `Translates MetalLB's configuration (metallb.io custom resources, or its
 legacy configuration of MetalLB 0.12: the ConfigMap, or the bare file
 under its "config" key) into herald.io/v1beta1 YAML on standard output,
 for kubectl apply. Only what MetalLB reads is translated: objects in
@@ -63,39 +50,65 @@ With --from-kube-proxy, it reads kube-proxy's KubeProxyConfiguration
 instead and writes values for herald's Helm chart, with the same settings
 as herald proxy flags in a comment; standard error names every field that
 does not translate and why. Exit status as above: 1 when a field is left
-out or refused (an error: herald would serve traffic differently).`)
-		flagusage.PrintDefaults(out, fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	o.files = append(o.files, fs.Args()...)
-	switch {
-	case len(o.files) == 0 && !o.fromCluster:
-		return o, errors.New("give -f FILE or --from-cluster")
-	case len(o.files) > 0 && o.fromCluster:
-		return o, errors.New("give -f FILE or --from-cluster, not both")
-	case o.fromKubeProxy && len(o.files) > 1:
-		return o, errors.New("--from-kube-proxy reads one file")
-	}
-	return o, nil
+out or refused (an error: herald would serve traffic differently).`
+
+func defaultMigrateOptions() migrateOptions {
+	return migrateOptions{metallbNamespace: "metallb-system", namespace: "herald-system", kubeProxyConfigMap: "kube-system/kube-proxy"}
 }
 
-func runMigrate(args []string) int {
-	o, err := parseMigrate(args, flagusage.Output(args))
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+func migrateFlags(fs *pflag.FlagSet, o *migrateOptions) {
+	fs.StringArrayVarP((*[]string)(&o.files), "filename", "f", nil, "YAML `file` with MetalLB's configuration (repeatable; - for stdin)")
+	fs.BoolVar(&o.fromCluster, "from-cluster", false, "read MetalLB's configuration from the cluster (--metallb-namespace)")
+	fs.StringVar(&o.metallbNamespace, "metallb-namespace", o.metallbNamespace, "namespace MetalLB reads its configuration from; with -f, objects of other namespaces are skipped")
+	fs.StringVarP(&o.namespace, "namespace", "n", o.namespace, "the translated objects' namespace: herald's, where they go")
+	fs.BoolVar(&o.fromKubeProxy, "from-kube-proxy", false, "translate kube-proxy's configuration instead (-f: kubeadm's kube-proxy ConfigMap or its config.conf; --from-cluster: --kube-proxy-configmap) into values of herald's Helm chart and herald proxy flags")
+	fs.StringVar(&o.kubeProxyConfigMap, "kube-proxy-configmap", o.kubeProxyConfigMap, "NAMESPACE/NAME of kube-proxy's ConfigMap, for --from-kube-proxy --from-cluster")
+	o.cluster.Register(fs)
+}
+
+// complete takes the files given as arguments and checks the options.
+func (o *migrateOptions) complete(pos []string) error {
+	o.files = append(o.files, pos...)
+	switch {
+	case len(o.files) == 0 && !o.fromCluster:
+		return errors.New("give -f FILE or --from-cluster")
+	case len(o.files) > 0 && o.fromCluster:
+		return errors.New("give -f FILE or --from-cluster, not both")
+	case o.fromKubeProxy && len(o.files) > 1:
+		return errors.New("--from-kube-proxy reads one file")
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "herald migrate: %v\n", err)
-		return 2
+	return nil
+}
+
+func parseMigrate(args []string, out io.Writer) (migrateOptions, error) {
+	o := defaultMigrateOptions()
+	err := flagusage.ParseArgs("migrate", args, out, func(fs *pflag.FlagSet) func([]string) error { migrateFlags(fs, &o); return o.complete })
+	return o, err
+}
+
+func migrateCommand() *cobra.Command {
+	c := command("migrate -f FILE [-f FILE...] [flags]\nmigrate --from-cluster [flags]", "translate MetalLB's configuration into herald's",
+		migrateDescription, cobra.ArbitraryArgs)
+	o := defaultMigrateOptions()
+	migrateFlags(c.Flags(), &o)
+	c.RunE = func(c *cobra.Command, args []string) error {
+		if err := o.complete(args); err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		code := 0
+		if o.fromKubeProxy {
+			code = migrateKubeProxyMain(ctx, o, c.OutOrStdout(), c.ErrOrStderr())
+		} else {
+			code = migrateMain(ctx, o, c.OutOrStdout(), c.ErrOrStderr())
+		}
+		if code != 0 {
+			return exitCode(code)
+		}
+		return nil
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if o.fromKubeProxy {
-		return migrateKubeProxyMain(ctx, o, os.Stdout, os.Stderr)
-	}
-	return migrateMain(ctx, o, os.Stdout, os.Stderr)
+	return c
 }
 
 // migrateMain translates, writes the YAML to out and the report to

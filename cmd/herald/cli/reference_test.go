@@ -83,46 +83,28 @@ func clearEnv(t *testing.T) {
 	}
 }
 
-// stdout runs f with os.Stdout going to a file and returns what it wrote.
-func stdout(t *testing.T, f func()) string {
-	t.Helper()
-	tmp, err := os.CreateTemp(t.TempDir(), "stdout")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tmp.Close()
-	saved := os.Stdout
-	os.Stdout = tmp
-	defer func() { os.Stdout = saved }()
-	f()
-	b, err := os.ReadFile(tmp.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-type flagDoc struct{ name, arg, def, usage string }
+type flagDoc struct{ short, name, arg, def, usage string }
 
 var (
-	flagLine   = regexp.MustCompile(`^  -([^ \t]+)(?: ([^ \t]+))?(?:\t(.*))?$`)
+	flagLine   = regexp.MustCompile(`^  (?:-(\S), |    )--([^ \t]+)(?: ([^ \t]+))?$`)
 	pkgDefault = regexp.MustCompile(`^(.*) \(default (.*)\)$`)
 	ownDefault = regexp.MustCompile(`\s*\(default: ([^()]*(?:\([^()]*\)[^()]*)*)\)`)
 )
 
-// parseUsage reads what internal/flagusage.PrintDefaults writes after a
-// command's own text.
+// parseUsage reads a command's help: its text up to "Flags:", then the
+// flags as internal/flagusage.Write lists them.
 func parseUsage(t *testing.T, cmd, s string) (header string, flags []flagDoc) {
-	var head []string
-	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+	head, list, ok := strings.Cut(strings.TrimRight(s, "\n"), "\nFlags:\n")
+	if !ok {
+		t.Fatalf("herald %s -h: no flags:\n%s", cmd, s)
+	}
+	for _, line := range strings.Split(list, "\n") {
 		switch m := flagLine.FindStringSubmatch(line); {
 		case m != nil:
-			flags = append(flags, flagDoc{name: m[1], arg: m[2], usage: m[3]})
-		case strings.HasPrefix(line, "    \t") && len(flags) > 0:
+			flags = append(flags, flagDoc{short: m[1], name: m[2], arg: m[3]})
+		case strings.HasPrefix(line, "        ") && len(flags) > 0:
 			f := &flags[len(flags)-1]
-			f.usage = strings.TrimSpace(f.usage + " " + strings.TrimPrefix(line, "    \t"))
-		case len(flags) == 0:
-			head = append(head, line)
+			f.usage = strings.TrimSpace(f.usage + " " + strings.TrimSpace(line))
 		default:
 			t.Fatalf("herald %s -h: cannot read %q", cmd, line)
 		}
@@ -144,36 +126,42 @@ func parseUsage(t *testing.T, cmd, s string) (header string, flags []flagDoc) {
 			}
 		}
 	}
-	return strings.TrimSpace(strings.Join(head, "\n")), flags
+	return strings.TrimSpace(head), flags
 }
 
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
 func referenceFlags(t *testing.T) string {
 	clearEnv(t)
+	root := newRoot()
 	var b strings.Builder
 	for _, name := range order {
 		if name == "version" {
 			continue
 		}
-		var code int
-		out := stdout(t, func() { code = Main([]string{name, "-h"}) })
-		if code != 0 {
+		var out strings.Builder
+		if code := run([]string{name, "-h"}, &out, io.Discard); code != 0 {
 			t.Fatalf("herald %s -h: exit %d", name, code)
 		}
-		header, flags := parseUsage(t, name, out)
-		if len(flags) == 0 {
-			t.Fatalf("herald %s -h lists no flag:\n%s", name, out)
+		header, flags := parseUsage(t, name, out.String())
+		if len(flags) < 2 {
+			t.Fatalf("herald %s -h lists no flag but -h:\n%s", name, out.String())
 		}
-		summary := commands[name].summary
+		cmd, _, err := root.Find([]string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		summary := cmd.Short
 		fmt.Fprintf(&b, "### `herald %s`\n\n%s.\n\n```text\n%s\n```\n\n| flag | default | meaning |\n| --- | --- | --- |\n", name, strings.ToUpper(summary[:1])+summary[1:], header)
 		for _, f := range flags {
-			dash := "--"
-			if len(f.name) == 1 {
-				dash = "-"
+			if f.name == "help" {
+				continue // every command's
 			}
-			n := "`" + dash + f.name
-			if f.arg != "" && f.arg != "value" {
+			n := "`--" + f.name
+			if f.short != "" {
+				n = "`-" + f.short + ", --" + f.name
+			}
+			if f.arg != "" {
 				n += " " + f.arg
 			}
 			fmt.Fprintf(&b, "| %s` | %s | %s |\n", n, cell(f.def), cell(f.usage))
@@ -393,7 +381,7 @@ func referenceAnnotations(t *testing.T) string {
 		}
 		rel, _ := filepath.Rel(root, path)
 		if d.IsDir() {
-			if rel == "e2e" || rel == "bin" || strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" {
+			if rel == "e2e" || rel == "bin" || path != root && strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" {
 				return filepath.SkipDir
 			}
 			return nil

@@ -3,13 +3,15 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/herald-lb/herald/internal/daemon"
+	"github.com/herald-lb/herald/internal/flagusage"
 	"github.com/herald-lb/herald/proxy"
 	"github.com/herald-lb/herald/speaker"
 )
@@ -22,30 +24,42 @@ type speakerCmd struct {
 	proxy   proxy.Options
 }
 
+func newSpeakerCmd() *speakerCmd {
+	return &speakerCmd{speaker: speaker.DefaultOptions(), proxy: proxy.DefaultOptions()}
+}
+
+// flags defines the speaker's flags and the proxy's on one flag set.
+// finish, once it is parsed, checks both and gives the proxy the
+// speaker's node, kubeconfig and API limits.
+func (c *speakerCmd) flags(fs *pflag.FlagSet) (finish func() error) {
+	finishSpeaker := speaker.Flags(fs, &c.speaker)
+	finishProxy := proxy.BindFlags(fs, &c.proxy)
+	return func() error {
+		if err := errors.Join(finishSpeaker(), finishProxy()); err != nil {
+			return err
+		}
+		p := &c.proxy
+		p.Kubeconfig, p.NodeName, p.QPS, p.Burst = c.speaker.Kubeconfig, c.speaker.NodeName, c.speaker.QPS, c.speaker.Burst
+		if !c.speaker.Proxy {
+			return nil // its flags are not checked when it does not run
+		}
+		var errs []error
+		if err := p.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if a := c.speaker.MetricsAddr; a == p.MetricsBindAddress || a == p.HealthzBindAddress {
+			errs = append(errs, fmt.Errorf("--metrics-addr: %s is also the proxy's --metrics-bind-address or --healthz-bind-address", a))
+		}
+		return errors.Join(errs...)
+	}
+}
+
 // parseSpeaker reads the speaker's flags and the proxy's in one command
-// line. The proxy shares the speaker's node, kubeconfig and API limits.
+// line.
 func parseSpeaker(args []string, out io.Writer) (speakerCmd, error) {
-	c := speakerCmd{proxy: proxy.DefaultOptions()}
-	var err error
-	c.speaker, err = speaker.ParseFlagsWith(args, out, func(fs *flag.FlagSet) func() error {
-		return proxy.BindFlags(fs, &c.proxy)
-	})
-	if err != nil {
-		return c, err
-	}
-	p := &c.proxy
-	p.Kubeconfig, p.NodeName, p.QPS, p.Burst = c.speaker.Kubeconfig, c.speaker.NodeName, c.speaker.QPS, c.speaker.Burst
-	if !c.speaker.Proxy {
-		return c, nil // its flags are not checked when it does not run
-	}
-	var errs []error
-	if err := p.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if a := c.speaker.MetricsAddr; a == p.MetricsBindAddress || a == p.HealthzBindAddress {
-		errs = append(errs, fmt.Errorf("--metrics-addr: %s is also the proxy's --metrics-bind-address or --healthz-bind-address", a))
-	}
-	return c, errors.Join(errs...)
+	c := newSpeakerCmd()
+	err := flagusage.ParseFlags("speaker", args, out, c.flags)
+	return *c, err
 }
 
 // runSpeaker runs the proxy (restarted after a failure) next to the

@@ -9,15 +9,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -52,50 +51,79 @@ type Options struct {
 	LBClass string
 	// Namespace and Name select Services; empty means all.
 	Namespace, Name string
+	// AllNamespaces is -A: Services of every namespace, which is also
+	// what no -n and no Service name give.
+	AllNamespaces bool
 }
 
-// ParseFlags reads `herald status [flags] [NAMESPACE/NAME | NAME]`.
-func ParseFlags(args []string, out io.Writer) (Options, error) {
-	o := Options{HeraldNamespace: "herald-system"}
-	if len(args) > 0 && args[0] == "bgp" {
-		o.BGP, args = true, args[1:]
-	}
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(out)
+// Usage is the synopsis of `herald status`, after "herald ".
+const Usage = "status [NAMESPACE/NAME | NAME] [flags]\nstatus bgp [flags]"
+
+// Description says what `herald status` shows.
+const Description = `Shows each LoadBalancer Service's external IPs, their pool, and which node announces
+each IP, how and on which interfaces or to which BGP peers (from the speakers'
+ServiceAnnouncements and, for BGP Services with externalTrafficPolicy Cluster, their
+NodeAnnouncements). Without NAME and -n it lists the Services of every namespace (as -A);
+NAME without a namespace is a Service of namespace default, or of -n.
+` + "`herald status bgp`" + ` shows each speaker's BGP sessions (state, BFD, prefixes), read from
+the speakers' metrics through the API server (get on pods/proxy in herald's namespace).`
+
+// Flags defines the flags of `herald status` on fs, into o.
+func Flags(fs *pflag.FlagSet, o *Options) {
 	o.Cluster.Register(fs)
-	fs.StringVar(&o.Output, "o", "text", "output format: text, json or yaml")
-	fs.StringVar(&o.Namespace, "n", "", "only Services of this namespace (default: all)")
-	fs.StringVar(&o.HeraldNamespace, "herald-namespace", o.HeraldNamespace, "herald's namespace, where the ServiceAnnouncements, NodeAnnouncements and configuration are")
+	fs.StringVarP(&o.Output, "output", "o", "text", "output format: text, json or yaml")
+	fs.StringVarP(&o.Namespace, "namespace", "n", "", "the Services' namespace: only Services of this namespace, or NAME's (default: every namespace; with NAME, default)")
+	fs.BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "Services of every namespace (what no -n and no NAME give too)")
+	fs.StringVar(&o.HeraldNamespace, "herald-namespace", "herald-system", "herald's namespace, where the ServiceAnnouncements, NodeAnnouncements and configuration are")
 	fs.StringVar(&o.LBClass, "lb-class", "", "the spec.loadBalancerClass herald handles, as the controller's and the speakers' --lb-class (default: Services without a class)")
-	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: herald status [flags] [NAMESPACE/NAME | NAME]\n       herald status bgp [flags]\n\nShows each LoadBalancer Service's external IPs, their pool, and which node announces\neach IP, how and on which interfaces or to which BGP peers (from the speakers'\nServiceAnnouncements and, for BGP Services with externalTrafficPolicy Cluster, their\nNodeAnnouncements).\n`herald status bgp` shows each speaker's BGP sessions (state, BFD, prefixes), read from\nthe speakers' metrics through the API server (get on pods/proxy in herald's namespace).")
-		flagusage.PrintDefaults(out, fs)
-	}
-	pos, err := flagusage.Parse(fs, args)
-	if err != nil {
-		return o, err
-	}
+}
+
+// ParseFlags reads `herald status [NAMESPACE/NAME | NAME] [flags]`, or
+// `herald status bgp [flags]`: flags before and after the arguments.
+func ParseFlags(args []string, out io.Writer) (Options, error) {
+	var o Options
+	err := flagusage.ParseArgs("status", args, out, func(fs *pflag.FlagSet) func([]string) error {
+		Flags(fs, &o)
+		return o.Complete
+	})
+	return o, err
+}
+
+// Complete reads the arguments left once the flags are parsed: bgp, or
+// the Service, and checks the options.
+func (o *Options) Complete(pos []string) error {
 	switch o.Output {
 	case "text", "json", "yaml":
 	default:
-		return o, fmt.Errorf("-o %q: use text, json or yaml", o.Output)
+		return fmt.Errorf("-o %q: use text, json or yaml", o.Output)
 	}
-	if !o.BGP && len(pos) == 1 && pos[0] == "bgp" {
-		// `herald status --kubeconfig F bgp`: the subcommand after the
-		// flags (a Service called bgp is default/bgp).
-		o.BGP = true
-		return o, nil
+	if len(pos) > 0 && pos[0] == "bgp" {
+		// `herald status bgp`, the flags before or after it (a Service
+		// called bgp is default/bgp).
+		o.BGP, pos = true, pos[1:]
 	}
-	if o.BGP && len(pos) > 0 {
-		return o, fmt.Errorf("herald status bgp takes no Service, got %q", pos)
+	if o.BGP {
+		switch {
+		case len(pos) > 0:
+			return fmt.Errorf("herald status bgp takes no Service, got %q", pos)
+		case o.Namespace != "" || o.AllNamespaces:
+			return errors.New("herald status bgp lists every speaker's sessions: -n and -A do not apply")
+		}
+		return nil
+	}
+	if o.AllNamespaces && o.Namespace != "" {
+		return errors.New("-A and -n: give one of them")
 	}
 	switch len(pos) {
 	case 0:
 	case 1:
 		arg := pos[0]
+		if o.AllNamespaces {
+			return fmt.Errorf("-A lists every Service; it takes no Service name, got %q", arg)
+		}
 		if ns, name, ok := strings.Cut(arg, "/"); ok {
 			if o.Namespace != "" && o.Namespace != ns {
-				return o, fmt.Errorf("%q names namespace %s, -n says %s", arg, ns, o.Namespace)
+				return fmt.Errorf("%q names namespace %s, -n says %s", arg, ns, o.Namespace)
 			}
 			o.Namespace, o.Name = ns, name
 		} else {
@@ -105,12 +133,12 @@ func ParseFlags(args []string, out io.Writer) (Options, error) {
 			}
 		}
 		if o.Name == "" || o.Namespace == "" {
-			return o, fmt.Errorf("%q: give NAMESPACE/NAME or NAME", arg)
+			return fmt.Errorf("%q: give NAMESPACE/NAME or NAME", arg)
 		}
 	default:
-		return o, fmt.Errorf("at most one Service, got %d arguments", len(pos))
+		return fmt.Errorf("at most one Service, got %d arguments", len(pos))
 	}
-	return o, nil
+	return nil
 }
 
 // Run prints the status to out.
@@ -602,23 +630,6 @@ func canonical(ip string) string {
 		return a.Unmap().String()
 	}
 	return ip
-}
-
-// Main is the command: it exits 2 on a bad command line, 1 on failure.
-func Main(ctx context.Context, args []string) int {
-	o, err := ParseFlags(args, flagusage.Output(args))
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "herald status: %v\n", err)
-		return 2
-	}
-	if err := Run(ctx, o, os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "herald status: %v\n", err)
-		return 1
-	}
-	return 0
 }
 
 // layer2Claims counts the layer-2 announcers.
