@@ -32,7 +32,7 @@ import (
 	"github.com/herald-lb/herald/speaker/bgp/gobgp"
 	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
-	"github.com/herald-lb/herald/speaker/recovery"
+	"github.com/herald-lb/herald/speaker/partition"
 	"github.com/herald-lb/herald/speaker/view"
 )
 
@@ -57,50 +57,37 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var sp *Speaker
-	var spMu sync.Mutex
-	current := func() *Speaker { spMu.Lock(); defer spMu.Unlock(); return sp }
-	stopServer, err := serveMetrics(log, o.MetricsAddr, m, readiness(current, o.Ready), liveness(current))
+	var current currentSpeaker
+	stopServer, err := serveMetrics(log, o.MetricsAddr, m, readiness(current.get, o.Ready), liveness(current.get))
 	if err != nil {
 		return err
 	}
 	defer stopServer()
 
-	advertise := o.AdvertiseAddr
-	if !advertise.IsValid() {
-		if advertise, err = waitNodeIP(ctx, kube, o.NodeName, log); err != nil {
-			return err
-		}
-	}
-	bind := o.BindAddr
-	if !bind.IsValid() {
-		bind = advertise
+	advertise, bind, err := addresses(ctx, kube, o, log)
+	if err != nil {
+		return err
 	}
 	secret, extraKeys, err := waitSecret(ctx, kube, o.Namespace, o.SecretName, log)
 	if err != nil {
 		return err
 	}
-
 	w, err := newWatches(kube, dyn, o, advertise.Is6(), log)
 	if err != nil {
 		return err
 	}
-	src, bgpMgr := w.src, w.bgpMgr
 	writer, nodeWriter := w.statusWriters(o, dyn, log)
-
 	rec, stopEvents := daemon.Recorder(ctx, kube, clientscheme.Scheme, "speaker", o.NodeName)
 	defer stopEvents()
 
-	links := NetlinkLinks{}
-	beat := heartbeat.NewTracker(o.NodeName, 3*o.HeartbeatPeriod, nil)
-	spMu.Lock()
-	sp = New(Deps{
+	guard := partition.New(partition.Config{Self: o.NodeName, Window: 3 * o.HeartbeatPeriod, RecoveryHold: o.RecoveryHold, RestartHold: o.RestartHold})
+	sp := New(Deps{
 		Node: o.NodeName, Options: view.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
-		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
-		Status: statusWriters{writer, nodeWriter}, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
-		Recovery: recovery.NewTracker(o.RecoveryHold, nil), RestartHold: o.RestartHold, BGPDrainWait: o.BGPDrainWait,
+		Source: w.src, Links: NetlinkLinks{}, NewResponder: PacketResponders(log.With("component", "layer2")),
+		Status: statusWriters{writer, nodeWriter}, Events: rec, Metrics: m, Log: log, BGP: w.bgpMgr,
+		Partition: guard, BGPDrainWait: o.BGPDrainWait,
 	}.withProxy(o.ProxyRules).withTakeoverCheck(o.TakeoverCheck))
-	spMu.Unlock()
+	current.set(sp)
 	if o.ProxyRules != nil {
 		o.ProxyRules.SetOnProgrammed(sp.Trigger)
 	}
@@ -115,48 +102,33 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if !cache.WaitForCacheSync(ctx.Done(), w.synced...) {
 		return ctx.Err()
 	}
-
-	snap := src.Snapshot()
-	first, err := links.List()
+	cluster, peers, err := joinCluster(o, w.src, sp, bind, advertise, secret, extraKeys, log)
 	if err != nil {
 		return err
 	}
-	meta, _ := fitMeta(SelectInterfaces(first, snap.PodCIDRs, namedInterfaces(snap.Config)).Meta())
-	cluster, err := members.New(members.Config{
-		NodeName: o.NodeName, BindAddr: bind, BindPort: o.Port, AdvertiseAddr: advertise,
-		Secret: secret, Extra: extraKeys, Meta: meta, Timers: o.Timers,
-		OnEvent: sp.MemberEvent, OnDeclaredDead: sp.DeclaredDead, Log: log.With("component", "memberlist"),
-	})
-	if err != nil {
-		return err
-	}
-	sp.SetCluster(cluster)
-	// The first election waits for the first join: alone, this node would
-	// win every IP and announce it over the real winners.
-	peers := join(cluster, snap.Peers, log)
 
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
-	view := func() (first bool, st heartbeat.Standing) {
+	m.keys.Set(float64(1 + len(extraKeys)))
+	heartbeatView := func() (first bool, st partition.Standing) {
 		ms := cluster.Members()
 		return len(ms) == 0 || ms[0].Name == o.NodeName, sp.Standing()
 	}
-	m.keys.Set(float64(1 + len(extraKeys)))
-	wg.Add(4)
-	go func() {
-		defer wg.Done()
-		watchKeys(loopCtx, kube, o.Namespace, o.SecretName, cluster, m, log.With("component", "memberlist"))
-	}()
-	go func() {
-		defer wg.Done()
-		heartbeat.Run(loopCtx, kube, o.Namespace, beat, view, o.HeartbeatPeriod, sp.Trigger, log.With("component", "heartbeat"))
-	}()
-	go func() { defer wg.Done(); writer.Run(infCtx) }()
-	if nodeWriter != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); nodeWriter.Run(infCtx) }()
-	}
-	go func() { defer wg.Done(); rejoinOnNodeChanges(loopCtx, src, cluster, peers, log) }()
+	goAll(&wg,
+		func() {
+			watchKeys(loopCtx, kube, o.Namespace, o.SecretName, cluster, m, log.With("component", "memberlist"))
+		},
+		func() {
+			heartbeat.Run(loopCtx, kube, o.Namespace, guard, heartbeatView, o.HeartbeatPeriod, sp.Trigger, log.With("component", "heartbeat"))
+		},
+		func() { writer.Run(infCtx) },
+		func() {
+			if nodeWriter != nil {
+				nodeWriter.Run(infCtx)
+			}
+		},
+		func() { rejoinOnNodeChanges(loopCtx, w.src, cluster, peers, log) },
+	)
 	loopDone := make(chan struct{})
 	go func() { defer close(loopDone); sp.Run(loopCtx) }()
 	log.Info("speaking", "advertise", advertise.String(), "bind", bind.String(), "members", len(cluster.Members()))
@@ -167,11 +139,69 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	rctx, cancelFacts := context.WithTimeout(context.Background(), restartFactsTimeout)
 	restart := DecideRestart(gatherRestartFacts(rctx, kube, o, w.nodeInf.Lister()))
 	cancelFacts()
-	leave(log, o, restart, bgpMgr, cluster)
+	leave(log, o, restart, w.bgpMgr, cluster)
 	sp.StopResponders()
 	removeOwnAnnouncements(log, writer, nodeWriter)
 	stopInformers()
 	return nil
+}
+
+// currentSpeaker is the Speaker once built, for the probes served
+// before it is.
+type currentSpeaker struct {
+	mu sync.Mutex
+	sp *Speaker
+}
+
+func (c *currentSpeaker) get() *Speaker { c.mu.Lock(); defer c.mu.Unlock(); return c.sp }
+
+func (c *currentSpeaker) set(sp *Speaker) { c.mu.Lock(); c.sp = sp; c.mu.Unlock() }
+
+// goAll runs each function in a goroutine counted by wg.
+func goAll(wg *sync.WaitGroup, fns ...func()) {
+	for _, f := range fns {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+}
+
+// addresses are the memberlist advertise address (the flag, or this
+// node's InternalIP) and bind address (the flag, or the advertised one).
+func addresses(ctx context.Context, kube kubernetes.Interface, o Options, log *slog.Logger) (advertise, bind netip.Addr, err error) {
+	advertise = o.AdvertiseAddr
+	if !advertise.IsValid() {
+		if advertise, err = waitNodeIP(ctx, kube, o.NodeName, log); err != nil {
+			return advertise, bind, err
+		}
+	}
+	bind = o.BindAddr
+	if !bind.IsValid() {
+		bind = advertise
+	}
+	return advertise, bind, nil
+}
+
+// joinCluster creates this node's memberlist member, with metadata from
+// its interfaces now, and joins the other nodes. The first election
+// waits for the first join: alone, this node would win every IP and
+// announce it over the real winners.
+func joinCluster(o Options, src *kubeSource, sp *Speaker, bind, advertise netip.Addr, secret members.Secret, extra []members.Secret, log *slog.Logger) (members.Cluster, []string, error) {
+	snap := src.Snapshot()
+	first, err := NetlinkLinks{}.List()
+	if err != nil {
+		return nil, nil, err
+	}
+	meta, _ := fitMeta(SelectInterfaces(first, snap.PodCIDRs, namedInterfaces(snap.Config)).Meta())
+	cluster, err := members.New(members.Config{
+		NodeName: o.NodeName, BindAddr: bind, BindPort: o.Port, AdvertiseAddr: advertise,
+		Secret: secret, Extra: extra, Meta: meta, Timers: o.Timers,
+		OnEvent: sp.MemberEvent, OnDeclaredDead: sp.DeclaredDead, Log: log.With("component", "memberlist"),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sp.SetCluster(cluster)
+	return cluster, join(cluster, snap.Peers, log), nil
 }
 
 // readiness is /readyz: ready once the speaker has its caches, its
