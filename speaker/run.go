@@ -76,7 +76,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	writer, nodeWriter := w.statusWriters(o, dyn, log)
+	status := w.statusWriter(o, dyn, log)
 	rec, stopEvents := daemon.Recorder(ctx, kube, clientscheme.Scheme, "speaker", o.NodeName)
 	defer stopEvents()
 
@@ -84,7 +84,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	sp := New(Deps{
 		Node: o.NodeName, Options: view.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
 		Source: w.src, Links: NetlinkLinks{}, NewResponder: PacketResponders(log.With("component", "layer2")),
-		Status: statusWriters{writer, nodeWriter}, Events: rec, Metrics: m, Log: log, BGP: w.bgpMgr,
+		Status: status, Events: rec, Metrics: m, Log: log, BGP: w.bgpMgr,
 		Partition: guard, BGPDrainWait: o.BGPDrainWait,
 	}.withProxy(o.ProxyRules).withTakeoverCheck(o.TakeoverCheck))
 	current.set(sp)
@@ -121,12 +121,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		func() {
 			heartbeat.Run(loopCtx, kube, o.Namespace, guard, heartbeatView, o.HeartbeatPeriod, sp.Trigger, log.With("component", "heartbeat"))
 		},
-		func() { writer.Run(infCtx) },
-		func() {
-			if nodeWriter != nil {
-				nodeWriter.Run(infCtx)
-			}
-		},
+		func() { status.Run(infCtx) },
 		func() { rejoinOnNodeChanges(loopCtx, w.src, cluster, peers, log) },
 	)
 	loopDone := make(chan struct{})
@@ -141,7 +136,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	cancelFacts()
 	leave(log, o, restart, w.bgpMgr, cluster)
 	sp.StopResponders()
-	removeOwnAnnouncements(log, writer, nodeWriter)
+	removeOwnAnnouncements(log, status)
 	stopInformers()
 	return nil
 }
@@ -290,26 +285,25 @@ func newWatches(kube kubernetes.Interface, dyn dynamic.Interface, o Options, v6 
 	return w, nil
 }
 
-// statusWriters are the writers of this node's ServiceAnnouncements and,
+// statusWriter is the writer of this node's ServiceAnnouncements and,
 // with BGP, its NodeAnnouncement, owned by the speaker's pod when it
 // runs in herald's namespace.
-func (w *watches) statusWriters(o Options, dyn dynamic.Interface, log *slog.Logger) (*AnnouncementWriter, *NodeAnnouncementWriter) {
-	writer := NewAnnouncementWriter(o.NodeName, o.Namespace, dyn, w.saInf.Informer(), w.src.ownerUID, log.With("component", "status"))
-	var nodeWriter *NodeAnnouncementWriter
-	if o.BGP {
-		// Not in synced: see NodeAnnouncementWriter.
-		nodeWriter = NewNodeAnnouncementWriter(o.NodeName, o.Namespace, dyn,
-			w.dynFactory.ForResource(NodeAnnouncementGVR).Informer(), log.With("component", "status"))
+func (w *watches) statusWriter(o Options, dyn dynamic.Interface, log *slog.Logger) *StatusWriter {
+	c := StatusConfig{
+		Node: o.NodeName, Namespace: o.Namespace, Dynamic: dyn,
+		Services: w.saInf.Informer(), Owner: w.src.ownerUID, Log: log.With("component", "status"),
 	}
+	if o.BGP {
+		// Not in synced: see nodeAnnouncements.
+		c.Nodes = w.dynFactory.ForResource(NodeAnnouncementGVR).Informer()
+	}
+	sw := NewStatusWriter(c)
 	// Owner references cannot cross namespaces: one would make the
 	// garbage collector delete the objects at once.
 	if o.PodName != "" && o.PodUID != "" && o.PodNamespace == o.Namespace {
-		writer.OwnedByPod(o.PodName, types.UID(o.PodUID))
-		if nodeWriter != nil {
-			nodeWriter.OwnedByPod(writer.pod)
-		}
+		sw.OwnedByPod(o.PodName, types.UID(o.PodUID))
 	}
-	return writer, nodeWriter
+	return sw
 }
 
 // start makes every change trigger a sync and starts the informers
@@ -344,20 +338,15 @@ func (w *watches) start(ctx context.Context, trigger func()) error {
 }
 
 // removeOwnAnnouncements deletes this node's status objects at a stop.
-// Nothing is announced any more; emptying the writers' wish lists first
-// keeps them from writing back what DeleteOwn removes.
-func removeOwnAnnouncements(log *slog.Logger, writer *AnnouncementWriter, nodeWriter *NodeAnnouncementWriter) {
-	writer.Set(nil)
+// Nothing is announced any more; emptying the writer's wishes first
+// keeps it from writing back what DeleteOwn removes.
+func removeOwnAnnouncements(log *slog.Logger, status *StatusWriter) {
+	status.Set(nil)
+	status.SetNode(nil)
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := writer.DeleteOwn(dctx); err != nil {
-		log.Warn("removing this node's ServiceAnnouncements", "err", err)
-	}
-	if nodeWriter != nil {
-		nodeWriter.Set(nil)
-		if err := nodeWriter.DeleteOwn(dctx); err != nil {
-			log.Warn("removing this node's NodeAnnouncement", "err", err)
-		}
+	if err := status.DeleteOwn(dctx); err != nil {
+		log.Warn("removing this node's status objects", "err", err)
 	}
 }
 
