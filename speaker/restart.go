@@ -160,9 +160,5 @@ func (s *Speaker) heldMembers(live map[string]bool) []l2plan.Member {
 	for _, name := range expired {
 		s.d.Log.Warn("no speaker came back on a node whose speaker restarted in place: taking its addresses over", "member", name, "hold", s.partition.RestartHold())
 	}
-	out := make([]l2plan.Member, 0, len(held))
-	for _, h := range held {
-		out = append(out, l2plan.Member{Name: h.Name, Interfaces: h.Meta.Interfaces, DownInterfaces: h.Meta.DownInterfaces, Recovering: h.Meta.Recovering})
-	}
-	return out
+	return held
 }

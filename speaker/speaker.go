@@ -251,7 +251,9 @@ func (s *Speaker) MemberEvent(ev members.Event) {
 		s.partition.MemberJoined(ev.Member.Name)
 	case ev.Type == members.EventLeave && ev.Member.Meta.Leaving:
 		// A graceful stop: gone, not hidden behind a partition.
-		if s.partition.MemberLeft(ev.Member) {
+		s.partition.MemberLeft(ev.Member.Name)
+		m := ev.Member.Meta
+		if m.Restarting && s.partition.HoldRestarting(l2plan.Member{Name: ev.Member.Name, Interfaces: m.Interfaces, DownInterfaces: m.DownInterfaces, Recovering: m.Recovering}) {
 			s.heldRestarting(ev.Member.Name)
 		}
 	case ev.Type == members.EventLeave:

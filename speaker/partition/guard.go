@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/herald-lb/herald/speaker/members"
+	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 )
 
 // Config sets a Guard up.
@@ -45,15 +45,14 @@ type Guard struct {
 	known map[string]bool
 	// held are the members that left restarting in place, still elected
 	// until their hold ends.
-	held map[string]Held
+	held map[string]held
 }
 
-// Held is a member that left restarting in place, elected until Until
-// or until it joins again.
-type Held struct {
-	Name  string
-	Meta  members.Meta
-	Until time.Time
+// held is a member that left restarting in place, elected as it was
+// until until or until it joins again.
+type held struct {
+	member l2plan.Member
+	until  time.Time
 }
 
 // New returns a Guard in the start state: not joined, a majority,
@@ -62,7 +61,7 @@ func New(c Config) *Guard {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return &Guard{cfg: c, renewed: map[string]time.Time{}, known: map[string]bool{}, held: map[string]Held{}}
+	return &Guard{cfg: c, renewed: map[string]time.Time{}, known: map[string]bool{}, held: map[string]held{}}
 }
 
 // Self is this speaker's name.
@@ -165,17 +164,23 @@ func (g *Guard) MemberJoined(name string) {
 	g.known[name] = true
 }
 
-// MemberLeft records a graceful leave: gone, not hidden behind a
-// partition. A member restarting in place is held for RestartHold
-// (true); this speaker's own leave never is.
-func (g *Guard) MemberLeft(m members.Member) (held bool) {
+// MemberLeft records a graceful leave of name: gone, not hidden behind
+// a partition.
+func (g *Guard) MemberLeft(name string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.known, m.Name)
-	if !m.Meta.Restarting || g.cfg.RestartHold <= 0 || m.Name == g.cfg.Self {
+	delete(g.known, name)
+}
+
+// HoldRestarting keeps m, which left restarting in place, elected for
+// RestartHold (true); never with no hold, nor this speaker itself.
+func (g *Guard) HoldRestarting(m l2plan.Member) bool {
+	if g.cfg.RestartHold <= 0 || m.Name == g.cfg.Self {
 		return false
 	}
-	g.held[m.Name] = Held{Name: m.Name, Meta: m.Meta, Until: g.cfg.Now().Add(g.cfg.RestartHold)}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held[m.Name] = held{member: m, until: g.cfg.Now().Add(g.cfg.RestartHold)}
 	return true
 }
 
@@ -195,7 +200,7 @@ func (g *Guard) Standing(live []string) Standing {
 	st.Known = slices.Sorted(maps.Keys(g.known))
 	now := g.cfg.Now()
 	for _, name := range slices.Sorted(maps.Keys(g.held)) {
-		if !liveNames[name] && now.Before(g.held[name].Until) {
+		if !liveNames[name] && now.Before(g.held[name].until) {
 			st.Held = append(st.Held, name)
 		}
 	}
@@ -223,9 +228,9 @@ func (g *Guard) ForgetRemoved(nodes []string) {
 }
 
 // Held returns the members held for their restart that are not live,
-// sorted; holds that ended (expired) or whose member is back (back) are
-// dropped.
-func (g *Guard) Held(live map[string]bool) (held []Held, back, expired []string) {
+// sorted, as election candidates; holds that ended (expired) or whose
+// member is back (back) are dropped.
+func (g *Guard) Held(live map[string]bool) (members []l2plan.Member, back, expired []string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.cfg.Now()
@@ -235,12 +240,12 @@ func (g *Guard) Held(live map[string]bool) (held []Held, back, expired []string)
 		case live[name]:
 			delete(g.held, name)
 			back = append(back, name)
-		case !now.Before(h.Until):
+		case !now.Before(h.until):
 			delete(g.held, name)
 			expired = append(expired, name)
 		default:
-			held = append(held, h)
+			members = append(members, h.member)
 		}
 	}
-	return held, back, expired
+	return members, back, expired
 }
