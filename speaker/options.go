@@ -61,12 +61,12 @@ type Options struct {
 	BGPDrainWait time.Duration
 	// HeartbeatPeriod is how often the lowest-named speaker renews the
 	// heartbeat Lease; a speaker alone in memberlist is isolated while
-	// another renewed within 3 periods (see speaker/heartbeat).
+	// another renewed within 3 periods (see speaker/partition).
 	HeartbeatPeriod time.Duration
 	// RecoveryHold is how long a speaker the cluster counted out
 	// (declared dead, or isolated) stays recovering after the last such
 	// time, winning addresses only where no healthy node can; 0 turns it
-	// off (see speaker/recovery).
+	// off (see speaker/partition).
 	RecoveryHold time.Duration
 	// TakeoverCheck is how long a speaker that won an address from a
 	// speaker declared dead listens for the latter still answering for
