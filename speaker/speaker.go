@@ -93,7 +93,8 @@ type Deps struct {
 	// proxy serves the node. An address won here is announced once its
 	// rules are in (or after partition.MaxProxyWait).
 	Proxy partition.ProxyGate
-	// ProxyWait bounds the wait for Proxy per address (MaxProxyWait).
+	// ProxyWait bounds the wait for Proxy per address (0:
+	// partition.MaxProxyWait).
 	ProxyWait time.Duration
 	// Takeover checks, before this node answers for an address it won
 	// from a member declared dead, that the member no longer answers
