@@ -68,7 +68,7 @@ type writerEnv struct {
 	t   *testing.T
 	ctx context.Context
 	dyn *dynamicfake.FakeDynamicClient
-	w   *AnnouncementWriter
+	w   *StatusWriter
 	inf cache.SharedIndexInformer
 }
 
@@ -82,7 +82,8 @@ func newWriterEnv(t *testing.T, node, pod string, uids map[string]types.UID) *wr
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, "herald-system", nil)
 	inf := f.ForResource(AnnouncementGVR).Informer()
 	owner := func(r view.ServiceRef) types.UID { return uids[r.Namespace+"/"+r.Name] }
-	w := NewAnnouncementWriter(node, "herald-system", dyn, inf, owner, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	w := NewStatusWriter(StatusConfig{Node: node, Namespace: "herald-system", Dynamic: dyn, Services: inf, Owner: owner,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if pod != "" {
 		w.OwnedByPod(pod, "uid-"+types.UID(pod))
 	}

@@ -46,13 +46,12 @@ type apiCluster struct {
 	inf      cache.SharedIndexInformer
 	nodeInf  cache.SharedIndexInformer
 	speakers []*scaleWorld
-	writers  []*AnnouncementWriter
-	// nodeWriters write the NodeAnnouncements (BGP only).
-	nodeWriters []*NodeAnnouncementWriter
-	src         *fakeSource
-	mu          sync.Mutex
-	verbs       map[string]int
-	writes      int64
+	// writers write the ServiceAnnouncements and (BGP) NodeAnnouncements.
+	writers []*StatusWriter
+	src     *fakeSource
+	mu      sync.Mutex
+	verbs   map[string]int
+	writes  int64
 	// seen counts the informer's events.
 	seen atomic.Int64
 }
@@ -96,14 +95,13 @@ func newAPICluster(ctx context.Context, n, svcs int, useBGP bool, policy string)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	noOwner := func(view.ServiceRef) types.UID { return "" }
 	for i := range n {
-		w := NewAnnouncementWriter(scaleNode(i), "herald-system", c.dyn, c.inf, noOwner, log)
-		c.writers = append(c.writers, w)
-		sink := statusWriters{svc: w}
+		sc := StatusConfig{Node: scaleNode(i), Namespace: "herald-system", Dynamic: c.dyn, Services: c.inf, Owner: noOwner, Log: log}
 		if useBGP {
-			sink.node = NewNodeAnnouncementWriter(scaleNode(i), "herald-system", c.dyn, c.nodeInf, log)
-			c.nodeWriters = append(c.nodeWriters, sink.node)
+			sc.Nodes = c.nodeInf
 		}
-		c.speakers = append(c.speakers, newScaleSpeaker(src, scaleNode(i), n, useBGP, sink))
+		w := NewStatusWriter(sc)
+		c.writers = append(c.writers, w)
+		c.speakers = append(c.speakers, newScaleSpeaker(src, scaleNode(i), n, useBGP, w))
 	}
 	f.Start(ctx.Done())
 	cache.WaitForCacheSync(ctx.Done(), c.inf.HasSynced, c.nodeInf.HasSynced)
@@ -159,12 +157,10 @@ func (c *apiCluster) round(ctx context.Context, live []bool) {
 	for quiet := 0; quiet < 3; {
 		busy := false
 		for i, w := range c.writers {
-			if live[i] && drain(ctx, w.queue, w.reconcile) {
+			if live[i] && drain(ctx, w.svc.queue, w.svc.reconcile) {
 				busy = true
 			}
-		}
-		for i, w := range c.nodeWriters {
-			if live[i] && drain(ctx, w.queue, w.reconcile) {
+			if live[i] && w.node != nil && drain(ctx, w.node.queue, w.node.reconcile) {
 				busy = true
 			}
 		}
@@ -235,11 +231,6 @@ func BenchmarkAnnouncementsAPI(b *testing.B) {
 					r := 2
 					if err := c.writers[r].DeleteOwn(ctx); err != nil {
 						b.Fatal(err)
-					}
-					if c.nodeWriters != nil {
-						if err := c.nodeWriters[r].DeleteOwn(ctx); err != nil {
-							b.Fatal(err)
-						}
 					}
 					c.round(ctx, live)
 					report("restart", c.take())

@@ -43,12 +43,12 @@ func (s *Speaker) readDrain(nodes []view.Node, now time.Time) {
 		return
 	}
 	if own.DrainErr != nil {
-		s.logOnce("drain/mark", own.DrainErr.Error(), func() {
+		s.logs.once("drain/mark", own.DrainErr.Error(), func() {
 			s.d.Log.Error("drain mark not read; keeping this node's drain state as it was", "err", own.DrainErr, "drained", s.drain.wanted)
 		})
 		return
 	}
-	delete(s.logged, "drain/mark")
+	s.logs.forget("drain/mark")
 	if own.Drained == s.drain.wanted {
 		return
 	}

@@ -133,7 +133,7 @@ func TestBadDrainMarkChangesNothing(t *testing.T) {
 	if !l.answers(ip) || selfMember(l.cluster, "node1").Meta.Drained {
 		t.Fatal("a bad drain mark on a node that was not drained drained it")
 	}
-	if _, logged := l.sp.logged["drain/mark"]; !logged {
+	if _, logged := l.sp.logs["drain/mark"]; !logged {
 		t.Error("the bad mark was not logged")
 	}
 	l.mark("node1", "true", true)
@@ -187,7 +187,7 @@ func TestBGPDrain(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for len(f.Routes(router)) > 0 && time.Now().Before(deadline) {
 		select {
-		case <-l.sp.trigger:
+		case <-l.sp.loop.trigger:
 			l.sp.Sync()
 		case <-time.After(10 * time.Millisecond):
 		}

@@ -255,6 +255,13 @@ func labConfig(ifaces ...string) *config.Config {
 
 func newLab(t *testing.T, self string, nodes ...string) *lab {
 	t.Helper()
+	return newLabWith(t, self, nodes, nil)
+}
+
+// newLabWith is newLab with mod applied to the speaker's Deps before the
+// speaker is built.
+func newLabWith(t *testing.T, self string, nodes []string, mod func(*Deps)) *lab {
+	t.Helper()
 	l := &lab{
 		t: t, self: self,
 		src:        &fakeSource{},
@@ -267,11 +274,15 @@ func newLab(t *testing.T, self string, nodes ...string) *lab {
 	for _, n := range nodes {
 		l.src.snap.Nodes = append(l.src.snap.Nodes, view.Node{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}})
 	}
-	l.sp = New(Deps{
+	d := Deps{
 		Node: self, Source: l.src, Links: l.links, NewResponder: l.responders.factory,
 		Status: l.status, Events: l.events,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	if mod != nil {
+		mod(&d)
+	}
+	l.sp = New(d)
 	l.cluster = members.NewFake(self, members.Meta{Interfaces: []string{"eth0"}}, l.sp.MemberEvent)
 	for _, n := range nodes {
 		if n != self {
@@ -279,7 +290,7 @@ func newLab(t *testing.T, self string, nodes ...string) *lab {
 		}
 	}
 	l.sp.SetCluster(l.cluster)
-	l.sp.rejoined.Store(false) // the joins above happened before any IP was held
+	l.sp.loop.rejoined.Store(false) // the joins above happened before any IP was held
 	return l
 }
 
@@ -344,7 +355,7 @@ func (l *lab) takeEvents() []string {
 // publishOnce publishes pending metadata, as publishMeta does in Run.
 func (s *Speaker) publishOnce() {
 	select {
-	case m := <-s.metaCh:
+	case m := <-s.node.metaCh:
 		s.publish(m)
 	default:
 	}

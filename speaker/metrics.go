@@ -118,7 +118,8 @@ func NewMetricsFor(o Options) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) observe(st l2plan.State, ch l2plan.Changes, members int, isolated, recovering bool) {
+// observeL2 sets the layer-2 election's figures.
+func (m *Metrics) observeL2(st l2plan.State, ch l2plan.Changes) {
 	v4, v6 := 0, 0
 	for ip := range st.Announced() {
 		if ip.Is4() {
@@ -147,13 +148,16 @@ func (m *Metrics) observe(st l2plan.State, ch l2plan.Changes, members int, isola
 		}
 	}
 	m.contested.Set(float64(contested))
-	m.members.Set(float64(members))
-	m.isolated.Set(0)
-	if isolated {
-		m.isolated.Set(1)
-	}
-	m.recovering.Set(boolGauge(recovering))
 	m.electionChanges.Add(float64(len(ch.Moved)))
+}
+
+// observeRound sets what one sync found of the cluster and this node.
+func (m *Metrics) observeRound(r *round) {
+	m.members.Set(float64(r.live))
+	m.isolated.Set(boolGauge(r.holdBack))
+	m.recovering.Set(boolGauge(r.recovering))
+	m.drained.Set(boolGauge(r.drainMarked))
+	m.known.Set(float64(len(r.standing.Known)))
 	m.syncs.Inc()
 }
 
@@ -211,7 +215,7 @@ func (c responderCollector) Collect(ch chan<- prometheus.Metric) {
 	if s == nil {
 		return
 	}
-	for iface, st := range s.stats() {
+	for iface, st := range s.l2.responders.stats() {
 		counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{iface}, labels...)...)
 		}
@@ -231,14 +235,14 @@ func (c responderCollector) Collect(ch chan<- prometheus.Metric) {
 
 // stats sums, per interface, the live responder's counters and those of
 // the responders it replaced, so the counters never go backwards.
-func (s *Speaker) stats() map[string]layer2.Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (r *responderSet) stats() map[string]layer2.Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	out := map[string]layer2.Stats{}
-	for name, st := range s.retired {
+	for name, st := range r.retired {
 		out[name] = addStats(layer2.Stats{}, st)
 	}
-	for name, e := range s.responders {
+	for name, e := range r.live {
 		out[name] = addStats(out[name], e.r.Stats())
 	}
 	return out
@@ -278,7 +282,10 @@ func (c bgpCollector) Collect(ch chan<- prometheus.Metric) {
 	if s == nil {
 		return
 	}
-	sessions, routes, states := s.bgpSnapshot()
+	if s.bgp == nil {
+		return
+	}
+	sessions, routes, states := s.bgp.snapshot()
 	for name, addr := range sessions {
 		st := states[addr]
 		up := 0.0

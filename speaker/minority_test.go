@@ -7,18 +7,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
+	"github.com/herald-lb/herald/speaker/partition"
 )
 
-// partitionLab is the speaker of self in a cluster of nodes, with a real
-// heartbeat tracker on a test clock.
-func partitionLab(t *testing.T, self string, nodes []string) (*lab, *heartbeat.Tracker, *time.Time) {
+// partitionLab is the speaker of self in a cluster of nodes, with its
+// partition Guard on a test clock: a heartbeat window of 3 s, and the
+// rest of c (c.Self, c.Window and c.Now are set here).
+func partitionLab(t *testing.T, self string, nodes []string, c partition.Config) (*lab, *partition.Guard, *time.Time) {
 	now := time.Unix(1000, 0)
-	tr := heartbeat.NewTracker(self, 3*time.Second, func() time.Time { return now })
-	l := newLab(t, self, nodes...)
-	l.sp.d.Isolated = tr.Isolated
-	return l, tr, &now
+	c.Self, c.Window, c.Now = self, 3*time.Second, func() time.Time { return now }
+	g := partition.New(c)
+	l := newLabWith(t, self, nodes, func(d *Deps) { d.Partition = g })
+	return l, g, &now
 }
 
 // TestMinorityHoldsBack: in a partition of four speakers into 2|2, the
@@ -33,7 +34,7 @@ func TestMinorityHoldsBack(t *testing.T) {
 	}
 	announced := map[string]int{}
 	for _, self := range nodes {
-		l, tr, now := partitionLab(t, self, nodes)
+		l, tr, now := partitionLab(t, self, nodes, partition.Config{})
 		l.service("web", false, ips...)
 		l.sp.Sync()
 		// The partition: each side sees the other die (no leave).
@@ -70,7 +71,7 @@ func TestMinorityHoldsBack(t *testing.T) {
 // Lease shows no renewal from outside for the window.
 func TestMinorityFailover(t *testing.T) {
 	nodes := []string{"node1", "node2", "node3", "node4", "node5"}
-	l, tr, now := partitionLab(t, "node4", nodes)
+	l, tr, now := partitionLab(t, "node4", nodes, partition.Config{})
 	l.service("web", false, "198.51.100.200", "198.51.100.201", "198.51.100.202", "198.51.100.203")
 	l.sp.Sync()
 	tr.Observe("node1", *now)
@@ -102,7 +103,7 @@ func TestMinorityFailover(t *testing.T) {
 // that died is remembered.
 func TestGracefulLeaveNotCounted(t *testing.T) {
 	nodes := []string{"node1", "node2", "node3", "node4"}
-	l, tr, now := partitionLab(t, "node4", nodes)
+	l, tr, now := partitionLab(t, "node4", nodes, partition.Config{})
 	l.service("web", false, "198.51.100.200", "198.51.100.201")
 	l.sp.Sync()
 	tr.Observe("node1", *now)

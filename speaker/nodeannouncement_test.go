@@ -57,9 +57,10 @@ func TestNodeAnnouncementWriter(t *testing.T) {
 	})
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, "herald-system", nil)
 	inf := f.ForResource(NodeAnnouncementGVR).Informer()
-	w := NewNodeAnnouncementWriter("node1", "herald-system", dyn, inf, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	w := NewStatusWriter(StatusConfig{Node: "node1", Namespace: "herald-system", Dynamic: dyn, Nodes: inf,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	pod := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "herald-speaker-x", UID: "uid-x"}
-	w.OwnedByPod(&pod)
+	w.OwnedByPod(pod.Name, pod.UID)
 	f.Start(ctx.Done())
 	// The fake API drops the events between an informer's list and its
 	// watch: see a sentinel come and go before writing anything.
@@ -72,11 +73,11 @@ func TestNodeAnnouncementWriter(t *testing.T) {
 	if _, err := dyn.Resource(NodeAnnouncementGVR).Namespace("herald-system").Create(ctx, sentinel, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitInformer(t, func() bool { o, _ := w.current("sentinel"); return o != nil })
+	waitInformer(t, func() bool { o, _ := w.node.current("sentinel"); return o != nil })
 	if err := dyn.Resource(NodeAnnouncementGVR).Namespace("herald-system").Delete(ctx, "sentinel", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitInformer(t, func() bool { o, _ := w.current("sentinel"); return o == nil })
+	waitInformer(t, func() bool { o, _ := w.node.current("sentinel"); return o == nil })
 	writes = 0
 	go w.Run(ctx)
 	wait := func(what string, cond func(map[string]v1beta1.NodeAnnouncement) bool) map[string]v1beta1.NodeAnnouncement {
@@ -96,7 +97,7 @@ func TestNodeAnnouncementWriter(t *testing.T) {
 	sum := view.NodeSummary{Node: "node1", Protocol: "bgp", Advertisements: []view.NodeAdvertisement{
 		{Name: "all", IPv4Peers: []string{"ebgp", "ibgp"}, IPv6Peers: []string{"v6"}}, {Name: "edge", IPv4Peers: []string{"ebgp"}},
 	}}
-	w.Set(&sum)
+	w.SetNode(&sum)
 	got := wait("node1's object with status", func(m map[string]v1beta1.NodeAnnouncement) bool { return m["node1"].Status.Node == "node1" })
 	n1 := got["node1"]
 	want := v1beta1.NodeAnnouncementStatus{Node: "node1", Protocol: "bgp", Advertisements: []v1beta1.NodeAdvertisement{
@@ -109,10 +110,10 @@ func TestNodeAnnouncementWriter(t *testing.T) {
 		t.Errorf("owner references %v, want the pod", n1.OwnerReferences)
 	}
 	// Create, then the status; the same summary again: no write.
-	waitInformer(t, func() bool { o, _ := w.current("node1"); return o != nil && o.Object["status"] != nil })
+	waitInformer(t, func() bool { o, _ := w.node.current("node1"); return o != nil && o.Object["status"] != nil })
 	before := writes
 	same := sum
-	w.Set(&same)
+	w.SetNode(&same)
 	time.Sleep(100 * time.Millisecond)
 	// Creating takes two writes, and a third when the writer's cache
 	// has not seen its own status yet when the object's add event
@@ -134,7 +135,7 @@ func TestNodeAnnouncementWriter(t *testing.T) {
 	wait("written back", func(m map[string]v1beta1.NodeAnnouncement) bool { return m["node1"].Status.Node == "node1" })
 
 	// A node that may not advertise says why.
-	w.Set(&view.NodeSummary{Node: "node1", Protocol: "bgp", Reason: "the node's network is unavailable"})
+	w.SetNode(&view.NodeSummary{Node: "node1", Protocol: "bgp", Reason: "the node's network is unavailable"})
 	wait("the reason", func(m map[string]v1beta1.NodeAnnouncement) bool {
 		return m["node1"].Status.Reason != "" && len(m["node1"].Status.Advertisements) == 0
 	})
@@ -158,14 +159,14 @@ func TestNodeAnnouncementWriter(t *testing.T) {
 	wait("node2's swept", func(m map[string]v1beta1.NodeAnnouncement) bool { _, ok := m["node2"]; return !ok && len(m) == 1 })
 
 	// No summary (BGP has nothing to do here): no object.
-	w.Set(nil)
+	w.SetNode(nil)
 	wait("node1's deleted", func(m map[string]v1beta1.NodeAnnouncement) bool { return len(m) == 0 })
 
 	// A graceful stop removes ours, and it stays removed.
-	w.Set(&sum)
+	w.SetNode(&sum)
 	wait("node1's again", func(m map[string]v1beta1.NodeAnnouncement) bool { return m["node1"].Status.Node == "node1" })
-	waitInformer(t, func() bool { o, _ := w.current("node1"); return o != nil })
-	w.Set(nil)
+	waitInformer(t, func() bool { o, _ := w.node.current("node1"); return o != nil })
+	w.SetNode(nil)
 	if err := w.DeleteOwn(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -194,9 +195,10 @@ func TestNodeAnnouncementWriterWithoutCRD(t *testing.T) {
 	})
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, "herald-system", nil)
 	inf := f.ForResource(NodeAnnouncementGVR).Informer()
-	w := NewNodeAnnouncementWriter("node1", "herald-system", dyn, inf, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	w := NewStatusWriter(StatusConfig{Node: "node1", Namespace: "herald-system", Dynamic: dyn, Nodes: inf,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	f.Start(ctx.Done())
-	w.Set(&view.NodeSummary{Node: "node1", Protocol: "bgp"})
+	w.SetNode(&view.NodeSummary{Node: "node1", Protocol: "bgp"})
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
 	select {

@@ -21,6 +21,7 @@ import (
 	"github.com/herald-lb/herald/internal/logging"
 	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
+	"github.com/herald-lb/herald/speaker/partition"
 )
 
 // Options configure `herald speaker`.
@@ -60,12 +61,12 @@ type Options struct {
 	BGPDrainWait time.Duration
 	// HeartbeatPeriod is how often the lowest-named speaker renews the
 	// heartbeat Lease; a speaker alone in memberlist is isolated while
-	// another renewed within 3 periods (see speaker/heartbeat).
+	// another renewed within 3 periods (see speaker/partition).
 	HeartbeatPeriod time.Duration
 	// RecoveryHold is how long a speaker the cluster counted out
 	// (declared dead, or isolated) stays recovering after the last such
 	// time, winning addresses only where no healthy node can; 0 turns it
-	// off (see speaker/recovery).
+	// off (see speaker/partition).
 	RecoveryHold time.Duration
 	// TakeoverCheck is how long a speaker that won an address from a
 	// speaker declared dead listens for the latter still answering for
@@ -117,7 +118,7 @@ func DefaultOptions() Options {
 		BGPDrainWait:    DefaultBGPDrainWait,
 		HeartbeatPeriod: time.Second,
 		RecoveryHold:    30 * time.Second,
-		TakeoverCheck:   DefaultTakeoverCheckWait,
+		TakeoverCheck:   partition.DefaultTakeoverCheckWait,
 		RestartHold:     DefaultRestartHold,
 		PodNamespace:    os.Getenv("POD_NAMESPACE"),
 		PodName:         os.Getenv("POD_NAME"),
@@ -161,7 +162,7 @@ func Flags(fs *pflag.FlagSet, o *Options) (finish func() error) {
 	fs.DurationVar(&o.HeartbeatPeriod, "heartbeat-period", o.HeartbeatPeriod, "how often the speakers' heartbeat Lease "+heartbeat.LeaseName+" is renewed; a speaker whose memberlist view is a minority of the speakers it knows of holds back its claims while one outside its view renewed it within 3 periods, and for 3 periods after it found itself in a minority")
 	fs.DurationVar(&o.RestartHold, "restart-hold", o.RestartHold, "when another node's speaker stops for a restart in place (its pod deleted by a rolling update while the node stays schedulable and Ready, and its DaemonSet stays), how long this speaker keeps electing it instead of taking its addresses over: the node keeps forwarding, so the addresses do not move twice; after the hold without the new speaker, they are taken over (0: at once)")
 	fs.DurationVar(&o.RecoveryHold, "recovery-hold", o.RecoveryHold, "after memberlist declared this speaker dead (it was paused or cut off, and came back) or it was isolated, how long it leaves its addresses with the other nodes and wins only those no other node can announce; each new such event starts the hold over, so a flapping speaker does not move addresses back and forth (0: claim them back at once)")
-	fs.DurationVar(&o.TakeoverCheck, "takeover-check", o.TakeoverCheck, "before answering for an address won from a speaker memberlist declared dead (not one that left), how long to listen for that speaker still answering for it on the LAN (an ARP or NDP probe, sent twice); while it does (memberlist cut between nodes, the LAN working) the address is not answered here, for up to "+MaxTakeoverHold.String()+"; every failover from a dead node takes this much longer (0: no check)")
+	fs.DurationVar(&o.TakeoverCheck, "takeover-check", o.TakeoverCheck, "before answering for an address won from a speaker memberlist declared dead (not one that left), how long to listen for that speaker still answering for it on the LAN (an ARP or NDP probe, sent twice); while it does (memberlist cut between nodes, the LAN working) the address is not answered here, for up to "+partition.MaxTakeoverHold.String()+"; every failover from a dead node takes this much longer (0: no check)")
 	fs.DurationVar(&o.BGPShutdownWait, "bgp-shutdown-wait", o.BGPShutdownWait, "on a graceful stop, how long to wait for the withdrawals to be sent before closing the BGP sessions")
 	fs.DurationVar(&o.BGPDrainWait, "bgp-drain-wait", o.BGPDrainWait, "once herald drain marked this node, how long it advertises its routes with the GRACEFUL_SHUTDOWN community (65535:0) before it withdraws them, for the routers to move traffic to the other nodes first (0: withdraw at once)")
 	fs.BoolVar(&o.Proxy, "proxy", o.Proxy, "run herald's service proxy in this process too (false when another proxy serves the node)")

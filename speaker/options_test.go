@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herald-lb/herald/speaker/partition"
 	"github.com/spf13/pflag"
 )
 
@@ -22,7 +23,7 @@ func TestParseFlags(t *testing.T) {
 	}
 	if o.NodeName != "node1" || o.Namespace != "herald-system" || o.Port != 7946 || o.MetricsAddr != ":7473" ||
 		o.AdvertiseAddr != netip.MustParseAddr("198.51.100.11") || o.BindAddr.IsValid() || !o.Proxy || o.SecretName != "herald-memberlist" ||
-		o.TakeoverCheck != DefaultTakeoverCheckWait {
+		o.TakeoverCheck != partition.DefaultTakeoverCheckWait {
 		t.Errorf("defaults: %+v", o)
 	}
 	o, err = ParseFlags([]string{"--proxy=false", "--memberlist-port=7947", "--memberlist-probe-interval=200ms",

@@ -3,8 +3,6 @@ package speaker
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/herald-lb/herald/internal/daemon"
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
-	"github.com/herald-lb/herald/speaker/members"
 )
 
 // A restart in place is a speaker stopping only to be replaced on the
@@ -142,46 +139,26 @@ func gatherRestartFacts(ctx context.Context, kube kubernetes.Interface, o Option
 	return f
 }
 
-// heldMember is a member that left restarting in place, elected until
-// its hold ends or it joins again.
-type heldMember struct {
-	meta  members.Meta
-	until time.Time
-}
-
-// holdRestarting starts the hold of a member that left restarting.
-// Called by the memberlist callback.
-func (s *Speaker) holdRestarting(m members.Member) {
-	if s.d.RestartHold <= 0 || m.Name == s.d.Node {
-		return
-	}
-	s.knownMu.Lock()
-	s.held[m.Name] = heldMember{meta: m.Meta, until: time.Now().Add(s.d.RestartHold)}
-	s.knownMu.Unlock()
+// heldRestarting logs the hold of a member that left restarting in
+// place (partition.Guard.MemberLeft started it) and arms a sync for its
+// end. Called by the memberlist callback.
+func (s *Speaker) heldRestarting(name string) {
+	hold := s.partition.RestartHold()
 	s.d.Log.Info("a speaker restarts in place: it keeps its addresses while its node forwards them, until its replacement joins or the hold ends",
-		"member", m.Name, "hold", s.d.RestartHold)
-	time.AfterFunc(s.d.RestartHold+10*time.Millisecond, s.Trigger)
+		"member", name, "hold", hold)
+	time.AfterFunc(hold+10*time.Millisecond, s.Trigger)
 }
 
 // heldMembers are the members held for their restart that are not live,
 // as election candidates; holds that ended, or whose member is back, are
 // dropped. Owned by the loop.
-func (s *Speaker) heldMembers(live map[string]bool, now time.Time) []l2plan.Member {
-	s.knownMu.Lock()
-	defer s.knownMu.Unlock()
-	var out []l2plan.Member
-	for _, name := range slices.Sorted(maps.Keys(s.held)) {
-		h := s.held[name]
-		switch {
-		case live[name]:
-			delete(s.held, name)
-			s.d.Log.Info("a restarted speaker is back", "member", name)
-		case !now.Before(h.until):
-			delete(s.held, name)
-			s.d.Log.Warn("no speaker came back on a node whose speaker restarted in place: taking its addresses over", "member", name, "hold", s.d.RestartHold)
-		default:
-			out = append(out, l2plan.Member{Name: name, Interfaces: h.meta.Interfaces, DownInterfaces: h.meta.DownInterfaces, Recovering: h.meta.Recovering, CountedOutAt: h.meta.CountedOutAt})
-		}
+func (s *Speaker) heldMembers(live map[string]bool) []l2plan.Member {
+	held, back, expired := s.partition.Held(live)
+	for _, name := range back {
+		s.d.Log.Info("a restarted speaker is back", "member", name)
 	}
-	return out
+	for _, name := range expired {
+		s.d.Log.Warn("no speaker came back on a node whose speaker restarted in place: taking its addresses over", "member", name, "hold", s.partition.RestartHold())
+	}
+	return held
 }

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/herald-lb/herald/speaker/members"
-	"github.com/herald-lb/herald/speaker/recovery"
+	"github.com/herald-lb/herald/speaker/partition"
 )
 
 // A member that leaves restarting in place keeps its address for the
@@ -21,8 +21,7 @@ import (
 func TestRestartInPlaceKeepsAddresses(t *testing.T) {
 	nodes := []string{"node1", "node2"}
 	ip := ipFor(t, "node2", nodes...)
-	l := newLab(t, "node1", nodes...)
-	l.sp.d.RestartHold = time.Hour
+	l := newLabWith(t, "node1", nodes, restartHold(time.Hour))
 	l.service("web", false, ip)
 	l.sp.Sync()
 	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
@@ -39,8 +38,8 @@ func TestRestartInPlaceKeepsAddresses(t *testing.T) {
 	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
 		t.Fatal("node1 announces node2's address after node2 came back")
 	}
-	if len(l.sp.held) != 0 {
-		t.Errorf("held after the join: %v", l.sp.held)
+	if held, _, _ := l.sp.partition.Held(nil); len(held) != 0 {
+		t.Errorf("held after the join: %v", held)
 	}
 }
 
@@ -48,8 +47,7 @@ func TestRestartInPlaceKeepsAddresses(t *testing.T) {
 func TestRestartHoldEnds(t *testing.T) {
 	nodes := []string{"node1", "node2"}
 	ip := ipFor(t, "node2", nodes...)
-	l := newLab(t, "node1", nodes...)
-	l.sp.d.RestartHold = 50 * time.Millisecond
+	l := newLabWith(t, "node1", nodes, restartHold(50*time.Millisecond))
 	l.service("web", false, ip)
 	l.sp.Sync()
 	l.cluster.LeaveRestarting("node2")
@@ -77,8 +75,7 @@ func TestLeaveWithoutRestartHold(t *testing.T) {
 		{"plain leave", time.Hour, func(c *members.Fake) { c.Leave("node2") }},
 		{"death", time.Hour, func(c *members.Fake) { c.Remove("node2") }},
 	} {
-		l := newLab(t, "node1", nodes...)
-		l.sp.d.RestartHold = c.hold
+		l := newLabWith(t, "node1", nodes, restartHold(c.hold))
 		l.service("web", false, ip)
 		l.sp.Sync()
 		c.leave(l.cluster)
@@ -167,9 +164,7 @@ func TestRestartInPlaceTwoNodes(t *testing.T) {
 			peer = nodes[1]
 		}
 		mine, theirs := ipFor(t, self, nodes...), ipFor(t, peer, nodes...)
-		l, tr, now := partitionLab(t, self, nodes)
-		l.sp.d.Recovery = recovery.NewTracker(time.Minute, nil)
-		l.sp.d.RestartHold = time.Hour
+		l, tr, now := partitionLab(t, self, nodes, partition.Config{RecoveryHold: time.Minute, RestartHold: time.Hour})
 		l.service("web", false, mine, theirs)
 		check := func(when string) {
 			t.Helper()
@@ -180,7 +175,7 @@ func TestRestartInPlaceTwoNodes(t *testing.T) {
 			if l.sp.State().Isolated {
 				t.Errorf("%s, %s: isolated", self, when)
 			}
-			if r, _ := l.sp.d.Recovery.Recovering(); r {
+			if r, _ := l.sp.partition.Recovering(); r {
 				t.Errorf("%s, %s: counted out (recovering)", self, when)
 			}
 		}
@@ -205,8 +200,7 @@ func TestRestartInPlaceTwoNodes(t *testing.T) {
 func TestAloneAfterGracefulLeaves(t *testing.T) {
 	nodes := []string{"node1", "node2"}
 	theirs := ipFor(t, "node2", nodes...)
-	l, _, now := partitionLab(t, "node1", nodes)
-	l.sp.d.Recovery = recovery.NewTracker(time.Minute, nil)
+	l, _, now := partitionLab(t, "node1", nodes, partition.Config{RecoveryHold: time.Minute})
 	l.service("web", false, theirs)
 	l.sp.Sync()
 	l.cluster.Leave("node2")
@@ -217,7 +211,12 @@ func TestAloneAfterGracefulLeaves(t *testing.T) {
 	if l.sp.State().Isolated || !l.sp.Announcements().AnnouncingAnywhere(addr(theirs)) {
 		t.Errorf("alone after node2 left gracefully: isolated %v, announcing %v", l.sp.State().Isolated, l.sp.Announcements().AnnouncingAnywhere(addr(theirs)))
 	}
-	if r, _ := l.sp.d.Recovery.Recovering(); r {
+	if r, _ := l.sp.partition.Recovering(); r {
 		t.Error("counted out after a graceful leave")
 	}
+}
+
+// restartHold sets the speaker's restart hold (in its partition Guard).
+func restartHold(hold time.Duration) func(*Deps) {
+	return func(d *Deps) { d.Partition = partition.New(partition.Config{Self: d.Node, RestartHold: hold}) }
 }

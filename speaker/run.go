@@ -32,7 +32,7 @@ import (
 	"github.com/herald-lb/herald/speaker/bgp/gobgp"
 	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
-	"github.com/herald-lb/herald/speaker/recovery"
+	"github.com/herald-lb/herald/speaker/partition"
 	"github.com/herald-lb/herald/speaker/view"
 )
 
@@ -57,50 +57,37 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var sp *Speaker
-	var spMu sync.Mutex
-	current := func() *Speaker { spMu.Lock(); defer spMu.Unlock(); return sp }
-	stopServer, err := serveMetrics(log, o.MetricsAddr, m, readiness(current, o.Ready), liveness(current))
+	var current currentSpeaker
+	stopServer, err := serveMetrics(log, o.MetricsAddr, m, readiness(current.get, o.Ready), liveness(current.get))
 	if err != nil {
 		return err
 	}
 	defer stopServer()
 
-	advertise := o.AdvertiseAddr
-	if !advertise.IsValid() {
-		if advertise, err = waitNodeIP(ctx, kube, o.NodeName, log); err != nil {
-			return err
-		}
-	}
-	bind := o.BindAddr
-	if !bind.IsValid() {
-		bind = advertise
+	advertise, bind, err := addresses(ctx, kube, o, log)
+	if err != nil {
+		return err
 	}
 	secret, extraKeys, err := waitSecret(ctx, kube, o.Namespace, o.SecretName, log)
 	if err != nil {
 		return err
 	}
-
 	w, err := newWatches(kube, dyn, o, advertise.Is6(), log)
 	if err != nil {
 		return err
 	}
-	src, bgpMgr := w.src, w.bgpMgr
-	writer, nodeWriter := w.statusWriters(o, dyn, log)
-
+	status := w.statusWriter(o, dyn, log)
 	rec, stopEvents := daemon.Recorder(ctx, kube, clientscheme.Scheme, "speaker", o.NodeName)
 	defer stopEvents()
 
-	links := NetlinkLinks{}
-	beat := heartbeat.NewTracker(o.NodeName, 3*o.HeartbeatPeriod, nil)
-	spMu.Lock()
-	sp = New(Deps{
+	guard := partition.New(partition.Config{Self: o.NodeName, Window: 3 * o.HeartbeatPeriod, RecoveryHold: o.RecoveryHold, RestartHold: o.RestartHold})
+	sp := New(Deps{
 		Node: o.NodeName, Options: view.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
-		Source: src, Links: links, NewResponder: PacketResponders(log.With("component", "layer2")),
-		Status: statusWriters{writer, nodeWriter}, Events: rec, Metrics: m, Log: log, BGP: bgpMgr, Isolated: beat.Isolated,
-		Recovery: recovery.NewTracker(o.RecoveryHold, nil), RestartHold: o.RestartHold, BGPDrainWait: o.BGPDrainWait,
+		Source: w.src, Links: NetlinkLinks{}, NewResponder: PacketResponders(log.With("component", "layer2")),
+		Status: status, Events: rec, Metrics: m, Log: log, BGP: w.bgpMgr,
+		Partition: guard, BGPDrainWait: o.BGPDrainWait,
 	}.withProxy(o.ProxyRules).withTakeoverCheck(o.TakeoverCheck))
-	spMu.Unlock()
+	current.set(sp)
 	if o.ProxyRules != nil {
 		o.ProxyRules.SetOnProgrammed(sp.Trigger)
 	}
@@ -115,48 +102,28 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if !cache.WaitForCacheSync(ctx.Done(), w.synced...) {
 		return ctx.Err()
 	}
-
-	snap := src.Snapshot()
-	first, err := links.List()
+	cluster, peers, err := joinCluster(o, w.src, sp, bind, advertise, secret, extraKeys, log)
 	if err != nil {
 		return err
 	}
-	meta, _ := fitMeta(SelectInterfaces(first, snap.PodCIDRs, namedInterfaces(snap.Config)).Meta())
-	cluster, err := members.New(members.Config{
-		NodeName: o.NodeName, BindAddr: bind, BindPort: o.Port, AdvertiseAddr: advertise,
-		Secret: secret, Extra: extraKeys, Meta: meta, Timers: o.Timers,
-		OnEvent: sp.MemberEvent, OnDeclaredDead: sp.DeclaredDead, Log: log.With("component", "memberlist"),
-	})
-	if err != nil {
-		return err
-	}
-	sp.SetCluster(cluster)
-	// The first election waits for the first join: alone, this node would
-	// win every IP and announce it over the real winners.
-	peers := join(cluster, snap.Peers, log)
 
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
-	view := func() (first bool, st heartbeat.Standing) {
+	m.keys.Set(float64(1 + len(extraKeys)))
+	heartbeatView := func() (first bool, st partition.Standing) {
 		ms := cluster.Members()
 		return len(ms) == 0 || ms[0].Name == o.NodeName, sp.Standing()
 	}
-	m.keys.Set(float64(1 + len(extraKeys)))
-	wg.Add(4)
-	go func() {
-		defer wg.Done()
-		watchKeys(loopCtx, kube, o.Namespace, o.SecretName, cluster, m, log.With("component", "memberlist"))
-	}()
-	go func() {
-		defer wg.Done()
-		heartbeat.Run(loopCtx, kube, o.Namespace, beat, view, o.HeartbeatPeriod, sp.Trigger, log.With("component", "heartbeat"))
-	}()
-	go func() { defer wg.Done(); writer.Run(infCtx) }()
-	if nodeWriter != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); nodeWriter.Run(infCtx) }()
-	}
-	go func() { defer wg.Done(); rejoinOnNodeChanges(loopCtx, src, cluster, peers, log) }()
+	goAll(&wg,
+		func() {
+			watchKeys(loopCtx, kube, o.Namespace, o.SecretName, cluster, m, log.With("component", "memberlist"))
+		},
+		func() {
+			heartbeat.Run(loopCtx, kube, o.Namespace, guard, heartbeatView, o.HeartbeatPeriod, sp.Trigger, log.With("component", "heartbeat"))
+		},
+		func() { status.Run(infCtx) },
+		func() { rejoinOnNodeChanges(loopCtx, w.src, cluster, peers, log) },
+	)
 	loopDone := make(chan struct{})
 	go func() { defer close(loopDone); sp.Run(loopCtx) }()
 	log.Info("speaking", "advertise", advertise.String(), "bind", bind.String(), "members", len(cluster.Members()))
@@ -167,11 +134,69 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	rctx, cancelFacts := context.WithTimeout(context.Background(), restartFactsTimeout)
 	restart := DecideRestart(gatherRestartFacts(rctx, kube, o, w.nodeInf.Lister()))
 	cancelFacts()
-	leave(log, o, restart, bgpMgr, cluster)
+	leave(log, o, restart, w.bgpMgr, cluster)
 	sp.StopResponders()
-	removeOwnAnnouncements(log, writer, nodeWriter)
+	removeOwnAnnouncements(log, status)
 	stopInformers()
 	return nil
+}
+
+// currentSpeaker is the Speaker once built, for the probes served
+// before it is.
+type currentSpeaker struct {
+	mu sync.Mutex
+	sp *Speaker
+}
+
+func (c *currentSpeaker) get() *Speaker { c.mu.Lock(); defer c.mu.Unlock(); return c.sp }
+
+func (c *currentSpeaker) set(sp *Speaker) { c.mu.Lock(); c.sp = sp; c.mu.Unlock() }
+
+// goAll runs each function in a goroutine counted by wg.
+func goAll(wg *sync.WaitGroup, fns ...func()) {
+	for _, f := range fns {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+}
+
+// addresses are the memberlist advertise address (the flag, or this
+// node's InternalIP) and bind address (the flag, or the advertised one).
+func addresses(ctx context.Context, kube kubernetes.Interface, o Options, log *slog.Logger) (advertise, bind netip.Addr, err error) {
+	advertise = o.AdvertiseAddr
+	if !advertise.IsValid() {
+		if advertise, err = waitNodeIP(ctx, kube, o.NodeName, log); err != nil {
+			return advertise, bind, err
+		}
+	}
+	bind = o.BindAddr
+	if !bind.IsValid() {
+		bind = advertise
+	}
+	return advertise, bind, nil
+}
+
+// joinCluster creates this node's memberlist member, with metadata from
+// its interfaces now, and joins the other nodes. The first election
+// waits for the first join: alone, this node would win every IP and
+// announce it over the real winners.
+func joinCluster(o Options, src *kubeSource, sp *Speaker, bind, advertise netip.Addr, secret members.Secret, extra []members.Secret, log *slog.Logger) (members.Cluster, []string, error) {
+	snap := src.Snapshot()
+	first, err := NetlinkLinks{}.List()
+	if err != nil {
+		return nil, nil, err
+	}
+	meta, _ := fitMeta(SelectInterfaces(first, snap.PodCIDRs, namedInterfaces(snap.Config)).Meta())
+	cluster, err := members.New(members.Config{
+		NodeName: o.NodeName, BindAddr: bind, BindPort: o.Port, AdvertiseAddr: advertise,
+		Secret: secret, Extra: extra, Meta: meta, Timers: o.Timers,
+		OnEvent: sp.MemberEvent, OnDeclaredDead: sp.DeclaredDead, Log: log.With("component", "memberlist"),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sp.SetCluster(cluster)
+	return cluster, join(cluster, snap.Peers, log), nil
 }
 
 // readiness is /readyz: ready once the speaker has its caches, its
@@ -260,26 +285,25 @@ func newWatches(kube kubernetes.Interface, dyn dynamic.Interface, o Options, v6 
 	return w, nil
 }
 
-// statusWriters are the writers of this node's ServiceAnnouncements and,
+// statusWriter is the writer of this node's ServiceAnnouncements and,
 // with BGP, its NodeAnnouncement, owned by the speaker's pod when it
 // runs in herald's namespace.
-func (w *watches) statusWriters(o Options, dyn dynamic.Interface, log *slog.Logger) (*AnnouncementWriter, *NodeAnnouncementWriter) {
-	writer := NewAnnouncementWriter(o.NodeName, o.Namespace, dyn, w.saInf.Informer(), w.src.ownerUID, log.With("component", "status"))
-	var nodeWriter *NodeAnnouncementWriter
-	if o.BGP {
-		// Not in synced: see NodeAnnouncementWriter.
-		nodeWriter = NewNodeAnnouncementWriter(o.NodeName, o.Namespace, dyn,
-			w.dynFactory.ForResource(NodeAnnouncementGVR).Informer(), log.With("component", "status"))
+func (w *watches) statusWriter(o Options, dyn dynamic.Interface, log *slog.Logger) *StatusWriter {
+	c := StatusConfig{
+		Node: o.NodeName, Namespace: o.Namespace, Dynamic: dyn,
+		Services: w.saInf.Informer(), Owner: w.src.ownerUID, Log: log.With("component", "status"),
 	}
+	if o.BGP {
+		// Not in synced: see nodeAnnouncements.
+		c.Nodes = w.dynFactory.ForResource(NodeAnnouncementGVR).Informer()
+	}
+	sw := NewStatusWriter(c)
 	// Owner references cannot cross namespaces: one would make the
 	// garbage collector delete the objects at once.
 	if o.PodName != "" && o.PodUID != "" && o.PodNamespace == o.Namespace {
-		writer.OwnedByPod(o.PodName, types.UID(o.PodUID))
-		if nodeWriter != nil {
-			nodeWriter.OwnedByPod(writer.pod)
-		}
+		sw.OwnedByPod(o.PodName, types.UID(o.PodUID))
 	}
-	return writer, nodeWriter
+	return sw
 }
 
 // start makes every change trigger a sync and starts the informers
@@ -314,20 +338,15 @@ func (w *watches) start(ctx context.Context, trigger func()) error {
 }
 
 // removeOwnAnnouncements deletes this node's status objects at a stop.
-// Nothing is announced any more; emptying the writers' wish lists first
-// keeps them from writing back what DeleteOwn removes.
-func removeOwnAnnouncements(log *slog.Logger, writer *AnnouncementWriter, nodeWriter *NodeAnnouncementWriter) {
-	writer.Set(nil)
+// Nothing is announced any more; emptying the writer's wishes first
+// keeps it from writing back what DeleteOwn removes.
+func removeOwnAnnouncements(log *slog.Logger, status *StatusWriter) {
+	status.Set(nil)
+	status.SetNode(nil)
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := writer.DeleteOwn(dctx); err != nil {
-		log.Warn("removing this node's ServiceAnnouncements", "err", err)
-	}
-	if nodeWriter != nil {
-		nodeWriter.Set(nil)
-		if err := nodeWriter.DeleteOwn(dctx); err != nil {
-			log.Warn("removing this node's NodeAnnouncement", "err", err)
-		}
+	if err := status.DeleteOwn(dctx); err != nil {
+		log.Warn("removing this node's status objects", "err", err)
 	}
 }
 

@@ -13,11 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/layer2/election"
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 	"github.com/herald-lb/herald/speaker/members"
-	"github.com/herald-lb/herald/speaker/recovery"
+	"github.com/herald-lb/herald/speaker/partition"
 	"github.com/herald-lb/herald/speaker/view"
 )
 
@@ -225,7 +224,7 @@ func TestLinkRecreatedRestartsResponder(t *testing.T) {
 		t.Fatal("dead responder not replaced")
 	}
 	// Counters of replaced responders still count.
-	if got := l.sp.stats()["eth0"].GratuitousARP; got < 4 {
+	if got := l.sp.l2.responders.stats()["eth0"].GratuitousARP; got < 4 {
 		t.Errorf("eth0 gratuitous counter = %d, want the retired responders' counts kept", got)
 	}
 }
@@ -399,9 +398,12 @@ func TestLiveFailsWhenTheLoopIsStuck(t *testing.T) {
 // A lonely speaker that the heartbeat says is isolated announces nothing
 // the other nodes may announce; once not isolated, it takes its IPs.
 func TestIsolatedSpeakerHoldsBack(t *testing.T) {
-	l := newLab(t, "node1", "node1", "node2", "node3")
-	isolated := true
-	l.sp.d.Isolated = func(st heartbeat.Standing) bool { return st.Lonely() && isolated }
+	now := time.Unix(1000, 0)
+	g := partition.New(partition.Config{Self: "node1", Window: 3 * time.Second, Now: func() time.Time { return now }})
+	l := newLabWith(t, "node1", []string{"node1", "node2", "node3"}, func(d *Deps) { d.Partition = g })
+	// A speaker outside the view renews the Lease: alone, node1 is
+	// isolated, for as long as it does.
+	g.Observe("node2", now)
 	l.service("web", false, "198.51.100.200", "198.51.100.201", "198.51.100.202", "198.51.100.203")
 	l.cluster.Remove("node2")
 	l.cluster.Remove("node3")
@@ -412,7 +414,8 @@ func TestIsolatedSpeakerHoldsBack(t *testing.T) {
 	if !l.sp.State().Isolated {
 		t.Error("state not marked isolated")
 	}
-	isolated = false
+	// The renewals stop for a window: the others are gone.
+	now = now.Add(3 * time.Second)
 	l.sp.Sync()
 	if got := l.sp.Announcements().On("eth0"); len(got) != 4 {
 		t.Errorf("alone and not isolated: announcing %v, want all 4", got)
@@ -424,14 +427,14 @@ func TestIsolatedSpeakerHoldsBack(t *testing.T) {
 // recovery hold (the CI failure this guards against: a speaker that
 // started alone took an IP assigned meanwhile from its winner 30 s
 // later). An isolation after it had joined starts the hold if it lasts
-// recovery.MinIsolation.
+// partition.MinIsolation.
 func TestStartupJoinIsNoRecovery(t *testing.T) {
 	nodes := []string{"node1", "node2", "node3"}
 	ip := ipFor(t, "node1", nodes...)
 	now := time.Unix(1000, 0)
-	l := newLab(t, "node1", nodes...)
-	l.sp.d.Recovery = recovery.NewTracker(30*time.Second, func() time.Time { return now })
-	l.sp.d.Isolated = func(st heartbeat.Standing) bool { return st.Lonely() }
+	// Alone is isolated for as long as the clock stands still (the
+	// heartbeat window never passes).
+	l := newLabWith(t, "node1", nodes, guard(partition.Config{Window: time.Minute, RecoveryHold: 30 * time.Second, Now: func() time.Time { return now }}))
 	l.cluster.Remove("node2")
 	l.cluster.Remove("node3")
 	l.service("web", false, ip)
@@ -444,7 +447,7 @@ func TestStartupJoinIsNoRecovery(t *testing.T) {
 	}
 	l.sp.Sync()
 	l.sp.publishOnce()
-	if r, _ := l.sp.d.Recovery.Recovering(); r {
+	if r, _ := l.sp.partition.Recovering(); r {
 		t.Fatal("recovering after the start-up join: nobody counted this speaker out")
 	}
 	if selfMember(l.cluster, "node1").Meta.Recovering {
@@ -466,16 +469,16 @@ func TestStartupJoinIsNoRecovery(t *testing.T) {
 		}
 		l.sp.Sync()
 	}
-	cut(recovery.MinIsolation - time.Millisecond)
-	if r, _ := l.sp.d.Recovery.Recovering(); r {
+	cut(partition.MinIsolation - time.Millisecond)
+	if r, _ := l.sp.partition.Recovering(); r {
 		t.Fatal("recovering after an isolation shorter than MinIsolation")
 	}
 	if !l.sp.Announcements().Announcing(addr(ip), "eth0") {
 		t.Fatalf("after a blip of isolation, not announcing %s, which it wins", ip)
 	}
 	// For MinIsolation: that isolation counts.
-	cut(recovery.MinIsolation)
-	if r, _ := l.sp.d.Recovery.Recovering(); !r {
+	cut(partition.MinIsolation)
+	if r, _ := l.sp.partition.Recovering(); !r {
 		t.Fatal("not recovering after an isolation that followed a join")
 	}
 	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) {
@@ -491,20 +494,19 @@ func TestStartupJoinIsNoRecovery(t *testing.T) {
 func TestRestartRefuteIsNoRecovery(t *testing.T) {
 	nodes := []string{"node1", "node2", "node3"}
 	ip := ipFor(t, "node1", nodes...)
-	l := newLab(t, "node1", nodes...)
-	l.sp.d.Recovery = recovery.NewTracker(30*time.Second, nil)
+	l := newLabWith(t, "node1", nodes, guard(partition.Config{RecoveryHold: 30 * time.Second}))
 	l.service("web", false, ip)
 	// During the start-up join, before any sync saw another member: the
 	// previous process's death, as node2 declared it.
 	l.sp.DeclaredDead("node2")
 	l.sp.Sync()
-	if r, _ := l.sp.d.Recovery.Recovering(); r {
+	if r, _ := l.sp.partition.Recovering(); r {
 		t.Fatal("recovering after refuting the previous process's death during the start-up join")
 	}
 	// Its own leave, refuted even after joining.
 	l.sp.DeclaredDead("node1")
 	l.sp.Sync()
-	if r, _ := l.sp.d.Recovery.Recovering(); r {
+	if r, _ := l.sp.partition.Recovering(); r {
 		t.Fatal("recovering after refuting the previous process's own leave")
 	}
 	if !l.sp.Announcements().Announcing(addr(ip), "eth0") {
@@ -513,7 +515,7 @@ func TestRestartRefuteIsNoRecovery(t *testing.T) {
 	// Declared dead by node3 once joined: a real flap.
 	l.sp.DeclaredDead("node3")
 	l.sp.Sync()
-	if r, _ := l.sp.d.Recovery.Recovering(); !r {
+	if r, _ := l.sp.partition.Recovering(); !r {
 		t.Fatal("not recovering after a death refuted while in the cluster")
 	}
 }
@@ -526,8 +528,7 @@ func TestRecoveringSpeakerLeavesItsIPs(t *testing.T) {
 	nodes := []string{"node1", "node2", "node3"}
 	ip := ipFor(t, "node1", nodes...)
 	now := time.Unix(1000, 0)
-	l := newLab(t, "node1", nodes...)
-	l.sp.d.Recovery = recovery.NewTracker(30*time.Second, func() time.Time { return now })
+	l := newLabWith(t, "node1", nodes, guard(partition.Config{RecoveryHold: 30 * time.Second, Now: func() time.Time { return now }}))
 	l.service("web", false, ip)
 	l.sp.Sync()
 	l.sp.publishOnce()
@@ -618,16 +619,15 @@ func (f *fakeProxy) program(ip string) {
 func TestWaitsForTheProxy(t *testing.T) {
 	nodes := []string{"node1", "node2", "node3"}
 	ip := ipFor(t, "node2", nodes...)
-	l := newLab(t, "node2", nodes...)
 	px := &fakeProxy{ips: map[netip.Addr]bool{}}
-	l.sp.d.Proxy, l.sp.d.ProxyWait = px, 300*time.Millisecond
+	l := newLabWith(t, "node2", nodes, func(d *Deps) { d.Proxy, d.ProxyWait = px, 300*time.Millisecond })
 	l.service("web", false, ip)
 	l.sp.Sync()
 	r := l.responders.live("eth0")
 	if l.sp.Announcements().AnnouncingAnywhere(addr(ip)) || len(r.takeGratuitous()) != 0 || len(l.status.anns) != 0 {
 		t.Fatalf("announced %s before the proxy programmed it", ip)
 	}
-	if got, _ := l.sp.state.Lookup(addr(ip)); got.Winner != "node2" || got.Reason != l2plan.ReasonUnprogrammed {
+	if got, _ := l.sp.State().Lookup(addr(ip)); got.Winner != "node2" || got.Reason != l2plan.ReasonUnprogrammed {
 		t.Errorf("%+v: want won by node2, waiting for the proxy", got)
 	}
 	px.program(ip)
@@ -654,13 +654,22 @@ func TestWaitsForTheProxy(t *testing.T) {
 	}
 }
 
+// guard sets the speaker's partition Guard to one made of c (c.Self is
+// the node).
+func guard(c partition.Config) func(*Deps) {
+	return func(d *Deps) {
+		c.Self = d.Node
+		d.Partition = partition.New(c)
+	}
+}
+
 // TestBlipCountsBothOutAndMovesNothing: in a two-node cluster a blip
-// counts both speakers out (each declared the other dead, or found itself
-// isolated), a few hundred milliseconds apart. Their holds end as far
-// apart; the one out first must not take the other's addresses for that
-// moment (the address moved there and back during a helm upgrade on real
-// nodes, and a connection caught between reset). One counted out apart
-// from the other is still ranked after it.
+// counts both speakers out (each declared the other dead), a few hundred
+// milliseconds apart. Their holds end as far apart; the one out first
+// must not take the other's addresses for that moment (the address moved
+// there and back during a helm upgrade on real nodes, and a connection
+// caught between reset). One counted out apart from the other is still
+// ranked after it.
 func TestBlipCountsBothOutAndMovesNothing(t *testing.T) {
 	nodes := []string{"node1", "node2"}
 	ip := ipFor(t, "node2", nodes...)
@@ -676,9 +685,8 @@ func TestBlipCountsBothOutAndMovesNothing(t *testing.T) {
 		{"counted out 6 s before node2: node2 is lesser", node2Out.Add(-6 * time.Second), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			l := newLab(t, "node1", nodes...)
 			at := c.node1At
-			l.sp.d.Recovery = recovery.NewTracker(30*time.Second, func() time.Time { return at })
+			l := newLabWith(t, "node1", nodes, guard(partition.Config{RecoveryHold: 30 * time.Second, Now: func() time.Time { return at }}))
 			l.service("web", false, ip)
 			l.sp.Sync() // joined: a death now counts
 			l.sp.DeclaredDead("node2")
@@ -697,9 +705,8 @@ func TestBlipCountsBothOutAndMovesNothing(t *testing.T) {
 
 			// node2's side: recovering, it keeps the address it wins
 			// unless node1 was counted out apart from it.
-			o := newLab(t, "node2", nodes...)
 			at2 := node2Out
-			o.sp.d.Recovery = recovery.NewTracker(30*time.Second, func() time.Time { return at2 })
+			o := newLabWith(t, "node2", nodes, guard(partition.Config{RecoveryHold: 30 * time.Second, Now: func() time.Time { return at2 }}))
 			o.service("web", false, ip)
 			o.sp.Sync()
 			o.sp.DeclaredDead("node1")

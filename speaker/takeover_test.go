@@ -8,11 +8,13 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 	"github.com/herald-lb/herald/speaker/members"
+	"github.com/herald-lb/herald/speaker/partition"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -22,6 +24,8 @@ type fakeCheck struct {
 	answers map[netip.Addr]net.HardwareAddr
 	err     error
 	calls   map[netip.Addr]int
+	// skew moves the takeovers' clock forward (nanoseconds).
+	skew atomic.Int64
 }
 
 func newFakeCheck() *fakeCheck {
@@ -56,10 +60,12 @@ func (f *fakeCheck) called(a netip.Addr) int {
 func takeoverLab(t *testing.T) (*lab, *fakeCheck, netip.Addr) {
 	t.Helper()
 	nodes := []string{"node1", "node2", "node3"}
-	l := newLab(t, "node1", nodes...)
 	chk := newFakeCheck()
-	l.sp.d.Takeover = chk
-	t.Cleanup(l.sp.stopTakeovers)
+	l := newLabWith(t, "node1", nodes, func(d *Deps) {
+		d.Takeover = chk
+		d.TakeoverClock = func() time.Time { return time.Now().Add(time.Duration(chk.skew.Load())) }
+	})
+	t.Cleanup(l.sp.takeovers.Stop)
 	var ip string
 	for i := 200; i <= 249 && ip == ""; i++ {
 		c := fmt.Sprintf("198.51.100.%d", i)
@@ -185,16 +191,14 @@ func TestTakeoverAfterGracefulLeaveIsImmediate(t *testing.T) {
 }
 
 // TestTakeoverForcedAfterLongestWait: an answer that outlasts
-// MaxTakeoverHold does not keep the address dark here for good.
+// partition.MaxTakeoverHold does not keep the address dark here for good.
 func TestTakeoverForcedAfterLongestWait(t *testing.T) {
 	l, chk, a := takeoverLab(t)
 	chk.answer(a, mac(0x22))
 	l.cluster.Remove("node2")
 	l.sp.Sync()
 	syncUntil(t, l, "checked", func() bool { return chk.called(a) >= 1 })
-	l.sp.tkMu.Lock()
-	l.sp.takeovers[a].since = time.Now().Add(-MaxTakeoverHold)
-	l.sp.tkMu.Unlock()
+	chk.skew.Store(int64(partition.MaxTakeoverHold))
 	l.sp.Sync()
 	if !answered(l, a) {
 		t.Fatal("still not answered after the longest wait")
@@ -216,9 +220,7 @@ func TestTakeoverDroppedWhenLost(t *testing.T) {
 	if ip, _ := l.sp.State().Lookup(a); ip.Winner != "node2" || answered(l, a) {
 		t.Fatalf("node2 back: %+v, answered here %v", ip, answered(l, a))
 	}
-	l.sp.tkMu.Lock()
-	n := len(l.sp.takeovers)
-	l.sp.tkMu.Unlock()
+	n := l.sp.takeovers.Len()
 	if n != 0 {
 		t.Errorf("%d takeovers left after node2 won the address back", n)
 	}

@@ -81,3 +81,45 @@ func TestSharedGroundPointsDown(t *testing.T) {
 		t.Fatalf("only %d packages listed", checked)
 	}
 }
+
+// decisions are the packages that decide (docs/architecture.md: pure
+// functions tested with tables): nothing in them reaches the API, the
+// network or the kernel, so their tests need no root, no cluster and no
+// fake of either.
+var decisions = []string{
+	"controller/allocator",
+	"speaker/bgp/plan",
+	"speaker/layer2/election",
+	"speaker/layer2/plan",
+	"speaker/partition",
+}
+
+// sideEffects are the modules through which a package acts on the world.
+var sideEffects = []string{
+	"k8s.io/client-go",
+	"github.com/hashicorp/memberlist",
+	"github.com/osrg/gobgp",
+	"github.com/vishvananda/netlink",
+	"github.com/mdlayher/packet",
+	"github.com/google/nftables",
+	"github.com/coreos/go-iptables",
+	"github.com/prometheus/client_golang",
+}
+
+// TestDecisionsArePure: no decision package depends, even indirectly,
+// on a module with side effects.
+func TestDecisionsArePure(t *testing.T) {
+	for _, p := range decisions {
+		out, err := exec.Command("go", "list", "-deps", module+"/"+p).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", p, err, out)
+		}
+		for _, d := range strings.Fields(string(out)) {
+			for _, m := range sideEffects {
+				if d == m || strings.HasPrefix(d, m+"/") {
+					t.Errorf("%s depends on %s: decisions take their inputs as values and stay pure", p, d)
+				}
+			}
+		}
+	}
+}

@@ -1,3 +1,11 @@
+// Package heartbeat keeps the Lease herald-speakers that tells a speaker
+// whose memberlist view is a minority of the speakers it knows of (alone,
+// or one side of a partition) whether the others are alive: the
+// lowest-named live member of each view renews it every period, so the
+// API carries a heartbeat of the cluster for one write per period however
+// many nodes there are. It is the wire of speaker/partition, which makes
+// every decision: this package only reads the renewals into its Guard and
+// renews when the Guard says so.
 package heartbeat
 
 import (
@@ -12,17 +20,21 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/herald-lb/herald/internal/daemon"
+	"github.com/herald-lb/herald/speaker/partition"
 )
+
+// LeaseName is the Lease in herald's namespace that carries the heartbeat.
+const LeaseName = "herald-speakers"
 
 // View is this speaker's memberlist view: whether it is the lowest-named
 // live member, and its standing.
-type View func() (first bool, s Standing)
+type View func() (first bool, s partition.Standing)
 
-// Run keeps the heartbeat: it watches the Lease (feeding the tracker with
-// the renewals it sees), renews it every period while the tracker says so,
+// Run keeps the heartbeat: it watches the Lease (feeding the Guard with
+// the renewals it sees), renews it every period while the Guard says so,
 // and calls changed whenever Isolated flips, so the speaker elects again.
 // It returns when ctx ends.
-func Run(ctx context.Context, kube kubernetes.Interface, ns string, tr *Tracker, view View, period time.Duration, changed func(), log *slog.Logger) {
+func Run(ctx context.Context, kube kubernetes.Interface, ns string, tr *partition.Guard, view View, period time.Duration, changed func(), log *slog.Logger) {
 	f := daemon.OneObject(kube, ns, LeaseName)
 	inf := f.Coordination().V1().Leases()
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -43,7 +55,7 @@ func Run(ctx context.Context, kube kubernetes.Interface, ns string, tr *Tracker,
 	defer f.Shutdown()
 	cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced)
 
-	w := &writer{kube: kube, ns: ns, self: tr.self, lister: inf.Lister().Leases(ns).Get, duration: tr.window}
+	w := &writer{kube: kube, ns: ns, self: tr.Self(), lister: inf.Lister().Leases(ns).Get, duration: tr.Window()}
 	// Isolation is checked twice per period, so a hold-down that ends is
 	// acted on within half a period.
 	t := time.NewTicker(period / 2)

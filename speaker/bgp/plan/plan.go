@@ -271,34 +271,7 @@ func Compute(in Input) Plan {
 			ip.Reason = ReasonUnprogrammed
 		}
 		if ip.Reason == "" {
-			ip.Reason = ReasonNodeNotSelected
-			familyMiss := false
-			for _, ad := range g.Ads {
-				if !ad.NodeSelectors.MatchesOrEmpty(labels) {
-					continue
-				}
-				if ip.Reason == ReasonNodeNotSelected {
-					ip.Reason = ReasonNoSession
-				}
-				for _, sess := range p.Sessions {
-					if len(ad.Peers) > 0 && !slices.Contains(ad.Peers, sess.Name()) {
-						continue
-					}
-					if sess.Peer.Address.Unmap().Is4() != a.Is4() {
-						familyMiss = true
-						continue
-					}
-					addRoute(routes, sess, a, ad)
-					ip.Peers = append(ip.Peers, sess.Name())
-				}
-			}
-			slices.Sort(ip.Peers)
-			ip.Peers = slices.Compact(ip.Peers)
-			if len(ip.Peers) > 0 {
-				ip.Reason = ""
-			} else if familyMiss {
-				ip.Reason = ReasonNoSessionOfFamily
-			}
+			ip.Peers, ip.Reason = selectPeers(routes, a, g.Ads, labels, p.Sessions)
 		}
 		if !serving(g.Services) {
 			p.Unadvertised[ReasonNoEndpoints]++
@@ -532,6 +505,42 @@ func sessions(in Input, labels map[string]string) (out []Session, asn uint32, ro
 		}
 	}
 	return out, asn, routerID, problems
+}
+
+// selectPeers are the sessions that advertise a under the advertisements
+// ads selecting this node, each adding its route to routes; when there is
+// none, reason says why.
+func selectPeers(routes map[string]map[netip.Prefix]*Route, a netip.Addr, ads []*config.BGPAdvertisement, labels map[string]string, sessions []Session) (peers []string, reason string) {
+	reason = ReasonNodeNotSelected
+	familyMiss := false
+	for _, ad := range ads {
+		if !ad.NodeSelectors.MatchesOrEmpty(labels) {
+			continue
+		}
+		if reason == ReasonNodeNotSelected {
+			reason = ReasonNoSession
+		}
+		for _, sess := range sessions {
+			if len(ad.Peers) > 0 && !slices.Contains(ad.Peers, sess.Name()) {
+				continue
+			}
+			if sess.Peer.Address.Unmap().Is4() != a.Is4() {
+				familyMiss = true
+				continue
+			}
+			addRoute(routes, sess, a, ad)
+			peers = append(peers, sess.Name())
+		}
+	}
+	slices.Sort(peers)
+	peers = slices.Compact(peers)
+	switch {
+	case len(peers) > 0:
+		return peers, ""
+	case familyMiss:
+		return peers, ReasonNoSessionOfFamily
+	}
+	return peers, reason
 }
 
 func addRoute(routes map[string]map[netip.Prefix]*Route, sess Session, a netip.Addr, ad *config.BGPAdvertisement) {

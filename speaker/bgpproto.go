@@ -26,9 +26,16 @@ const (
 	EventSessionDown        = "SessionDown"
 )
 
-// bgpState is the BGP side's state shared with the metrics collector and
-// the session watcher.
-type bgpState struct {
+// bgpProtocol advertises this node's routes over BGP: it applies the
+// BGP plan to the manager, and reports what reached the sessions.
+type bgpProtocol struct {
+	*env
+	// advertised are the announcements of the last sync, for events;
+	// owned by the loop.
+	advertised []view.Announcement
+
+	// The rest is shared with the metrics collector and the session
+	// watcher.
 	mu sync.Mutex
 	// sessions are the applied sessions by name, with their addresses.
 	sessions map[string]netip.Addr
@@ -38,18 +45,18 @@ type bgpState struct {
 	states map[netip.Addr]bgp.PeerState
 }
 
-// syncBGP decides what this node advertises and applies it; it returns
+func newBGPProtocol(e *env) *bgpProtocol { return &bgpProtocol{env: e} }
+
+// sync decides what this node advertises and applies it; it returns
 // the ServiceAnnouncements and the NodeAnnouncement of what was applied.
-func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.Addr]bool, drain bgpplan.DrainPhase) ([]view.Announcement, *view.NodeSummary) {
-	if s.d.BGP == nil {
-		return nil, nil
-	}
+func (s *bgpProtocol) sync(r *round) result {
+	drain, unprogrammed := r.bgpDrain, r.unprogrammed
 	plan := bgpplan.Compute(bgpplan.Input{
-		Config: snap.Config, Services: snap.Services, Nodes: snap.Nodes,
-		Node: s.d.Node, NodeIPs: snap.NodeIPs, Options: s.d.Options, Reporter: reporter,
+		Config: r.snap.Config, Services: r.snap.Services, Nodes: r.snap.Nodes,
+		Node: s.d.Node, NodeIPs: r.snap.NodeIPs, Options: s.d.Options, Reporter: r.reporter,
 		Unprogrammed: unprogrammed, Drain: drain,
 	})
-	s.logOnce("bgp/drain", drain.String(), func() {
+	s.logs.once("bgp/drain", drain.String(), func() {
 		if drain != bgpplan.NotDrained {
 			s.d.Log.Info("BGP drain", "phase", drain.String())
 		}
@@ -57,13 +64,25 @@ func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.A
 	if s.d.Metrics != nil {
 		s.d.Metrics.observeBGP(plan.Unadvertised)
 	}
+	s.apply(plan, unprogrammed)
+	s.logProblems(plan)
+	anns, advertised, sum := s.applied(plan)
+	// Events are about what is advertised, not about the reasons.
+	s.events(s.advertised, advertised)
+	s.advertised = advertised
+	return result{anns: anns, node: sum}
+}
+
+// apply hands the plan to the manager, unless the first sessions would
+// open without the routes the proxy is not ready for yet.
+func (s *bgpProtocol) apply(plan bgpplan.Plan, unprogrammed map[netip.Addr]bool) {
 	var err error
 	if len(plan.Sessions) > 0 && len(unprogrammed) > 0 && len(s.d.BGP.Sessions()) == 0 {
 		// The first sessions open with every route the proxy is ready
 		// for: a router keeping this node's routes from before a restart
 		// drops those missing from the first End-of-RIB. The wait is
 		// bounded by the proxy's (MaxProxyWait).
-		s.logOnce("bgp/proxywait", "waiting", func() {
+		s.logs.once("bgp/proxywait", "waiting", func() {
 			s.d.Log.Info("waiting for the proxy's rules before opening the BGP sessions", "addresses", len(unprogrammed))
 		})
 	} else {
@@ -72,20 +91,25 @@ func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.A
 		cancel()
 	}
 	if err != nil {
-		s.logOnce("bgp/apply", err.Error(), func() {
+		s.logs.once("bgp/apply", err.Error(), func() {
 			s.d.Log.Error("applying BGP sessions and routes; retrying", "err", err)
 		})
 		// Nothing else may trigger a sync soon (a router refusing the
 		// session is not a Kubernetes change), so retry on a timer.
-		time.AfterFunc(5*time.Second, s.Trigger)
+		time.AfterFunc(5*time.Second, s.trigger)
 	} else {
-		delete(s.logged, "bgp/apply")
+		s.logs.forget("bgp/apply")
 	}
+}
+
+// logProblems logs, once per change, what this node cannot honour and
+// why addresses are not advertised.
+func (s *bgpProtocol) logProblems(plan bgpplan.Plan) {
 	seen := map[string]bool{}
 	for _, p := range plan.Problems {
 		key := "bgp/problem/" + p
 		seen[key] = true
-		s.logOnce(key, p, func() { s.d.Log.Warn("BGP configuration this node cannot honour", "problem", p) })
+		s.logs.once(key, p, func() { s.d.Log.Warn("BGP configuration this node cannot honour", "problem", p) })
 	}
 	for _, ip := range plan.IPs {
 		if ip.Reason == "" {
@@ -93,32 +117,29 @@ func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.A
 		}
 		key := "bgp/ip/" + ip.Addr.String()
 		seen[key] = true
-		s.logOnce(key, ip.Reason, func() {
+		s.logs.once(key, ip.Reason, func() {
 			s.d.Log.Info("not advertised over BGP", "ip", ip.Addr, "services", refs(ip.Services), "reason", ip.Reason)
 		})
 	}
-	for k := range s.logged {
-		if (strings.HasPrefix(k, "bgp/problem/") || strings.HasPrefix(k, "bgp/ip/")) && !seen[k] {
-			delete(s.logged, k)
-		}
-	}
+	s.logs.forgetUnseen(seen, "bgp/problem/", "bgp/ip/")
+}
 
-	// Announce only what reached the BGP implementation.
+// applied keeps, of the plan's announcements and summary, only what
+// reached the BGP implementation: the sessions it holds.
+func (s *bgpProtocol) applied(plan bgpplan.Plan) (anns, advertised []view.Announcement, sum *view.NodeSummary) {
 	applied := s.d.BGP.Sessions()
 	names := map[string]bool{}
-	st := &s.bgp
-	st.mu.Lock()
-	st.sessions, st.routes = map[string]netip.Addr{}, map[string]int{}
+	s.mu.Lock()
+	s.sessions, s.routes = map[string]netip.Addr{}, map[string]int{}
 	for _, a := range applied {
 		names[a.Peer.Name] = true
-		st.sessions[a.Peer.Name] = a.Peer.Address
-		st.routes[a.Peer.Name] = len(a.Routes)
+		s.sessions[a.Peer.Name] = a.Peer.Address
+		s.routes[a.Peer.Name] = len(a.Routes)
 	}
-	st.mu.Unlock()
+	s.mu.Unlock()
 	onSessions := func(peers []string) []string {
 		return slices.DeleteFunc(slices.Clone(peers), func(p string) bool { return !names[p] })
 	}
-	var anns, advertised []view.Announcement
 	for _, a := range plan.Announcements {
 		a.Peers = onSessions(a.Peers)
 		if len(a.Peers) == 0 {
@@ -133,7 +154,6 @@ func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.A
 			advertised = append(advertised, a)
 		}
 	}
-	var sum *view.NodeSummary
 	if plan.Summary != nil {
 		c := *plan.Summary
 		c.Advertisements = slices.Clone(c.Advertisements)
@@ -143,15 +163,12 @@ func (s *Speaker) syncBGP(snap Snapshot, reporter bool, unprogrammed map[netip.A
 		}
 		sum = &c
 	}
-	// Events are about what is advertised, not about the reasons.
-	s.bgpEvents(s.bgpAnns, advertised)
-	s.bgpAnns = advertised
-	return anns, sum
+	return anns, advertised, sum
 }
 
-// bgpEvents records an event on each Service whose BGP advertisement by
+// events records an event on each Service whose BGP advertisement by
 // this node started, changed or stopped.
-func (s *Speaker) bgpEvents(old, cur []view.Announcement) {
+func (s *bgpProtocol) events(old, cur []view.Announcement) {
 	if s.d.Events == nil {
 		return
 	}
@@ -180,7 +197,7 @@ func (s *Speaker) bgpEvents(old, cur []view.Announcement) {
 
 // watchSessions polls the session states, for the metrics, the logs and
 // events on the BGPPeers when a session comes up or goes down.
-func (s *Speaker) watchSessions(ctx context.Context, every time.Duration) {
+func (s *bgpProtocol) watchSessions(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -196,12 +213,11 @@ func (s *Speaker) watchSessions(ctx context.Context, every time.Duration) {
 			s.d.Log.Warn("reading the BGP session states", "err", err)
 			continue
 		}
-		st := &s.bgp
-		st.mu.Lock()
-		old := st.states
-		st.states = states
-		sessions := maps.Clone(st.sessions)
-		st.mu.Unlock()
+		s.mu.Lock()
+		old := s.states
+		s.states = states
+		sessions := maps.Clone(s.sessions)
+		s.mu.Unlock()
 		for _, name := range slices.Sorted(maps.Keys(sessions)) {
 			addr := sessions[name]
 			was, now := old[addr], states[addr]
@@ -223,7 +239,7 @@ func (s *Speaker) watchSessions(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (s *Speaker) peerEvent(name, typ, reason, msg string) {
+func (s *bgpProtocol) peerEvent(name, typ, reason, msg string) {
 	if s.d.Events == nil {
 		return
 	}
@@ -232,10 +248,9 @@ func (s *Speaker) peerEvent(name, typ, reason, msg string) {
 	}
 }
 
-// bgpSnapshot returns the sessions with their states, for the metrics.
-func (s *Speaker) bgpSnapshot() (sessions map[string]netip.Addr, routes map[string]int, states map[netip.Addr]bgp.PeerState) {
-	st := &s.bgp
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return maps.Clone(st.sessions), maps.Clone(st.routes), maps.Clone(st.states)
+// snapshot returns the sessions with their states, for the metrics.
+func (s *bgpProtocol) snapshot() (sessions map[string]netip.Addr, routes map[string]int, states map[netip.Addr]bgp.PeerState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.sessions), maps.Clone(s.routes), maps.Clone(s.states)
 }

@@ -17,9 +17,8 @@ import (
 // over BGP to peer "router" with community 64512:7, on a fake router.
 func bgpLab(t *testing.T, self string, nodes ...string) (*lab, *bgp.Fake) {
 	t.Helper()
-	l := newLab(t, self, nodes...)
 	f := bgp.NewFake()
-	l.sp.d.BGP = bgp.NewManager(f, nil)
+	l := newLabWith(t, self, nodes, func(d *Deps) { d.BGP = bgp.NewManager(f, nil) })
 	cfg := labConfig()
 	cfg.Pools["bgp"] = &config.Pool{Name: "bgp", Ranges: []config.Range{{First: addr("203.0.113.128"), Last: addr("203.0.113.255")}}}
 	cfg.BGPAdvertisements = []*config.BGPAdvertisement{{Name: "bgp", Pools: []string{"bgp"}, Communities: []config.Community{{Standard: 64512<<16 | 7}}}}
@@ -149,7 +148,7 @@ func TestBGPSessionWatcherMetricsAndEvents(t *testing.T) {
 	l.sp.Sync()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); l.sp.watchSessions(ctx, 5*time.Millisecond) }()
+	go func() { defer close(done); l.sp.bgp.watchSessions(ctx, 5*time.Millisecond) }()
 	defer func() { cancel(); <-done }()
 
 	up := func(want float64) func() bool {

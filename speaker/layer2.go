@@ -1,0 +1,304 @@
+package speaker
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/herald-lb/herald/speaker/layer2"
+	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
+	"github.com/herald-lb/herald/speaker/partition"
+)
+
+// layer2Protocol answers ARP and NDP for the addresses this node wins
+// in the layer-2 election: one responder per announceable interface,
+// gratuitous announcements for what it gains, events and logs.
+type layer2Protocol struct {
+	*env
+	takeovers  *partition.Takeovers
+	responders *responderSet
+	ann        layer2.Announcements
+	// state is the last election result; owned by the loop.
+	state l2plan.State
+	// ifs are this node's interfaces, as the loop last listed them.
+	ifs *Interfaces
+	// rejoined is set when a member joined or died: every held address
+	// is announced again at the next sync.
+	rejoined *atomic.Bool
+}
+
+func newLayer2Protocol(e *env, tk *partition.Takeovers, ifs *Interfaces, rejoined *atomic.Bool) *layer2Protocol {
+	p := &layer2Protocol{env: e, takeovers: tk, ifs: ifs, rejoined: rejoined}
+	p.responders = &responderSet{env: e, ann: &p.ann, live: map[string]*responderEntry{}, retired: map[string]layer2.Stats{}}
+	return p
+}
+
+func (p *layer2Protocol) sync(r *round) result {
+	p.responders.sync(*p.ifs)
+	in := l2plan.Input{
+		Config:       r.snap.Config,
+		Services:     r.snap.Services,
+		Nodes:        r.snap.Nodes,
+		Local:        l2plan.Local{Name: p.d.Node, Interfaces: r.meta.Interfaces, DownInterfaces: r.meta.DownInterfaces},
+		Options:      p.d.Options,
+		Members:      r.members,
+		Isolated:     r.holdBack,
+		Unprogrammed: r.unprogrammed,
+		Contested:    p.takeovers.Contested(p.winners(), r.standing.Known, r.liveNames),
+		Reporter:     r.reporter,
+		Previous:     &p.state,
+	}
+	st := l2plan.Compute(in)
+	p.takeovers.Start(contested(st), func(a netip.Addr) string { prev, _ := p.state.Lookup(a); return prev.Winner })
+	ch := l2plan.Diff(p.state, st)
+	p.ann.Set(st.Announced())
+	p.responders.syncGroups()
+	if p.rejoined.Swap(false) {
+		p.announceAll(st)
+	} else {
+		for _, g := range ch.Gained {
+			for _, i := range g.Interfaces {
+				p.responders.gratuitous(i, g.Addr)
+			}
+		}
+	}
+	p.events(ch)
+	p.logChanges(st, ch)
+	p.d.Metrics.observeL2(st, ch)
+	p.state = st
+	return result{anns: slices.Clone(st.Announcements)}
+}
+
+// winners are the last election's winners, for the takeovers.
+func (p *layer2Protocol) winners() []partition.Winner {
+	out := make([]partition.Winner, 0, len(p.state.IPs))
+	for _, ip := range p.state.IPs {
+		out = append(out, partition.Winner{Addr: ip.Addr, Node: ip.Winner})
+	}
+	return out
+}
+
+// contested are the addresses st holds back while their takeover is
+// checked.
+func contested(st l2plan.State) []partition.Contested {
+	var out []partition.Contested
+	for _, ip := range st.IPs {
+		if ip.Reason == l2plan.ReasonContested {
+			out = append(out, partition.Contested{Addr: ip.Addr, Interfaces: ip.Checking})
+		}
+	}
+	return out
+}
+
+// announceAll announces every held IP again, after a member joined: if
+// it was a partition healing, the other side may have announced the
+// same IPs, and clients must learn the winner's MAC again.
+func (p *layer2Protocol) announceAll(st l2plan.State) {
+	for ip, ifaces := range st.Announced() {
+		for _, i := range ifaces {
+			p.responders.gratuitous(i, ip)
+		}
+	}
+}
+
+// events records an event on each Service whose announcement by this
+// node started, changed or stopped.
+func (p *layer2Protocol) events(ch l2plan.Changes) {
+	if p.d.Events == nil {
+		return
+	}
+	for _, a := range append(slices.Clone(ch.Create), ch.Update...) {
+		obj := p.d.Source.Service(a.Service)
+		if obj == nil {
+			continue
+		}
+		p.d.Events.Eventf(obj, corev1.EventTypeNormal, EventAnnouncing, "announcing %s from node %s on %s",
+			ipList(a.IPs), a.Node, strings.Join(a.Interfaces, ", "))
+	}
+	for _, a := range ch.Delete {
+		obj := p.d.Source.Service(a.Service)
+		if obj == nil {
+			continue // the Service is gone: nobody reads its events
+		}
+		p.d.Events.Eventf(obj, corev1.EventTypeNormal, EventStoppedAnnouncing, "stopped announcing %s from node %s",
+			ipList(a.IPs), a.Node)
+	}
+}
+
+// logChanges logs what moved and, once per change, why IPs are not
+// announced, so `kubectl logs` explains a missing announcement.
+func (p *layer2Protocol) logChanges(st l2plan.State, ch l2plan.Changes) {
+	log := p.d.Log
+	for _, m := range ch.Moved {
+		ip, _ := st.Lookup(m.Addr)
+		log.Info("winner changed", "ip", m.Addr, "from", orNone(m.From), "to", orNone(m.To), "services", refs(ip.Services))
+	}
+	for _, g := range ch.Gained {
+		log.Info("announcing", "ip", g.Addr, "interfaces", g.Interfaces)
+	}
+	for _, l := range ch.Lost {
+		log.Info("stopped announcing", "ip", l.Addr, "interfaces", l.Interfaces)
+	}
+	seen := map[string]bool{}
+	for _, ip := range st.IPs {
+		if ip.Reason == "" {
+			continue
+		}
+		key := "ip/" + ip.Addr.String()
+		seen[key] = true
+		why := ip.Reason + " " + fmt.Sprint(ip.Excluded.Map())
+		p.logs.once(key, why, func() {
+			log.Info("not announced", "ip", ip.Addr, "services", refs(ip.Services), "reason", ip.Reason, "nodes", ip.Excluded.Map())
+		})
+	}
+	for _, ig := range st.Ignored {
+		key := "ignored/" + ig.Service.String() + "/" + ig.Addr.String()
+		seen[key] = true
+		p.logs.once(key, ig.Reason+ig.Detail, func() {
+			log.Info("not announced", "service", ig.Service.String(), "ip", ig.Addr, "reason", ig.Reason, "detail", ig.Detail)
+		})
+	}
+	p.logs.forgetUnseen(seen, "ip/", "ignored/")
+}
+
+type responderEntry struct {
+	r    Responder
+	link Link
+}
+
+// responderSet is the running responders, one per interface; the
+// metrics collector reads their counters from its own goroutine.
+type responderSet struct {
+	*env
+	ann *layer2.Announcements
+
+	mu   sync.Mutex
+	live map[string]*responderEntry
+	// retired accumulates the counters of stopped responders.
+	retired map[string]layer2.Stats
+}
+
+// sync runs one responder per announceable interface with carrier, and
+// restarts one whose interface changed (a new index or MAC after the
+// link was re-created) or whose socket failed.
+func (rs *responderSet) sync(ifs Interfaces) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	want := map[string]Link{}
+	for _, name := range ifs.Names {
+		if !slices.Contains(ifs.Down, name) {
+			want[name] = ifs.Links[name]
+		}
+	}
+	for name, e := range rs.live {
+		l, ok := want[name]
+		dead := false
+		select {
+		case <-e.r.Done():
+			dead = true
+		default:
+		}
+		if !ok || dead || l.Index != e.link.Index || l.MAC.String() != e.link.MAC.String() {
+			if dead {
+				rs.d.Log.Warn("responder died; restarting", "interface", name)
+			}
+			rs.retire(name, e)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if _, ok := rs.live[name]; ok {
+			continue
+		}
+		rs.start(want[name])
+	}
+}
+
+// start starts the responder of l; rs.mu is held.
+func (rs *responderSet) start(l Link) {
+	name := l.Name
+	r, err := rs.d.NewResponder(layer2.Interface{Name: l.Name, Index: l.Index, MAC: l.MAC}, rs.ann)
+	if err != nil {
+		rs.logs.once("responder/"+name, err.Error(), func() {
+			rs.d.Log.Error("cannot answer ARP/NDP on an interface; retrying at the next sync", "interface", name, "err", err)
+		})
+		return
+	}
+	rs.logs.forget("responder/" + name)
+	rs.live[name] = &responderEntry{r: r, link: l}
+	// A responder whose socket fails for good stops; the sync that
+	// follows starts a new one. (Stop also ends this goroutine, at
+	// the cost of one needless sync.)
+	go func() { <-r.Done(); rs.trigger() }()
+	rs.d.Log.Info("answering ARP/NDP", "interface", name, "mac", l.MAC.String(), "index", l.Index)
+	// A responder that starts late (the link came back, or was
+	// re-created) announces what it holds: caches may still point
+	// elsewhere.
+	for _, ip := range rs.ann.On(name) {
+		if err := r.Gratuitous(ip); err != nil {
+			rs.d.Log.Warn("gratuitous announcement failed", "interface", name, "ip", ip, "err", err)
+		}
+	}
+}
+
+// retire stops a responder and keeps its counters; rs.mu is held.
+func (rs *responderSet) retire(name string, e *responderEntry) {
+	e.r.Stop()
+	rs.retired[name] = addStats(rs.retired[name], e.r.Stats())
+	delete(rs.live, name)
+	rs.d.Log.Info("stopped answering ARP/NDP", "interface", name)
+}
+
+// stopAll stops every responder; after it nothing answers.
+func (rs *responderSet) stopAll() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for name, e := range rs.live {
+		rs.retire(name, e)
+	}
+}
+
+func (rs *responderSet) syncGroups() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for name, e := range rs.live {
+		if err := e.r.SyncGroups(rs.ann.On(name)); err != nil {
+			rs.d.Log.Warn("joining solicited-node multicast groups", "interface", name, "err", err)
+		}
+	}
+}
+
+func (rs *responderSet) gratuitous(iface string, ip netip.Addr) {
+	rs.mu.Lock()
+	e := rs.live[iface]
+	rs.mu.Unlock()
+	if e == nil {
+		return // its responder starts at the next sync and announces then
+	}
+	if err := e.r.Gratuitous(ip); err != nil {
+		rs.d.Log.Warn("gratuitous announcement failed", "interface", iface, "ip", ip, "err", err)
+	}
+}
+
+func addStats(a, b layer2.Stats) layer2.Stats {
+	a.ARPRequests += b.ARPRequests
+	a.NSRequests += b.NSRequests
+	a.ARPReplies += b.ARPReplies
+	a.NAReplies += b.NAReplies
+	a.GratuitousARP += b.GratuitousARP
+	a.UnsolicitedNA += b.UnsolicitedNA
+	a.ReadErrors += b.ReadErrors
+	a.WriteErrors += b.WriteErrors
+	if len(b.Ignored) > 0 && a.Ignored == nil {
+		a.Ignored = map[layer2.Reason]uint64{}
+	}
+	for k, v := range b.Ignored {
+		a.Ignored[k] += v
+	}
+	return a
+}
