@@ -158,50 +158,9 @@ func TestRealSockets(t *testing.T) {
 	)
 	group := SolicitedNodeMulticast(netip.MustParseAddr(vip6s))
 
-	// A packet socket in B watches for A's MLD reports.
-	var watch *packet.Conn
-	inNetns(t, l.nsB, func() error {
-		ifi, err := net.InterfaceByName(l.ifB)
-		if err == nil {
-			watch, err = ListenNDP(ifi)
-		}
-		return err
-	})
-	t.Cleanup(func() { watch.Close() })
-
 	var a Announcements
 	a.Set(map[netip.Addr][]string{netip.MustParseAddr(vip4s): {l.ifA}, netip.MustParseAddr(vip6s): {l.ifA}})
-	var r *Responder
-	inNetns(t, l.nsA, func() error {
-		ifi, err := net.InterfaceByName(l.ifA)
-		if err != nil {
-			return err
-		}
-		socks, err := Listen(ifi, IPv4, IPv6)
-		if err != nil {
-			return err
-		}
-		r, err = NewResponder(Interface{Name: ifi.Name, Index: ifi.Index, MAC: ifi.HardwareAddr}, socks, &a,
-			Options{Log: slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-		if err != nil {
-			socks.close()
-		}
-		return err
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}
-	}
-	t.Cleanup(stop)
+	watch, r, stop := startRealResponder(t, l, &a)
 
 	if err := r.SyncGroups(a.On(l.ifA)); err != nil {
 		t.Fatal(err)
@@ -313,6 +272,54 @@ func TestRealSockets(t *testing.T) {
 			t.Errorf("probe for %s after the responder stopped: answered by %s", ip, got)
 		}
 	}
+}
+
+// startRealResponder starts a Responder for a on A's interface and a
+// packet socket on B's that watches for A's MLD reports; stop ends the
+// Responder (also at the test's end).
+func startRealResponder(t *testing.T, l *lab, a *Announcements) (watch *packet.Conn, r *Responder, stop func()) {
+	t.Helper()
+	// A packet socket in B watches for A's MLD reports.
+	inNetns(t, l.nsB, func() error {
+		ifi, err := net.InterfaceByName(l.ifB)
+		if err == nil {
+			watch, err = ListenNDP(ifi)
+		}
+		return err
+	})
+	t.Cleanup(func() { watch.Close() })
+
+	inNetns(t, l.nsA, func() error {
+		ifi, err := net.InterfaceByName(l.ifA)
+		if err != nil {
+			return err
+		}
+		socks, err := Listen(ifi, IPv4, IPv6)
+		if err != nil {
+			return err
+		}
+		r, err = NewResponder(Interface{Name: ifi.Name, Index: ifi.Index, MAC: ifi.HardwareAddr}, socks, a,
+			Options{Log: slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		if err != nil {
+			socks.close()
+		}
+		return err
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return watch, r, stop
 }
 
 // sawMLDReport reads frames from c for up to 3 s and reports whether one

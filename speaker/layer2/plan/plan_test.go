@@ -118,169 +118,177 @@ func everywhere(t *testing.T, in Input) map[string]State {
 	return out
 }
 
-func TestCompute(t *testing.T) {
-	v4, v6 := "192.0.2.10", "2001:db8::10"
-	cases := []struct {
-		name  string
-		svcs  []view.Service
-		setup func(*Input)
-		check func(t *testing.T, st map[string]State)
-	}{
-		{"cluster policy: the hash winner announces on every up interface", []view.Service{svc("web", "lan", v4)}, nil,
-			func(t *testing.T, st map[string]State) {
-				w := election.Winner(addr(v4), nodeNames)
-				ip, _ := st[w].Lookup(addr(v4))
-				if ip.Winner != w || !reflect.DeepEqual(ip.Interfaces, []string{"eth0", "eth1"}) || len(ip.Excluded.Map()) != 0 {
-					t.Errorf("%+v, want won by %s on eth0, eth1", ip, w)
-				}
-				want := []view.Announcement{{Service: ref("web"), Node: w, Protocol: "layer2", Interfaces: []string{"eth0", "eth1"}, IPs: []netip.Addr{addr(v4)}}}
-				if !reflect.DeepEqual(st[w].Announcements, want) {
-					t.Errorf("announcements %+v, want %+v", st[w].Announcements, want)
-				}
-			}},
-		{"local policy: only a node with a ready endpoint", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)},
-			Local: true, ReadyNodes: map[string]bool{"node2": true}, ServingTerminatingNodes: map[string]bool{"node3": true}}}, nil,
-			func(t *testing.T, st map[string]State) {
-				ip, _ := st["node2"].Lookup(addr(v4))
-				want := map[string]string{"node1": election.ReasonNoLocalEndpoint, "node3": election.ReasonNoLocalEndpoint}
-				if ip.Winner != "node2" || !ip.Announced() || !reflect.DeepEqual(ip.Excluded.Map(), want) {
-					t.Errorf("%+v", ip)
-				}
-			}},
-		{"local policy: serving-terminating when nothing is ready", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)},
-			Local: true, ServingTerminatingNodes: map[string]bool{"node3": true}}}, nil,
-			func(t *testing.T, st map[string]State) {
-				if ip, _ := st["node1"].Lookup(addr(v4)); ip.Winner != "node3" {
-					t.Errorf("winner %q, want node3", ip.Winner)
-				}
-			}},
-		{"local policy: no endpoint anywhere, nobody announces", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)}, Local: true}}, nil,
-			func(t *testing.T, st map[string]State) {
-				for n, s := range st {
-					if ip, _ := s.Lookup(addr(v4)); ip.Winner != "" || ip.Reason != ReasonNoCandidate || len(s.Announced()) != 0 || len(s.Announcements) != 0 {
-						t.Errorf("%s: %+v", n, ip)
-					}
-				}
-			}},
-		{"shared IP: sharers land together and both are announced", []view.Service{
-			{Namespace: "shop", Name: "web-tcp", Pool: "lan", IPs: []netip.Addr{addr(v4)}, Local: true, ReadyNodes: map[string]bool{"node2": true, "node3": true}},
-			{Namespace: "shop", Name: "web-udp", Pool: "lan", IPs: []netip.Addr{addr(v4)}, Local: true, ReadyNodes: map[string]bool{"node3": true, "node1": true}},
-		}, nil,
-			func(t *testing.T, st map[string]State) {
-				ip, _ := st["node3"].Lookup(addr(v4))
-				if ip.Winner != "node3" || !reflect.DeepEqual(ip.Services, []view.ServiceRef{ref("web-tcp"), ref("web-udp")}) {
-					t.Errorf("%+v", ip)
-				}
-				var got []view.ServiceRef
-				for _, a := range st["node3"].Announcements {
-					got = append(got, a.Service)
-				}
-				if !reflect.DeepEqual(got, []view.ServiceRef{ref("web-tcp"), ref("web-udp")}) || len(st["node3"].IPs) != 1 {
-					t.Errorf("announcements for %v", got)
-				}
-			}},
-		{"node selector", []view.Service{svc("web", "lan", ips(40)...)}, func(in *Input) {
-			in.Config.L2Advertisements[0].NodeSelectors = sel("rack", "1")
-		}, func(t *testing.T, st map[string]State) {
-			for _, ip := range st["node1"].IPs {
-				if ip.Winner == "node2" || ip.Excluded.Reason("node2") != election.ReasonNoAdvertisement {
-					t.Errorf("%s: %+v", ip.Addr, ip)
-				}
+// v4 and v6 are the addresses computeCases announce.
+const v4, v6 = "192.0.2.10", "2001:db8::10"
+
+type computeCase struct {
+	name  string
+	svcs  []view.Service
+	setup func(*Input)
+	check func(t *testing.T, st map[string]State)
+}
+
+// computeCases are TestCompute's: Services, a change to the input, and
+// what every node's plan must say.
+var computeCases = []computeCase{
+	{"cluster policy: the hash winner announces on every up interface", []view.Service{svc("web", "lan", v4)}, nil,
+		func(t *testing.T, st map[string]State) {
+			w := election.Winner(addr(v4), nodeNames)
+			ip, _ := st[w].Lookup(addr(v4))
+			if ip.Winner != w || !reflect.DeepEqual(ip.Interfaces, []string{"eth0", "eth1"}) || len(ip.Excluded.Map()) != 0 {
+				t.Errorf("%+v, want won by %s on eth0, eth1", ip, w)
+			}
+			want := []view.Announcement{{Service: ref("web"), Node: w, Protocol: "layer2", Interfaces: []string{"eth0", "eth1"}, IPs: []netip.Addr{addr(v4)}}}
+			if !reflect.DeepEqual(st[w].Announcements, want) {
+				t.Errorf("announcements %+v, want %+v", st[w].Announcements, want)
 			}
 		}},
-		{"interface selection: the named interface only", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
-			in.Config.L2Advertisements[0].Interfaces = []string{"eth1"}
-		}, func(t *testing.T, st map[string]State) {
-			for n, s := range st {
-				for ip, ifs := range s.Announced() {
-					if !reflect.DeepEqual(ifs, []string{"eth1"}) {
-						t.Errorf("%s announces %s on %v", n, ip, ifs)
-					}
-				}
-			}
-		}},
-		{"interface selection: advertisements add up per node", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
-			in.Config.L2Advertisements = append(in.Config.L2Advertisements,
-				&config.L2Advertisement{Name: "rack2-eth1", Pools: []string{"lan"}, Interfaces: []string{"eth1"}, NodeSelectors: sel("rack", "2")})
-			in.Config.L2Advertisements[0].Interfaces = []string{"eth0"}
-			member(in, "node2").Interfaces = []string{"eth0", "eth1", "eth2"}
-		}, func(t *testing.T, st map[string]State) {
-			for n, s := range st {
-				want := []string{"eth0"}
-				if n == "node2" {
-					want = []string{"eth0", "eth1"}
-				}
-				for ip, ifs := range s.Announced() {
-					if !reflect.DeepEqual(ifs, want) {
-						t.Errorf("%s announces %s on %v, want %v", n, ip, ifs, want)
-					}
-				}
-			}
-		}},
-		{"interface selection: a named interface the node lacks", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
-			in.Config.L2Advertisements[0].Interfaces = []string{"eth2"}
-			member(in, "node3").Interfaces = []string{"eth0", "eth2"}
-		}, func(t *testing.T, st map[string]State) {
-			for _, ip := range st["node1"].IPs {
-				if ip.Winner != "node3" || ip.Excluded.Reason("node1") != election.ReasonInterfacesDown {
-					t.Errorf("%+v", ip)
-				}
-			}
-		}},
-		{"excluded and network-unavailable nodes", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
-			in.Nodes[0].Labels[election.ExcludeLabel] = ""
-			in.Nodes[1].NetworkUnavailable = true
-		}, func(t *testing.T, st map[string]State) {
-			for _, ip := range st["node3"].IPs {
-				if ip.Winner != "node3" || ip.Excluded.Reason("node1") != election.ReasonExcluded || ip.Excluded.Reason("node2") != election.ReasonNetworkUnavailable {
-					t.Errorf("%+v", ip)
-				}
-			}
-		}},
-		{"ignore the exclude label when told", []view.Service{svc("web", "lan", v4)}, func(in *Input) {
-			for i := range in.Nodes {
-				in.Nodes[i].Labels[election.ExcludeLabel] = ""
-			}
-			in.Options.IgnoreExcludeLabel = true
-		}, func(t *testing.T, st map[string]State) {
-			if ip, _ := st["node1"].Lookup(addr(v4)); ip.Winner == "" {
+	{"local policy: only a node with a ready endpoint", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)},
+		Local: true, ReadyNodes: map[string]bool{"node2": true}, ServingTerminatingNodes: map[string]bool{"node3": true}}}, nil,
+		func(t *testing.T, st map[string]State) {
+			ip, _ := st["node2"].Lookup(addr(v4))
+			want := map[string]string{"node1": election.ReasonNoLocalEndpoint, "node3": election.ReasonNoLocalEndpoint}
+			if ip.Winner != "node2" || !ip.Announced() || !reflect.DeepEqual(ip.Excluded.Map(), want) {
 				t.Errorf("%+v", ip)
 			}
 		}},
-		{"dual stack: both families elected, one announcement per node", []view.Service{svc("web", "lan", v4, v6)}, nil,
-			func(t *testing.T, st map[string]State) {
-				w4, w6 := election.Winner(addr(v4), nodeNames), election.Winner(addr(v6), nodeNames)
-				want := map[string][]netip.Addr{}
-				want[w4] = append(want[w4], addr(v4))
-				want[w6] = append(want[w6], addr(v6))
-				for _, n := range nodeNames {
-					var got []netip.Addr
-					if len(st[n].Announcements) == 1 {
-						got = st[n].Announcements[0].IPs
-					}
-					if !reflect.DeepEqual(got, want[n]) || len(st[n].Announcements) > 1 {
-						t.Errorf("%s announces %+v, want %v", n, st[n].Announcements, want[n])
-					}
-				}
-			}},
-		{"dual stack local: both on the endpoint's node", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan",
-			IPs: []netip.Addr{addr(v6), addr(v4)}, Local: true, ReadyNodes: map[string]bool{"node2": true}}}, nil,
-			func(t *testing.T, st map[string]State) {
-				want := []view.Announcement{{Service: ref("web"), Node: "node2", Protocol: Protocol, Interfaces: []string{"eth0", "eth1"}, IPs: []netip.Addr{addr(v4), addr(v6)}}}
-				if !reflect.DeepEqual(st["node2"].Announcements, want) {
-					t.Errorf("%+v", st["node2"].Announcements)
-				}
-			}},
-		{"a live member without a Node and a Node without a member", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
-			in.Members = append(in.Members[:2], Member{Name: "stranger", Interfaces: []string{"eth0"}})
-		}, func(t *testing.T, st map[string]State) {
-			for _, ip := range st["node1"].IPs {
-				if ip.Winner == "node3" || ip.Winner == "stranger" || ip.Excluded.Reason("node3") != election.ReasonNotLive {
-					t.Errorf("%+v", ip)
+	{"local policy: serving-terminating when nothing is ready", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)},
+		Local: true, ServingTerminatingNodes: map[string]bool{"node3": true}}}, nil,
+		func(t *testing.T, st map[string]State) {
+			if ip, _ := st["node1"].Lookup(addr(v4)); ip.Winner != "node3" {
+				t.Errorf("winner %q, want node3", ip.Winner)
+			}
+		}},
+	{"local policy: no endpoint anywhere, nobody announces", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan", IPs: []netip.Addr{addr(v4)}, Local: true}}, nil,
+		func(t *testing.T, st map[string]State) {
+			for n, s := range st {
+				if ip, _ := s.Lookup(addr(v4)); ip.Winner != "" || ip.Reason != ReasonNoCandidate || len(s.Announced()) != 0 || len(s.Announcements) != 0 {
+					t.Errorf("%s: %+v", n, ip)
 				}
 			}
 		}},
-	}
+	{"shared IP: sharers land together and both are announced", []view.Service{
+		{Namespace: "shop", Name: "web-tcp", Pool: "lan", IPs: []netip.Addr{addr(v4)}, Local: true, ReadyNodes: map[string]bool{"node2": true, "node3": true}},
+		{Namespace: "shop", Name: "web-udp", Pool: "lan", IPs: []netip.Addr{addr(v4)}, Local: true, ReadyNodes: map[string]bool{"node3": true, "node1": true}},
+	}, nil,
+		func(t *testing.T, st map[string]State) {
+			ip, _ := st["node3"].Lookup(addr(v4))
+			if ip.Winner != "node3" || !reflect.DeepEqual(ip.Services, []view.ServiceRef{ref("web-tcp"), ref("web-udp")}) {
+				t.Errorf("%+v", ip)
+			}
+			var got []view.ServiceRef
+			for _, a := range st["node3"].Announcements {
+				got = append(got, a.Service)
+			}
+			if !reflect.DeepEqual(got, []view.ServiceRef{ref("web-tcp"), ref("web-udp")}) || len(st["node3"].IPs) != 1 {
+				t.Errorf("announcements for %v", got)
+			}
+		}},
+	{"node selector", []view.Service{svc("web", "lan", ips(40)...)}, func(in *Input) {
+		in.Config.L2Advertisements[0].NodeSelectors = sel("rack", "1")
+	}, func(t *testing.T, st map[string]State) {
+		for _, ip := range st["node1"].IPs {
+			if ip.Winner == "node2" || ip.Excluded.Reason("node2") != election.ReasonNoAdvertisement {
+				t.Errorf("%s: %+v", ip.Addr, ip)
+			}
+		}
+	}},
+	{"interface selection: the named interface only", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		in.Config.L2Advertisements[0].Interfaces = []string{"eth1"}
+	}, func(t *testing.T, st map[string]State) {
+		for n, s := range st {
+			for ip, ifs := range s.Announced() {
+				if !reflect.DeepEqual(ifs, []string{"eth1"}) {
+					t.Errorf("%s announces %s on %v", n, ip, ifs)
+				}
+			}
+		}
+	}},
+	{"interface selection: advertisements add up per node", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		in.Config.L2Advertisements = append(in.Config.L2Advertisements,
+			&config.L2Advertisement{Name: "rack2-eth1", Pools: []string{"lan"}, Interfaces: []string{"eth1"}, NodeSelectors: sel("rack", "2")})
+		in.Config.L2Advertisements[0].Interfaces = []string{"eth0"}
+		member(in, "node2").Interfaces = []string{"eth0", "eth1", "eth2"}
+	}, func(t *testing.T, st map[string]State) {
+		for n, s := range st {
+			want := []string{"eth0"}
+			if n == "node2" {
+				want = []string{"eth0", "eth1"}
+			}
+			for ip, ifs := range s.Announced() {
+				if !reflect.DeepEqual(ifs, want) {
+					t.Errorf("%s announces %s on %v, want %v", n, ip, ifs, want)
+				}
+			}
+		}
+	}},
+	{"interface selection: a named interface the node lacks", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		in.Config.L2Advertisements[0].Interfaces = []string{"eth2"}
+		member(in, "node3").Interfaces = []string{"eth0", "eth2"}
+	}, func(t *testing.T, st map[string]State) {
+		for _, ip := range st["node1"].IPs {
+			if ip.Winner != "node3" || ip.Excluded.Reason("node1") != election.ReasonInterfacesDown {
+				t.Errorf("%+v", ip)
+			}
+		}
+	}},
+	{"excluded and network-unavailable nodes", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		in.Nodes[0].Labels[election.ExcludeLabel] = ""
+		in.Nodes[1].NetworkUnavailable = true
+	}, func(t *testing.T, st map[string]State) {
+		for _, ip := range st["node3"].IPs {
+			if ip.Winner != "node3" || ip.Excluded.Reason("node1") != election.ReasonExcluded || ip.Excluded.Reason("node2") != election.ReasonNetworkUnavailable {
+				t.Errorf("%+v", ip)
+			}
+		}
+	}},
+	{"ignore the exclude label when told", []view.Service{svc("web", "lan", v4)}, func(in *Input) {
+		for i := range in.Nodes {
+			in.Nodes[i].Labels[election.ExcludeLabel] = ""
+		}
+		in.Options.IgnoreExcludeLabel = true
+	}, func(t *testing.T, st map[string]State) {
+		if ip, _ := st["node1"].Lookup(addr(v4)); ip.Winner == "" {
+			t.Errorf("%+v", ip)
+		}
+	}},
+	{"dual stack: both families elected, one announcement per node", []view.Service{svc("web", "lan", v4, v6)}, nil,
+		func(t *testing.T, st map[string]State) {
+			w4, w6 := election.Winner(addr(v4), nodeNames), election.Winner(addr(v6), nodeNames)
+			want := map[string][]netip.Addr{}
+			want[w4] = append(want[w4], addr(v4))
+			want[w6] = append(want[w6], addr(v6))
+			for _, n := range nodeNames {
+				var got []netip.Addr
+				if len(st[n].Announcements) == 1 {
+					got = st[n].Announcements[0].IPs
+				}
+				if !reflect.DeepEqual(got, want[n]) || len(st[n].Announcements) > 1 {
+					t.Errorf("%s announces %+v, want %v", n, st[n].Announcements, want[n])
+				}
+			}
+		}},
+	{"dual stack local: both on the endpoint's node", []view.Service{{Namespace: "shop", Name: "web", Pool: "lan",
+		IPs: []netip.Addr{addr(v6), addr(v4)}, Local: true, ReadyNodes: map[string]bool{"node2": true}}}, nil,
+		func(t *testing.T, st map[string]State) {
+			want := []view.Announcement{{Service: ref("web"), Node: "node2", Protocol: Protocol, Interfaces: []string{"eth0", "eth1"}, IPs: []netip.Addr{addr(v4), addr(v6)}}}
+			if !reflect.DeepEqual(st["node2"].Announcements, want) {
+				t.Errorf("%+v", st["node2"].Announcements)
+			}
+		}},
+	{"a live member without a Node and a Node without a member", []view.Service{svc("web", "lan", ips(20)...)}, func(in *Input) {
+		in.Members = append(in.Members[:2], Member{Name: "stranger", Interfaces: []string{"eth0"}})
+	}, func(t *testing.T, st map[string]State) {
+		for _, ip := range st["node1"].IPs {
+			if ip.Winner == "node3" || ip.Winner == "stranger" || ip.Excluded.Reason("node3") != election.ReasonNotLive {
+				t.Errorf("%+v", ip)
+			}
+		}
+	}},
+}
+
+func TestCompute(t *testing.T) {
+	cases := computeCases
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := testInput(c.svcs...)
