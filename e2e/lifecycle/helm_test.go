@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,6 +157,15 @@ func TestHelm(t *testing.T) {
 	}
 	resets := harness.StartRSTCapture(t, captureIn)
 	l2Packets := harness.StartPacketCapture(t, h.Lab.ModuleDir, h.Layout.Client, l2IP)
+	// And each echo pod's packets in its node's namespace: a request the
+	// pod's kernel acknowledged but that got no answer within the probe's
+	// second is told apart here from an answer lost on its way back.
+	echoPackets := map[string]*harness.PacketCapture{}
+	for node, ips := range podIPsByNode(h, "app=helm-echo") {
+		if n, ok := h.Layout.Node(node); ok {
+			echoPackets[node] = harness.StartPacketCapture(t, h.Lab.ModuleDir, n.Netns, ips...)
+		}
+	}
 	// The L2 election as the speakers saw it up to now: what a move
 	// during the upgrade is compared with.
 	electionBefore := electionLines(h)
@@ -210,6 +221,9 @@ func TestHelm(t *testing.T) {
 		t.Logf("the speakers' logs within 3 s of a failure:\n  %s", strings.Join(speakerLogs.Near(failedAt, 3*time.Second), "\n  "))
 		if at := l2Probe.FailedAt(); len(at) > 0 {
 			t.Logf("the L2 client's packets to and from %s within 300 ms of a failure:\n  %s", l2IP, strings.Join(l2Packets.Around(at, 300*time.Millisecond, 400), "\n  "))
+		}
+		for _, node := range slices.Sorted(maps.Keys(echoPackets)) {
+			t.Logf("the echo pods' packets on %s within 1.5 s of a failure (the probe waits 1 s for an answer):\n  %s", node, strings.Join(echoPackets[node].Around(failedAt, 1500*time.Millisecond, 300), "\n  "))
 		}
 	}
 	if len(changes) > 0 {
@@ -524,6 +538,19 @@ spec:
   selector: {app: %s}
   ports: [{port: 80, targetPort: 8080, protocol: TCP}]
 `, name, pool, app)
+}
+
+// podIPsByNode are the IPs of the pods matching selector in the default
+// namespace, by node.
+func podIPsByNode(h *harness.T, selector string) map[string][]string {
+	out := map[string][]string{}
+	lines := h.Kubectl("get", "pods", "-l", selector, "-o", `jsonpath={range .items[*]}{.spec.nodeName} {.status.podIP}{"\n"}{end}`)
+	for _, l := range strings.Split(strings.TrimSpace(lines), "\n") {
+		if f := strings.Fields(l); len(f) == 2 {
+			out[f[0]] = append(out[f[0]], f[1])
+		}
+	}
+	return out
 }
 
 func serviceIP(h *harness.T, name string) string {
