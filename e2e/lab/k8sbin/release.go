@@ -309,7 +309,9 @@ func ensureRelease(ctx context.Context, opts Options, v string) (*Bin, error) {
 	entry := filepath.Join(root, key)
 	b := &Bin{Version: v, Key: key, Path: filepath.Join(entry, "k8s"), Dir: filepath.Join(entry, "bin")}
 
-	unlock, err := lockFile(ctx, filepath.Join(root, ".lock"), opts.Log)
+	// One lock per release: a lab of one release does not wait for the
+	// build of another.
+	unlock, err := lockFile(ctx, filepath.Join(root, ".lock-"+v), opts.Log)
 	if err != nil {
 		return nil, err
 	}
