@@ -48,7 +48,7 @@ func usage() {
   herald-lab vtysh [--state DIR] [-- VTYSH-ARGS]   e.g. -- -c 'show bgp summary'
   herald-lab down [--state DIR] [--keep-logs]
   herald-lab build [--e2e DIR] [--k8s-version V]
-  herald-lab controlplane up     [--state DIR] [--address IP] [--port N] [--e2e DIR]
+  herald-lab controlplane up     [--state DIR] [--address IP] [--port N] [--e2e DIR] [--k8s-version V]
   herald-lab controlplane down   [--state DIR] [--keep-logs]
   herald-lab controlplane status [--state DIR]
 `)
@@ -129,8 +129,9 @@ func cpUp(ctx context.Context, args []string) error {
 	addr := fs.String("address", "127.0.0.1", "API server bind and advertise address")
 	port := fs.Int("port", 0, "API server port (0: a free one)")
 	e2e := fs.String("e2e", "", "the e2e module directory (default: found from the current directory)")
+	version := fs.String("k8s-version", os.Getenv(k8sbin.VersionEnv), "the k8s.io/kubernetes release to run (default $"+k8sbin.VersionEnv+", else the one e2e/go.mod pins)")
 	_ = fs.Parse(args)
-	b, err := k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: *e2e})
+	b, err := k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: *e2e, Version: *version})
 	if err != nil {
 		return err
 	}
