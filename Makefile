@@ -209,12 +209,12 @@ e2e-real-test: toolchain helm ## (root) make image, then the walkthrough, the pr
 # serves) the lab's control plane, kubelet, kube-proxy and kubectl are
 # built from that k8s.io/kubernetes release (herald-lab build
 # --k8s-version, a throwaway module per release under
-# e2e/_cache/k8s-release; 4-14 minutes cold on 2 cores, then cached) and
-# COMPAT_TESTS run in a lab kubelet lab with HERALD_LAB_K8S_VERSION set.
-# Every release runs even when one fails; the logs are
-# _output/logs/compat-<version>.log. Not in make test: a release's tests
-# alone take about 10 minutes. README's compatibility table holds the
-# results (docs/testing.md).
+# e2e/_cache/k8s-release; 30 minutes or more cold on 2 cores, as nothing of
+# another release is in the build cache, then cached) and COMPAT_TESTS run
+# in a lab kubelet lab with HERALD_LAB_K8S_VERSION set. Every release runs
+# even when one fails; the logs are _output/logs/compat-<version>.log. Not
+# in make test: too long. README's compatibility table holds the results
+# (docs/testing.md).
 K8S_PINNED := $(shell awk '$$1 == "k8s.io/kubernetes" && $$2 ~ /^v/ {print $$2; exit}' e2e/go.mod 2>/dev/null)
 COMPAT_VERSIONS ?= v1.31.14 $(K8S_PINNED) v1.37.2
 COMPAT_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP)$$
