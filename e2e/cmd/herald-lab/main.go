@@ -1,7 +1,7 @@
 // Command herald-lab drives the lab: a Kubernetes cluster on one machine,
 // nodes and pods as network namespaces (package lab/cluster).
 //
-//	herald-lab up [--nodes N] [--bare] [--image-mode] [--real-nodes] [--proxy herald|kube-proxy]
+//	herald-lab up [--nodes N] [--bare] [--image-mode] [--real-nodes] [--proxy herald|kube-proxy] [--k8s-version V]
 //	                                       build what is missing, bring a lab up, return
 //	herald-lab status                       what runs, what is missing
 //	herald-lab exec TARGET -- CMD [ARG...]  run CMD in node1.., client, router, remote, pod/[NS/]NAME
@@ -9,7 +9,7 @@
 //	herald-lab walkthrough                  the "Using Source IP" tutorial, step by step, judged
 //	herald-lab vtysh [-- ARGS]              FRR's shell on the lab router
 //	herald-lab down                         remove everything the lab made (also after a crash)
-//	herald-lab build                        build or reuse the multi-call Kubernetes binary
+//	herald-lab build [--k8s-version V]      build or reuse the multi-call Kubernetes binary
 //	herald-lab controlplane up|down|status  the control plane alone
 //
 // The lab's processes outlive `up`; `down` stops them by the PIDs in the
@@ -39,7 +39,7 @@ const defaultState = "/tmp/herald-lab/controlplane"
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   herald-lab up [--nodes N] [--bare] [--image-mode] [--real-nodes] [--proxy herald|kube-proxy]
-                [--prefix P] [--state DIR] [--e2e DIR] [--wait] [--reuse]
+                [--k8s-version V] [--prefix P] [--state DIR] [--e2e DIR] [--wait] [--reuse]
   herald-lab status [--state DIR]
   herald-lab exec [--state DIR] TARGET -- CMD [ARG...]
       TARGET: node1..nodeN, client, router, remote, pod/NAME, pod/NAMESPACE/NAME
@@ -47,8 +47,8 @@ func usage() {
   herald-lab walkthrough [--state DIR]
   herald-lab vtysh [--state DIR] [-- VTYSH-ARGS]   e.g. -- -c 'show bgp summary'
   herald-lab down [--state DIR] [--keep-logs]
-  herald-lab build [--e2e DIR]
-  herald-lab controlplane up     [--state DIR] [--address IP] [--port N] [--e2e DIR]
+  herald-lab build [--e2e DIR] [--k8s-version V]
+  herald-lab controlplane up     [--state DIR] [--address IP] [--port N] [--e2e DIR] [--k8s-version V]
   herald-lab controlplane down   [--state DIR] [--keep-logs]
   herald-lab controlplane status [--state DIR]
 `)
@@ -113,8 +113,9 @@ func main() {
 func build(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("build", flag.ExitOnError)
 	e2e := fs.String("e2e", "", "the e2e module directory (default: found from the current directory)")
+	version := fs.String("k8s-version", os.Getenv(k8sbin.VersionEnv), "the k8s.io/kubernetes release to build, e.g. v1.31.14 (default $"+k8sbin.VersionEnv+", else the one e2e/go.mod pins)")
 	_ = fs.Parse(args)
-	b, err := k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: *e2e})
+	b, err := k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: *e2e, Version: *version})
 	if err != nil {
 		return err
 	}
@@ -128,8 +129,9 @@ func cpUp(ctx context.Context, args []string) error {
 	addr := fs.String("address", "127.0.0.1", "API server bind and advertise address")
 	port := fs.Int("port", 0, "API server port (0: a free one)")
 	e2e := fs.String("e2e", "", "the e2e module directory (default: found from the current directory)")
+	version := fs.String("k8s-version", os.Getenv(k8sbin.VersionEnv), "the k8s.io/kubernetes release to run (default $"+k8sbin.VersionEnv+", else the one e2e/go.mod pins)")
 	_ = fs.Parse(args)
-	b, err := k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: *e2e})
+	b, err := k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: *e2e, Version: *version})
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,7 +29,6 @@ import (
 	_ "time/tzdata" // CronJob time zones in kube-controller-manager, as upstream
 
 	"k8s.io/component-base/cli"
-	"k8s.io/component-base/logs"
 	_ "k8s.io/component-base/logs/json/register"          // --logging-format=json
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric
@@ -40,7 +38,6 @@ import (
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 
 	_ "k8s.io/client-go/plugin/pkg/client/auth" // kubectl's client auth plugins
 )
@@ -52,14 +49,12 @@ var components = map[string]func() int{
 	"kube-controller-manager": func() int { return cli.Run(controllermanager.NewControllerManagerCommand()) },
 	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
 	"kube-proxy":              func() int { return cli.Run(proxy.NewProxyCommand()) },
-	"kubelet":                 func() int { return cli.Run(kubelet.NewKubeletCommand(context.Background())) },
+	"kubelet":                 runKubelet,
 	"kubectl":                 runKubectl,
 }
 
 func runKubectl() int {
-	// As upstream kubectl: honour -v before the command is built, so that
-	// plugin and kuberc handling during construction can log.
-	_, _ = logs.GlogSetter(kubectlcmd.GetLogVerbosity(os.Args))
+	kubectlEarlyVerbosity()
 	command := kubectlcmd.NewDefaultKubectlCommand()
 	if err := cli.RunNoErrOutput(command); err != nil {
 		kubectlutil.CheckErr(err) // prints the error and exits non-zero

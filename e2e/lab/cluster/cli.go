@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/herald-lb/herald/e2e/lab/k8sbin"
 	"github.com/herald-lb/herald/e2e/lab/topology"
 )
 
@@ -22,6 +24,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		o.Proxy, err = ParseProxy(s)
 		return err
 	})
+	fs.StringVar(&o.K8sVersion, "k8s-version", "", "the k8s.io/kubernetes release of the control plane, kubelet, kube-proxy and kubectl, e.g. v1.31.14 (built on first use); default $"+k8sbin.VersionEnv+", else the one e2e/go.mod pins")
 	fs.StringVar(&o.Prefix, "prefix", DefaultPrefix, "starts the name of every namespace and link the lab makes")
 	fs.StringVar(&o.StateDir, "state", "", "state directory (default /tmp/herald-lab/PREFIX)")
 	fs.StringVar(&o.ModuleDir, "e2e", "", "the e2e module directory (default: found from the current directory)")
@@ -43,5 +46,38 @@ func CheckReuse(s State, o Options) error {
 	if got := s.ProxyOf(); got != want {
 		return fmt.Errorf("the lab in %s runs the service proxy %s, not %s: run herald-lab down, then up", s.StateDir, got, want)
 	}
+	wantK8s, err := resolveK8sVersion(o.K8sVersion, os.Getenv(k8sbin.VersionEnv))
+	if err != nil {
+		return err
+	}
+	gotK8s := s.K8sVersion
+	if wantK8s == "" || gotK8s == "" {
+		pinned, err := k8sbin.PinnedVersion(s.ModuleDir)
+		if err != nil {
+			return err
+		}
+		wantK8s, gotK8s = cmp.Or(wantK8s, pinned), cmp.Or(gotK8s, pinned)
+	}
+	if gotK8s != wantK8s {
+		return fmt.Errorf("the lab in %s runs Kubernetes %s, not %s: run herald-lab down, then up", s.StateDir, gotK8s, wantK8s)
+	}
 	return nil
+}
+
+// resolveK8sVersion is the lab's Kubernetes release: opt
+// (Options.K8sVersion) if set, else env (the value of k8sbin.VersionEnv);
+// empty means the pinned one. A bad value's error names where it came
+// from.
+func resolveK8sVersion(opt, env string) (string, error) {
+	v, from := opt, "cluster.Options.K8sVersion"
+	if v == "" {
+		v, from = env, k8sbin.VersionEnv
+	}
+	if v == "" {
+		return "", nil
+	}
+	if _, _, err := k8sbin.ParseRelease(v); err != nil {
+		return "", fmt.Errorf("%s: %w", from, err)
+	}
+	return v, nil
 }

@@ -88,21 +88,29 @@ type Options struct {
 	// BeforeUp, when set, runs once the lab holds the machine's lab lock
 	// and before it changes anything (tests record the machine's state).
 	BeforeUp func() error
+	// K8sVersion is the k8s.io/kubernetes release the control plane,
+	// kubelet, kube-proxy and kubectl are built from (k8sbin.Options.Version;
+	// the lab kubelet and herald keep their own client libraries).
+	// Empty: $HERALD_LAB_K8S_VERSION, else the release e2e/go.mod pins.
+	K8sVersion string
 	// Log receives progress; nil discards it.
 	Log io.Writer
 }
 
 // State is the lab's record on disk.
 type State struct {
-	Prefix    string    `json:"prefix"`
-	Nodes     int       `json:"nodes"`
-	Bare      bool      `json:"bare"`
-	ImageMode bool      `json:"imageMode,omitempty"`
-	DNS       bool      `json:"dns,omitempty"`
-	RealNodes bool      `json:"realNodes,omitempty"`
-	Proxy     string    `json:"proxy,omitempty"` // Options.Proxy; see ProxyOf
-	StateDir  string    `json:"stateDir"`
-	CreatedAt time.Time `json:"createdAt"`
+	Prefix    string `json:"prefix"`
+	Nodes     int    `json:"nodes"`
+	Bare      bool   `json:"bare"`
+	ImageMode bool   `json:"imageMode,omitempty"`
+	DNS       bool   `json:"dns,omitempty"`
+	RealNodes bool   `json:"realNodes,omitempty"`
+	Proxy     string `json:"proxy,omitempty"` // Options.Proxy; see ProxyOf
+	// K8sVersion is the Kubernetes release the lab runs (empty in labs
+	// recorded before it could be chosen: the pinned one).
+	K8sVersion string    `json:"k8sVersion,omitempty"`
+	StateDir   string    `json:"stateDir"`
+	CreatedAt  time.Time `json:"createdAt"`
 	// Phase is "starting" until Up finished, then "up".
 	Phase           string `json:"phase"`
 	APIServerURL    string `json:"apiServerURL"`
@@ -226,6 +234,9 @@ func (o *Options) setDefaults() error {
 		return err
 	}
 	o.Proxy = proxy
+	if o.K8sVersion, err = resolveK8sVersion(o.K8sVersion, os.Getenv(k8sbin.VersionEnv)); err != nil {
+		return err
+	}
 	if o.ModuleDir == "" {
 		dir, err := k8sbin.FindModuleDir("")
 		if err != nil {
@@ -266,9 +277,10 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 	}
 
 	start := time.Now()
-	if l.K8s, err = k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log}); err != nil {
+	if l.K8s, err = k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log, Version: opts.K8sVersion}); err != nil {
 		return nil, err
 	}
+	l.K8sVersion = l.K8s.Version
 	if l.Bins, err = labbin.Ensure(ctx, labbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log, RealNodes: opts.RealNodes}); err != nil {
 		return nil, err
 	}

@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +59,9 @@ type Options struct {
 	// ProgressEvery is how often a progress line is printed while
 	// building. Zero: 15s.
 	ProgressEvery time.Duration
+	// Version is the k8s.io/kubernetes release to build (release.go).
+	// Empty or the pinned one: the pinned release, from the lab module.
+	Version string
 }
 
 // Bin is a built multi-call binary.
@@ -76,6 +78,11 @@ type Bin struct {
 	Built bool
 	// BuildTime is how long the build took (zero on a cache hit).
 	BuildTime time.Duration
+	// Substitutes are the staging modules of a release build
+	// (Options.Version) taken from another patch release of its minor, as
+	// "module vWANT -> vGOT", because the module proxy does not serve the
+	// release's own (release.go).
+	Substitutes []string
 }
 
 // Tool is the path of the named component's symlink, e.g. Tool("kubectl").
@@ -141,19 +148,11 @@ func CacheKey(moduleDir string) (version, key string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	files := []string{"go.mod", "go.sum"}
-	mains, err := filepath.Glob(filepath.Join(moduleDir, MainPackage, "*.go"))
+	mains, err := mainSources(moduleDir)
 	if err != nil {
 		return "", "", err
 	}
-	sort.Strings(mains)
-	for _, m := range mains {
-		if strings.HasSuffix(m, "_test.go") {
-			continue
-		}
-		rel, _ := filepath.Rel(moduleDir, m)
-		files = append(files, rel)
-	}
+	files := append([]string{"go.mod", "go.sum"}, mains...)
 	// The build recipe: how the binary is built is as much part of it as
 	// the sources.
 	recipe := fmt.Sprintf("recipe %q %q\n", BuildEnv, BuildArgs(version, time.Unix(0, 0), "k8s"))
@@ -205,8 +204,8 @@ func (opts *Options) resolve() error {
 	return err
 }
 
-// Ensure returns the multi-call binary for the current pin, building it
-// first if the cache has none. Concurrent callers (also in other
+// Ensure returns the multi-call binary for the current pin (or for
+// Options.Version), building it first if the cache has none. Concurrent callers (also in other
 // processes) serialise on a lock file, so only one of them builds.
 func Ensure(ctx context.Context, opts Options) (*Bin, error) {
 	if err := opts.resolve(); err != nil {
@@ -215,6 +214,12 @@ func Ensure(ctx context.Context, opts Options) (*Bin, error) {
 	version, key, err := CacheKey(opts.ModuleDir)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Version != "" && opts.Version != version {
+		if _, _, err := ParseRelease(opts.Version); err != nil {
+			return nil, err
+		}
+		return ensureRelease(ctx, opts, opts.Version)
 	}
 	root := filepath.Join(opts.CacheDir, "k8s")
 	entry := filepath.Join(root, key)
