@@ -460,6 +460,22 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 
+	if err := cp.startEtcd(ctx, ports); err != nil {
+		return nil, err
+	}
+	if err := cp.startAPIServer(ctx, ports, start); err != nil {
+		return nil, err
+	}
+	if err := cp.startControllers(ctx, ports); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cp.log, "controlplane: ready after %s (kubeconfig %s)\n", time.Since(start).Round(time.Millisecond), cp.state.AdminKubeconfig)
+	return cp, nil
+}
+
+// startEtcd starts etcd and waits for its health.
+func (cp *ControlPlane) startEtcd(ctx context.Context, ports ports) error {
+	cfg := cp.cfg
 	// etcd.
 	etcdArgs := []string{
 		"--name=herald-lab",
@@ -475,23 +491,29 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		"--log-outputs=stderr",
 	}
 	if err := cp.start(ctx, Etcd, cfg.EtcdPath, "", append(etcdArgs, cfg.ExtraEtcdArgs...)); err != nil {
-		return nil, err
+		return err
 	}
 	if err := cp.waitHTTP(ctx, Etcd, cp.state.EtcdURL+"/health", nil, func(body string) bool {
 		return strings.Contains(body, `"health":"true"`)
 	}); err != nil {
-		return nil, err
+		return err
 	}
 
+	return nil
+}
+
+// startAPIServer starts kube-apiserver, with Pod Security admission's
+// defaults, and waits for /readyz.
+func (cp *ControlPlane) startAPIServer(ctx context.Context, ports ports, start time.Time) error {
+	cfg := cp.cfg
 	// kube-apiserver, with Pod Security admission's defaults.
-	pkiFile := func(n string) string { return filepath.Join(cp.pkiDir, n) }
 	admission, err := cfg.PodSecurity.admissionConfig()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	admissionFile := filepath.Join(cfg.StateDir, "run", "admission.json")
 	if err := os.WriteFile(admissionFile, admission, 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	apiArgs := []string{
 		"--etcd-servers=" + cp.state.EtcdURL,
@@ -499,19 +521,19 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		"--advertise-address=" + cfg.Address,
 		"--secure-port=" + strconv.Itoa(ports.apiserver),
 		"--cert-dir=" + filepath.Join(cfg.StateDir, "run", APIServer),
-		"--tls-cert-file=" + pkiFile("apiserver.crt"),
-		"--tls-private-key-file=" + pkiFile("apiserver.key"),
-		"--client-ca-file=" + pkiFile("ca.crt"),
-		"--kubelet-client-certificate=" + pkiFile("apiserver-kubelet-client.crt"),
-		"--kubelet-client-key=" + pkiFile("apiserver-kubelet-client.key"),
+		"--tls-cert-file=" + cp.pkiFile("apiserver.crt"),
+		"--tls-private-key-file=" + cp.pkiFile("apiserver.key"),
+		"--client-ca-file=" + cp.pkiFile("ca.crt"),
+		"--kubelet-client-certificate=" + cp.pkiFile("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + cp.pkiFile("apiserver-kubelet-client.key"),
 		// Verify the lab kubelets' serving certificates (signed by the
 		// cluster CA for their InternalIPs), reached at those addresses.
-		"--kubelet-certificate-authority=" + pkiFile("ca.crt"),
+		"--kubelet-certificate-authority=" + cp.pkiFile("ca.crt"),
 		"--kubelet-preferred-address-types=InternalIP",
 		"--service-cluster-ip-range=" + cfg.ServiceCIDR,
 		"--service-account-issuer=" + DefaultServiceAccountIssuer,
-		"--service-account-key-file=" + pkiFile("sa.pub"),
-		"--service-account-signing-key-file=" + pkiFile("sa.key"),
+		"--service-account-key-file=" + cp.pkiFile("sa.pub"),
+		"--service-account-signing-key-file=" + cp.pkiFile("sa.key"),
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--admission-control-config-file=" + admissionFile,
@@ -520,13 +542,20 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		apiArgs = append(apiArgs, "--endpoint-reconciler-type=none")
 	}
 	if err := cp.start(ctx, APIServer, filepath.Join(cfg.BinDir, APIServer), APIServer, append(apiArgs, cfg.ExtraAPIServerArgs...)); err != nil {
-		return nil, err
+		return err
 	}
 	if err := cp.waitHTTP(ctx, APIServer, cp.state.APIServerURL+"/readyz", cp.adminClient(), okBody); err != nil {
-		return nil, err
+		return err
 	}
 	fmt.Fprintf(cp.log, "controlplane: kube-apiserver ready at %s after %s\n", cp.state.APIServerURL, time.Since(start).Round(time.Millisecond))
 
+	return nil
+}
+
+// startControllers starts kube-controller-manager and kube-scheduler
+// and waits until the controller-manager works.
+func (cp *ControlPlane) startControllers(ctx context.Context, ports ports) error {
+	cfg := cp.cfg
 	// kube-controller-manager and kube-scheduler.
 	// Both serve their health endpoints over TLS on loopback and
 	// authenticate as themselves.
@@ -538,17 +567,17 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 			"--authorization-kubeconfig=" + kc,
 			"--bind-address=127.0.0.1",
 			"--secure-port=" + strconv.Itoa(port),
-			"--tls-cert-file=" + pkiFile(name+"-serving.crt"),
-			"--tls-private-key-file=" + pkiFile(name+"-serving.key"),
-			"--client-ca-file=" + pkiFile("ca.crt"),
+			"--tls-cert-file=" + cp.pkiFile(name+"-serving.crt"),
+			"--tls-private-key-file=" + cp.pkiFile(name+"-serving.key"),
+			"--client-ca-file=" + cp.pkiFile("ca.crt"),
 		}
 	}
 	cmArgs := append(componentArgs(ControllerManager, ports.controllerManager),
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file="+pkiFile("sa.key"),
-		"--root-ca-file="+pkiFile("ca.crt"),
-		"--cluster-signing-cert-file="+pkiFile("ca.crt"),
-		"--cluster-signing-key-file="+pkiFile("ca.key"),
+		"--service-account-private-key-file="+cp.pkiFile("sa.key"),
+		"--root-ca-file="+cp.pkiFile("ca.crt"),
+		"--cluster-signing-cert-file="+cp.pkiFile("ca.crt"),
+		"--cluster-signing-key-file="+cp.pkiFile("ca.key"),
 		"--cluster-cidr="+cfg.ClusterCIDR,
 		"--allocate-node-cidrs=true",
 		// Longer than the 60 s API outage of the fault tests (the default
@@ -563,20 +592,20 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	)
 	cmArgs = append(cmArgs, cfg.nodeCIDRMaskArgs()...)
 	if err := cp.start(ctx, ControllerManager, filepath.Join(cfg.BinDir, ControllerManager), ControllerManager, append(cmArgs, cfg.ExtraControllerManagerArgs...)); err != nil {
-		return nil, err
+		return err
 	}
 	schedArgs := append(componentArgs(Scheduler, ports.scheduler), "--leader-elect=false")
 	if err := cp.start(ctx, Scheduler, filepath.Join(cfg.BinDir, Scheduler), Scheduler, append(schedArgs, cfg.ExtraSchedulerArgs...)); err != nil {
-		return nil, err
+		return err
 	}
 	local := func(port int, path string) string {
 		return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + path
 	}
 	if err := cp.waitHTTP(ctx, ControllerManager, local(ports.controllerManager, "/healthz"), cp.adminClient(), okBody); err != nil {
-		return nil, err
+		return err
 	}
 	if err := cp.waitHTTP(ctx, Scheduler, local(ports.scheduler, "/healthz"), cp.adminClient(), okBody); err != nil {
-		return nil, err
+		return err
 	}
 	// The controller-manager works (not just serves /healthz) once its
 	// serviceaccount controller has made the default namespace's
@@ -584,11 +613,13 @@ func Up(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := cp.waitHTTP(ctx, ControllerManager+" (default ServiceAccount)",
 		cp.state.APIServerURL+"/api/v1/namespaces/default/serviceaccounts/default", cp.adminClient(),
 		func(string) bool { return true }); err != nil {
-		return nil, err
+		return err
 	}
-	fmt.Fprintf(cp.log, "controlplane: ready after %s (kubeconfig %s)\n", time.Since(start).Round(time.Millisecond), cp.state.AdminKubeconfig)
-	return cp, nil
+	return nil
 }
+
+// pkiFile is a file of the control plane's PKI.
+func (cp *ControlPlane) pkiFile(n string) string { return filepath.Join(cp.pkiDir, n) }
 
 func okBody(body string) bool { return strings.TrimSpace(body) == "ok" }
 
