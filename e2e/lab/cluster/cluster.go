@@ -250,7 +250,9 @@ func (o *Options) setDefaults() error {
 
 // Up builds the lab. It refuses when a lab is recorded in StateDir or its
 // network exists. On failure everything it started is removed again.
-func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
+// planLab checks opts (setting their defaults) and the machine, and
+// plans the lab's topology.
+func planLab(ctx context.Context, opts *Options) (*Lab, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -272,34 +274,57 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 		}
 	}
 	l.CreatedAt, l.Phase = time.Now(), "starting"
+	var err error
 	if l.Layout, err = topology.Plan(opts.Prefix, opts.Nodes); err != nil {
 		return nil, err
 	}
+	return l, nil
+}
 
+// buildPrograms builds (or finds cached) the Kubernetes binaries, the
+// lab's own programs and, with DNS, CoreDNS's image: before the lab waits
+// for the machine, so another lab's run is not held up by a build.
+func (l *Lab) buildPrograms(ctx context.Context, opts Options) (err error) {
 	start := time.Now()
 	if l.K8s, err = k8sbin.Ensure(ctx, k8sbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log, Version: opts.K8sVersion}); err != nil {
-		return nil, err
+		return err
 	}
 	l.K8sVersion = l.K8s.Version
 	if l.Bins, err = labbin.Ensure(ctx, labbin.Options{ModuleDir: opts.ModuleDir, Log: opts.Log, RealNodes: opts.RealNodes}); err != nil {
-		return nil, err
+		return err
 	}
 	if l.DNS {
 		if l.dnsImage, err = ensureDNSImage(ctx, l.ModuleDir, l.logf); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	l.Timings.Programs = since(start)
 	l.logf("programs ready in %s", l.Timings.Programs)
+	return nil
+}
 
+// noOtherLab sweeps dead labs and fails if another one is up.
+func noOtherLab(ctx context.Context, opts Options) error {
+	if _, err := ReclaimDead(ctx, opts.Log); err != nil {
+		return err
+	}
+	up, err := topology.LabUp(ctx)
+	if err == nil && up {
+		err = fmt.Errorf("another lab is up on this machine (the host has %s): bring it down first (herald-lab down)", topology.HostLANv4)
+	}
+	return err
+}
+
+func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
+	l, err := planLab(ctx, &opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.buildPrograms(ctx, opts); err != nil {
+		return nil, err
+	}
 	if !opts.WaitForOthers {
-		if _, err := ReclaimDead(ctx, opts.Log); err != nil {
-			return nil, err
-		}
-		if up, err := topology.LabUp(ctx); err != nil || up {
-			if err == nil {
-				err = fmt.Errorf("another lab is up on this machine (the host has %s): bring it down first (herald-lab down)", topology.HostLANv4)
-			}
+		if err := noOtherLab(ctx, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -342,7 +367,7 @@ func Up(ctx context.Context, opts Options) (_ *Lab, err error) {
 		}
 	}()
 
-	start = time.Now()
+	start := time.Now()
 	if err := topology.Up(ctx, topology.Exec{}, l.Layout, existing); err != nil {
 		return nil, err
 	}
