@@ -4,7 +4,7 @@
 // outcome the tutorial documents.
 //
 // A step whose prerequisite herald component is not installed is reported
-// as NOT YET with the issue that brings it, never as passed; a step whose
+// as NOT YET naming the missing component, never as passed; a step whose
 // prerequisites are there but whose outcome differs is a FAIL. So the same
 // walkthrough is the newcomer's tour (`make lab`) and the acceptance test.
 package walkthrough
@@ -64,20 +64,28 @@ type Env struct {
 
 // Components the tutorial's steps rely on; Detect finds which are there.
 type Components struct {
-	Proxy      bool // kube-proxy's role: herald's proxy on every node
+	Proxy      bool // kube-proxy's role: a proxy answers on some node's :10249
 	Controller bool // external IPs for LoadBalancer Services
 	Speaker    bool // external IPs reachable from the LAN
+	// Silent names the nodes whose proxy does not answer /proxyMode
+	// while another node's does: an installed proxy that is down there,
+	// which fails the proxy step rather than making it NOT YET.
+	Silent []string
 }
 
-// Detect looks for herald's components: a proxy answering on every
-// node's :10249, the controller Deployment, the speaker DaemonSet.
+// Detect looks for herald's components: a proxy answering on the nodes'
+// :10249, the controller Deployment, the speaker DaemonSet.
 func (e *Env) Detect(ctx context.Context) Components {
 	var c Components
-	c.Proxy = true
 	for _, n := range e.Layout.Nodes {
 		if out, err := curl(ctx, n.Netns, "http://127.0.0.1:10249/proxyMode", 2); err != nil || strings.TrimSpace(out) == "" {
-			c.Proxy = false
+			c.Silent = append(c.Silent, n.Name)
+		} else {
+			c.Proxy = true
 		}
+	}
+	if !c.Proxy {
+		c.Silent = nil // no proxy at all: the proxy steps are NOT YET
 	}
 	if _, err := e.Kubectl.Output(ctx, "-n", "herald-system", "get", "deployment", "herald-controller"); err == nil {
 		c.Controller = true
@@ -110,6 +118,9 @@ func Run(ctx context.Context, env Env) []Result {
 	r := &run{Env: &env, ctx: ctx}
 	r.have = env.Detect(ctx)
 	r.say("herald components: proxy=%v controller=%v speaker=%v\n", r.have.Proxy, r.have.Controller, r.have.Speaker)
+	if len(r.have.Silent) > 0 {
+		r.say("no answer on :10249 from %s\n", strings.Join(r.have.Silent, ", "))
+	}
 	r.cleanup(false)
 	steps := []struct {
 		name string
@@ -327,22 +338,29 @@ func (r *run) clientGetShown(url string) (string, error) {
 	return out, nil
 }
 
+// proxyMode asks every node's proxy its mode, as the tutorial asks one
+// node's: a node whose proxy is silent or in another mode fails the step.
 func (r *run) proxyMode() Result {
-	n := r.Layout.Nodes[0]
-	r.say("[%s]$ curl http://localhost:10249/proxyMode\n", n.Name)
-	out, err := curl(r.ctx, n.Netns, "http://127.0.0.1:10249/proxyMode", 2)
-	r.say("%s", indent(out))
 	if !r.have.Proxy {
-		return Result{Verdict: NotYet, Detail: "nothing answers on :10249: herald's service proxy is issue #5"}
+		return Result{Verdict: NotYet, Detail: "nothing answers on any node's :10249: no service proxy is installed"}
 	}
 	want := r.ProxyMode
 	if want == "" {
 		want = "iptables"
 	}
-	if err != nil || strings.TrimSpace(out) != want {
-		return Result{Verdict: Fail, Detail: fmt.Sprintf("proxyMode %q (%v), want %s", out, err, want)}
+	var wrong []string
+	for _, n := range r.Layout.Nodes {
+		r.say("[%s]$ curl http://localhost:10249/proxyMode\n", n.Name)
+		out, err := curl(r.ctx, n.Netns, "http://127.0.0.1:10249/proxyMode", 2)
+		r.say("%s", indent(out))
+		if err != nil || strings.TrimSpace(out) != want {
+			wrong = append(wrong, fmt.Sprintf("%s: %q (%v)", n.Name, strings.TrimSpace(out), err))
+		}
 	}
-	return Result{Verdict: Pass, Detail: want}
+	if len(wrong) > 0 {
+		return Result{Verdict: Fail, Detail: fmt.Sprintf("proxyMode want %s; %s", want, strings.Join(wrong, "; "))}
+	}
+	return Result{Verdict: Pass, Detail: fmt.Sprintf("%s on all %d nodes", want, len(r.Layout.Nodes))}
 }
 
 func (r *run) clusterIP() Result {
@@ -359,7 +377,7 @@ func (r *run) clusterIP() Result {
 	}
 	page, err := r.clientGetShown("http://" + ip + "/")
 	if !r.have.Proxy {
-		return Result{Verdict: NotYet, Detail: "ClusterIPs need herald's service proxy (issue #5)"}
+		return Result{Verdict: NotYet, Detail: "ClusterIPs need a service proxy, and none is installed"}
 	}
 	if err != nil {
 		return Result{Verdict: Fail, Detail: "no answer from the ClusterIP"}
@@ -407,7 +425,7 @@ func (r *run) nodePortCluster() Result {
 	}
 	got := r.nodePortLoop(port)
 	if !r.have.Proxy {
-		return Result{Verdict: NotYet, Detail: "NodePorts need herald's service proxy (issue #5)"}
+		return Result{Verdict: NotYet, Detail: "NodePorts need a service proxy, and none is installed"}
 	}
 	if len(got) != len(r.Layout.Nodes) {
 		return Result{Verdict: Fail, Detail: fmt.Sprintf("answers from %d of %d nodes: %v", len(got), len(r.Layout.Nodes), got)}
@@ -431,7 +449,7 @@ func (r *run) nodePortLocal() Result {
 	}
 	got := r.nodePortLoop(port)
 	if !r.have.Proxy {
-		return Result{Verdict: NotYet, Detail: "NodePorts need herald's service proxy (issue #5)"}
+		return Result{Verdict: NotYet, Detail: "NodePorts need a service proxy, and none is installed"}
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		return Result{Verdict: Fail, Detail: fmt.Sprintf("answers %v, want only %v", got, want)}
@@ -451,7 +469,7 @@ func (r *run) loadBalancerCluster() Result {
 	}
 	if !r.have.Controller {
 		r.kubectl("get", "svc", "loadbalancer")
-		return Result{Verdict: NotYet, Detail: "EXTERNAL-IP stays <pending>: herald's controller is issue #4"}
+		return Result{Verdict: NotYet, Detail: "EXTERNAL-IP stays <pending>: herald's controller is not installed"}
 	}
 	if err := r.ensurePool(); err != nil {
 		return Result{Verdict: Fail, Detail: err.Error()}
@@ -471,7 +489,7 @@ func (r *run) loadBalancerCluster() Result {
 	}
 	page, err := r.curlShown("client", r.Layout.Client, "http://"+ip+"/")
 	if !r.have.Speaker || !r.have.Proxy {
-		return Result{Verdict: NotYet, Detail: fmt.Sprintf("EXTERNAL-IP %s assigned; reaching it needs herald's speaker (issues #6, #7) and proxy (issue #5)", ip)}
+		return Result{Verdict: NotYet, Detail: fmt.Sprintf("EXTERNAL-IP %s assigned; reaching it needs herald's speaker and a service proxy, and one is not installed", ip)}
 	}
 	if err != nil {
 		return Result{Verdict: Fail, Detail: "no answer from " + ip}
@@ -540,14 +558,17 @@ func (r *run) loadBalancerLocal() Result {
 	}
 	healthy := probe()
 	if !r.have.Proxy {
-		return Result{Verdict: NotYet, Detail: "healthCheckNodePort is served by herald's proxy (issue #5)"}
+		return Result{Verdict: NotYet, Detail: "healthCheckNodePort is served by the service proxy, and none is installed"}
 	}
 	if msg := wrong(healthy); msg != "" {
 		return Result{Verdict: Fail, Detail: msg}
 	}
+	if !r.have.Controller || !r.have.Speaker {
+		return Result{Verdict: NotYet, Detail: "healthz is right; the external IP needs herald's controller and speaker, and one is not installed"}
+	}
 	ip := r.externalIP()
-	if !r.have.Controller || !r.have.Speaker || ip == "" {
-		return Result{Verdict: NotYet, Detail: "healthz is right; the external IP needs the controller (#4) and speaker (#6, #7)"}
+	if ip == "" {
+		return Result{Verdict: Fail, Detail: "healthz is right, but the Service got no external IP"}
 	}
 	// Under Local only a node with the pod may win the IP: the election
 	// moves it there, and the client learns the new MAC from the
