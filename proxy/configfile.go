@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ func applyConfigFile(fs *pflag.FlagSet, o *Options, allowed map[string]bool) err
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
+	o.configDigest = sha256.Sum256(data)
 	c, err := kubeproxyconfig.Parse(o.ConfigFile, data)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -105,6 +106,9 @@ type Options struct {
 	ConfigWarnings, ConfigNotes []string
 	// fromFile maps each flag the file set to its field, for messages.
 	fromFile map[string]string
+	// configDigest is the hash of the file's contents as read, so that a
+	// running proxy can tell when they change (watchConfig).
+	configDigest [sha256.Size]byte
 }
 
 // DefaultOptions are the flag defaults, kube-proxy's where it has the flag.
@@ -196,7 +200,7 @@ func bindFlags(fs *pflag.FlagSet, o *Options, more ...string) (finish func() err
 	fs.TextVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "how pod traffic is told apart (the `mode`): ClusterCIDR (--cluster-cidr; the default, the Node's spec.podCIDRs without it), NodeCIDR (the Node's spec.podCIDRs), BridgeInterface (arriving on --pod-bridge-interface) or InterfaceNamePrefix (on interfaces named --pod-interface-name-prefix...)")
 	fs.StringVar(&o.PodBridgeInterface, "pod-bridge-interface", o.PodBridgeInterface, "the pods' bridge, for --detect-local-mode=BridgeInterface")
 	fs.StringVar(&o.PodInterfaceNamePrefix, "pod-interface-name-prefix", o.PodInterfaceNamePrefix, "how the pods' interfaces are named, for --detect-local-mode=InterfaceNamePrefix")
-	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "kube-proxy's configuration file (a KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1, as kubeadm writes it): its fields set the flags the command line does not; a field herald cannot honour without serving traffic differently is an error, any other it leaves out is logged")
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "kube-proxy's configuration file (a KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1, as kubeadm writes it): its fields set the flags the command line does not; a field herald cannot honour without serving traffic differently is an error, any other it leaves out is logged. Read again when it changes: the proxy restarts in its process with the new contents, or keeps running and logs why it cannot use them")
 	allowed := map[string]bool{}
 	fs.VisitAll(func(f *pflag.Flag) { allowed[f.Name] = !before[f.Name] })
 	for _, n := range more {

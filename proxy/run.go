@@ -56,6 +56,12 @@ type Proxy struct {
 	notify atomic.Pointer[func()]
 	// metrics outlive a run, so a restarted proxy's counters go on.
 	metrics *Metrics
+	// reread reads the options again (SetReread); next holds them when
+	// --config's file changed, for Run to start again with.
+	reread func() (Options, error)
+	next   atomic.Pointer[Options]
+	// configPoll is configPollPeriod, shorter in tests.
+	configPoll time.Duration
 }
 
 // Programmed is Syncer.Programmed of the running proxy; handled is false
@@ -101,8 +107,34 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 }
 
 // Run runs the proxy until ctx ends; it may be run again after it
-// returned.
+// returned. When --config's file changes to a valid configuration that
+// differs from the running one (SetReread), the proxy stops and starts
+// again with it in this process, as kube-proxy does by exiting; the rules
+// stay in the kernel in between.
 func (p *Proxy) Run(ctx context.Context, log *slog.Logger) error {
+	return p.runRestarting(ctx, log, p.runOnce)
+}
+
+// runRestarting runs once (runOnce; a fake in tests) until ctx ends or,
+// when --config changed, again with the new options.
+func (p *Proxy) runRestarting(ctx context.Context, log *slog.Logger, once func(context.Context, *slog.Logger) error) error {
+	for {
+		runCtx, stop := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); p.watchConfig(runCtx, stop, log) }()
+		err := once(runCtx, log)
+		stop()
+		<-watched
+		next := p.next.Swap(nil)
+		if next == nil || ctx.Err() != nil {
+			return err
+		}
+		p.o = *next
+		log.Info("restarted the proxy with --config's new contents", "config", p.o.ConfigFile)
+	}
+}
+
+func (p *Proxy) runOnce(ctx context.Context, log *slog.Logger) error {
 	o := p.o
 	if o.Cleanup {
 		return runCleanup(ctx, o.IPTablesBackend, log)

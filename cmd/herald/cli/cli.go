@@ -41,8 +41,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root := newRoot()
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetArgs(normalize(root, args))
-	cmd, err := root.ExecuteC()
+	args = normalize(root, args)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(context.WithValue(context.Background(), argsKey{}, args))
 	var code exitCode
 	switch {
 	case err == nil:
@@ -69,6 +70,22 @@ func normalize(root *cobra.Command, args []string) []string {
 	fs.AddFlagSet(cmd.Flags())
 	fs.AddFlagSet(cmd.InheritedFlags())
 	return append([]string{}, flagusage.Normalize(fs, args)...)
+}
+
+// argsKey carries the command line, normalized, in the commands'
+// context: the long-running ones read their options again from it
+// (commandArgs).
+type argsKey struct{}
+
+// commandArgs is what followed the command's name on the command line.
+func commandArgs(ctx context.Context, name string) []string {
+	args, _ := ctx.Value(argsKey{}).([]string)
+	for i, a := range args {
+		if a == name {
+			return args[i+1:]
+		}
+	}
+	return nil
 }
 
 // exitCode ends a command that has said why (or needs not) with this
@@ -202,7 +219,12 @@ func proxyCommand() *cobra.Command {
 	o := proxy.DefaultOptions()
 	finish := proxy.Flags(c.Flags(), &o)
 	return longRunning(c, finish, func(w io.Writer) *slog.Logger { return logging.New(w, o.LogFormat, o.LogLevel()) },
-		func(ctx context.Context, log *slog.Logger) error { return runProxy(ctx, o, log) })
+		func(ctx context.Context, log *slog.Logger) error {
+			// --config's file is read again when it changes, with the
+			// same command line.
+			reread := func() (proxy.Options, error) { return proxy.ParseFlags(commandArgs(ctx, "proxy"), io.Discard) }
+			return runProxy(ctx, o, reread, log)
+		})
 }
 
 func speakerCommand() *cobra.Command {
@@ -213,7 +235,13 @@ func speakerCommand() *cobra.Command {
 	sc := newSpeakerCmd()
 	finish := sc.flags(c.Flags())
 	return longRunning(c, finish, func(w io.Writer) *slog.Logger { return logging.New(w, sc.speaker.LogFormat, sc.speaker.LogLevel) },
-		func(ctx context.Context, log *slog.Logger) error { return runSpeaker(ctx, *sc, log) })
+		func(ctx context.Context, log *slog.Logger) error {
+			reread := func() (proxy.Options, error) {
+				c, err := parseSpeaker(commandArgs(ctx, "speaker"), io.Discard)
+				return c.proxy, err
+			}
+			return runSpeaker(ctx, *sc, reread, log)
+		})
 }
 
 // longRunning makes c a long-running component: finish checks its flags once
@@ -226,7 +254,7 @@ func longRunning(c *cobra.Command, finish func() error, logger func(io.Writer) *
 			return err
 		}
 		log := logger(c.ErrOrStderr())
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		if err := run(ctx, log); err != nil {
 			log.Error(c.CommandPath()+" stopped", "err", err)
@@ -304,7 +332,7 @@ func statusCommand() *cobra.Command {
 		if err := o.Complete(args); err != nil {
 			return err
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		if err := status.Run(ctx, o, c.OutOrStdout()); err != nil {
 			fmt.Fprintf(c.ErrOrStderr(), "herald status: %v\n", err)

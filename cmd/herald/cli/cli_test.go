@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +16,7 @@ import (
 	"github.com/herald-lb/herald/cmd/herald/cli/status"
 	"github.com/herald-lb/herald/config/manifests"
 	"github.com/herald-lb/herald/internal/version"
+	"github.com/herald-lb/herald/proxy"
 )
 
 // runCLI runs the command line and returns its exit code and what it
@@ -254,5 +258,36 @@ func TestManifestArgs(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("no manifest runs herald %s: is the test still reading the right files?", name)
 		}
+	}
+}
+
+// TestCommandArgs: a long-running command reads its own part of the
+// command line (after its name, normalized) from its context, to read
+// its options again when --config changes.
+func TestCommandArgs(t *testing.T) {
+	var got []string
+	root := newRoot()
+	for _, c := range root.Commands() {
+		if c.Name() == "proxy" {
+			c.RunE = func(c *cobra.Command, _ []string) error {
+				got = commandArgs(c.Context(), "proxy")
+				return nil
+			}
+		}
+	}
+	args := normalize(root, []string{"proxy", "-hostname-override=n1", "--config", "/etc/kp/config.conf"})
+	root.SetArgs(args)
+	if _, err := root.ExecuteContextC(context.WithValue(context.Background(), argsKey{}, args)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"--hostname-override=n1", "--config", "/etc/kp/config.conf"}
+	if !slices.Equal(got, want) {
+		t.Errorf("commandArgs = %q, want %q", got, want)
+	}
+	if _, err := proxy.ParseFlags(got, io.Discard); err == nil || !strings.Contains(err.Error(), "/etc/kp/config.conf") {
+		t.Errorf("reading the options again from them: %v (want the missing file named)", err)
+	}
+	if commandArgs(context.Background(), "proxy") != nil {
+		t.Error("commandArgs without a command line in the context is not nil")
 	}
 }

@@ -64,12 +64,15 @@ func parseSpeaker(args []string, out io.Writer) (speakerCmd, error) {
 
 // runSpeaker runs the proxy (restarted after a failure) next to the
 // speaker, whose readiness includes the proxy's health.
-func runSpeaker(ctx context.Context, c speakerCmd, log *slog.Logger) error {
+func runSpeaker(ctx context.Context, c speakerCmd, reread func() (proxy.Options, error), log *slog.Logger) error {
 	if !c.speaker.Proxy {
 		return speaker.Run(ctx, c.speaker, log)
 	}
 	plog := log.With("component", "proxy")
 	p := c.withProxy()
+	// A change of --config restarts the proxy, never the speaker: the
+	// addresses stay where they are.
+	p.SetReread(reread)
 	g := guardUninstall(ctx, c.proxy, plog)
 	pctx, stopProxy := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -69,13 +69,15 @@ func (g *uninstallGuard) finish(p *proxy.Proxy) {
 }
 
 // runProxy is `herald proxy`: the proxy, and its rules removed at stop
-// when herald is being uninstalled.
-func runProxy(ctx context.Context, o proxy.Options, log *slog.Logger) error {
+// when herald is being uninstalled. reread reads the options again when
+// --config's file changes.
+func runProxy(ctx context.Context, o proxy.Options, reread func() (proxy.Options, error), log *slog.Logger) error {
 	if o.Cleanup {
 		return proxy.Run(ctx, o, log)
 	}
 	g := guardUninstall(ctx, o, log)
 	p := proxy.New(o)
+	p.SetReread(reread)
 	err := p.Run(ctx, log)
 	if ctx.Err() == nil {
 		return err // failed on its own: no SIGTERM, no decision
