@@ -21,8 +21,8 @@ import (
 // of the interrupted sync included.
 func TestSyncChunkedFullSync(t *testing.T) {
 	chunked, ref := newEnv(t), newEnv(t)
-	chunked.s.fams[0].ChunkChains = 3
-	ref.s.fams[0].ChunkChains = -1
+	chunked.s.fams[0].w.(*iptablesFamily).chunkChains = 3
+	ref.s.fams[0].w.(*iptablesFamily).chunkChains = -1
 	clock := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	chunked.s.now = func() time.Time { return clock }
 	both := func(f func(e *env)) { f(chunked); f(ref) }

@@ -2,7 +2,8 @@
 // modes: iptables (the default) and nftables. Tracker keeps the model
 // (Services, endpoints, this Node) fed by informers and tracks which
 // Services changed; Syncer renders it with rules (pure) and loads it per
-// address family: with one iptables-restore (a large full sync with
+// address family through the family's Backend (IPTablesBackend,
+// NFTBackend): with one iptables-restore (a large full sync with
 // iptables-nft in chunks) or one nftables transaction over netlink,
 // partial when only some Services changed, full at start, after a
 // failure, when the canary is gone and every --full-sync-period

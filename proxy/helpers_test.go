@@ -120,7 +120,7 @@ func newEnv(t *testing.T) *env {
 	e.health = healthcheck.NewProxyHealth(0)
 	e.tracker = NewTracker(testNode, func() { e.kicks++ })
 	cfg := Config{NodeName: testNode, ClusterCIDRs: []netip.Prefix{testPodCIDR}, MasqueradeBit: 14}
-	e.s = NewSyncer(cfg, e.tracker, []Backend{{Family: rules.IPv4, Runner: e.ipt}}, e.hc, e.health, e.ct, e.m, nil)
+	e.s = NewSyncer(cfg, e.tracker, []Backend{IPTablesBackend(rules.IPv4, e.ipt, 0)}, e.hc, e.health, e.ct, e.m, nil)
 	e.tracker.UpdateNode(node(testNode, testNodeIP.String()))
 	return e
 }

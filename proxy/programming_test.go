@@ -233,7 +233,7 @@ func TestNetworkProgrammingLatencyPerFamily(t *testing.T) {
 	c := &clock{t: start}
 	tr.started, tr.now = start, c.now
 	s := NewSyncer(Config{NodeName: testNode, MasqueradeBit: 14}, tr,
-		[]Backend{{Family: rules.IPv4, Runner: v4}, {Family: rules.IPv6, Runner: v6}}, nil, nil, nil, m, nil)
+		[]Backend{IPTablesBackend(rules.IPv4, v4, 0), IPTablesBackend(rules.IPv6, v6, 0)}, nil, nil, nil, m, nil)
 	s.now = c.now
 	svc := clusterIPService("shop", "web", "10.96.0.10")
 	svc.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::10"}

@@ -398,7 +398,7 @@ func (p *Proxy) backends(ctx context.Context, node NodeInfo, log *slog.Logger) (
 		}
 		k := &nft.Kernel{}
 		for _, f := range Families(node, o.ClusterCIDRs) {
-			fams = append(fams, Backend{Family: f, NFT: k})
+			fams = append(fams, NFTBackend(f, k))
 		}
 	} else {
 		mode, err := iptablesMode(ctx, o.IPTablesBackend, log)
@@ -415,11 +415,11 @@ func (p *Proxy) backends(ctx context.Context, node NodeInfo, log *slog.Logger) (
 				log.Error("address family left out", "family", f, "err", err)
 				continue
 			}
-			b := Backend{Family: f, Runner: r}
+			chunks := 0
 			if mode == iptables.ModeLegacy {
-				b.ChunkChains = -1 // see Backend.ChunkChains
+				chunks = -1 // see iptablesFamily.chunkChains
 			}
-			fams = append(fams, b)
+			fams = append(fams, IPTablesBackend(f, r, chunks))
 		}
 	}
 	if len(fams) == 0 {

@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/herald-lb/herald/proxy/conntrack"
 	"github.com/herald-lb/herald/proxy/healthcheck"
-	"github.com/herald-lb/herald/proxy/iptables"
 	"github.com/herald-lb/herald/proxy/nft"
 	"github.com/herald-lb/herald/proxy/rules"
 )
@@ -56,19 +53,25 @@ type Config struct {
 // DefaultFullSyncPeriod is kube-proxy's interval between full syncs.
 const DefaultFullSyncPeriod = time.Hour
 
-// Backend is one address family the proxy programs: with iptables
-// (Runner) or, in the nftables mode, with NFT.
+// Backend is one address family the proxy programs, in one mode: made
+// by IPTablesBackend or NFTBackend.
 type Backend struct {
 	Family rules.Family
-	Runner iptables.Runner
-	NFT    NFTProgrammer
-	// ChunkChains is rules.Options.ChunkChains for full syncs: 0 restores
-	// a large nat table in chunks (rules.Ruleset.NATChunks), negative in
-	// one input. Chunks are for iptables-nft, whose restore is quadratic
-	// in its input; iptables-legacy rewrites the whole table on every
-	// restore, so chunks only slow it down (10,000 Services: 4.4 s in one
-	// restore, 69 s in chunks).
-	ChunkChains int
+	w      familySync
+}
+
+// familySync writes one address family's rules in one mode and keeps
+// what that mode remembers between syncs: the iptables mode's
+// (synciptables.go) or the nftables mode's (syncnft.go). The syncer
+// keeps what both share (famState) and decides when a sync is full.
+type familySync interface {
+	mode() Mode
+	// present is the periodic sync's canary: false, with what is gone,
+	// makes the sync full.
+	present() (bool, string)
+	// sync renders snap for the family and writes it, every Service when
+	// fr.Full, else those snap.Changed names; it fills in fr.
+	sync(ctx context.Context, now func() time.Time, fr *FamilyResult, snap Snapshot, node rules.NodeConfig) error
 }
 
 // NFTProgrammer is the kernel side of the nftables mode (nft.Kernel; a
@@ -84,16 +87,13 @@ type HealthServer interface {
 	SyncEndpoints(counts map[healthcheck.ServiceKey]int)
 }
 
-// famState is what the syncer remembers about one family between syncs.
+// famState is what the syncer remembers about one family between syncs,
+// in either mode; the mode's own memory is behind Backend.
 type famState struct {
 	Backend
-	// needFull is set at start, after a failed restore and when the node
+	// needFull is set at start, after a failed sync and when the node
 	// changed: the kernel may not hold what the last render assumed.
 	needFull bool
-	// chains are the per-service nat chains in the kernel after the last
-	// successful restore; nil until the first one (then iptables-save
-	// tells what an earlier run left).
-	chains []string
 	// udp are the UDP frontends programmed by the last successful sync,
 	// so the entries of a frontend that went away can be found; after a
 	// failed cleanup, also those it still has to clean (udpRetry).
@@ -101,16 +101,6 @@ type famState struct {
 	udpRetry bool
 	// lastFull is when the last full sync succeeded.
 	lastFull time.Time
-	// digests are the chains as the last restores wrote them; a partial
-	// sync leaves out those it would write unchanged.
-	digests rules.ChainDigests
-	// nftLast is the table the last successful nftables transaction
-	// wrote; nil until the first, and after a failed one (the next
-	// recreates the table).
-	nftLast *nft.Table
-	// nftLastRender is the render nftLast came from, whose per-service
-	// chains the next partial render reuses.
-	nftLastRender *rules.NFTRuleset
 	// everSynced: a sync of this family has succeeded since the start.
 	everSynced bool
 	// triggers are the trigger times of the changes not yet programmed
@@ -118,10 +108,10 @@ type famState struct {
 	triggers []Trigger
 }
 
-// Syncer turns the Tracker's model into iptables rules, one
-// iptables-restore per family per sync (several for a chunked full
-// sync, rules.Ruleset.NATChunks), and keeps what hangs off the
-// rules (health-check servers, proxy health, conntrack, metrics) in step.
+// Syncer turns the Tracker's model into each family's rules through its
+// Backend (iptables-restore, or one nftables transaction), decides which
+// syncs are full, and keeps what hangs off the rules (health-check
+// servers, proxy health, conntrack, metrics) in step.
 // Sync is not safe for concurrent use; the Loop calls it.
 type Syncer struct {
 	cfg      Config
@@ -180,11 +170,13 @@ type FamilyResult struct {
 	Reason string
 	Err    error
 	Stats  rules.Stats
-	// Bytes is the size of the restore input; Chunks how many
-	// iptables-restore runs it took (rules.Ruleset.Inputs).
+	// Bytes is the size of the restore input (nftables: the map elements
+	// written); Chunks how many iptables-restore runs it took
+	// (rules.Ruleset.Inputs; none in the nftables mode).
 	Bytes, Chunks int
 	// Where the time went: housekeeping (full syncs), iptables-save
-	// (first sync), rendering, iptables-restore (every chunk's).
+	// (first sync), rendering, writing (every iptables-restore chunk's,
+	// or the nftables transaction).
 	Housekeeping, Save, Render, Restore time.Duration
 
 	health   []rules.ServiceHealth
@@ -227,10 +219,10 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 			full, reason = true, "the node's addresses, pod CIDRs or zone changed"
 		case periodic && s.now().Sub(f.lastFull) >= s.fullSyncPeriod():
 			full, reason = true, "periodic full resync"
-		case f.NFT != nil && !s.nftTablePresent(f):
-			full, reason, f.nftLast, f.nftLastRender = true, "table "+nft.TableName+" is gone: the ruleset was flushed", nil, nil
-		case f.NFT == nil && !s.canaryPresent(f):
-			full, reason = true, "canary chain "+rules.CanaryChain+" is gone: the tables were flushed"
+		default:
+			if ok, gone := f.w.present(); !ok {
+				full, reason = true, gone
+			}
 		}
 		f.needFull, anyFull = full, anyFull || full
 		if full {
@@ -252,12 +244,12 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 	allOK := true
 	for i, f := range s.fams {
 		fr := &res.Families[i]
-		fr.Err = s.syncFamily(ctx, f, fr, snap, node)
+		fr.Err = f.w.sync(ctx, s.now, fr, snap, node)
 		problems = append(problems, fr.problems...)
 		if fr.Err != nil {
 			allOK = false
 			res.Retry = true
-			s.metrics.syncFailed(f.NFT != nil, fr.Full)
+			s.metrics.syncFailed(f.w.mode() == ModeNFTables, fr.Full)
 			// Each restore is atomic, so the kernel holds the previous
 			// rules, or with chunks the previous dispatch chains over
 			// complete Service chains (syncFamily); a full sync rewrites
@@ -326,99 +318,6 @@ func (s *Syncer) finish(res *SyncResult, start time.Time, fams []FamilyResult, o
 	}
 }
 
-// syncFamily renders and restores one family.
-func (s *Syncer) syncFamily(ctx context.Context, f *famState, fr *FamilyResult, snap Snapshot, node rules.NodeConfig) error {
-	if f.NFT != nil {
-		return s.syncFamilyNFT(f, fr, snap, node)
-	}
-	opts := rules.Options{Existing: f.chains, ChunkChains: f.ChunkChains}
-	if fr.Full {
-		t := s.now()
-		if err := Housekeeping(ctx, f.Runner); err != nil {
-			return fmt.Errorf("housekeeping: %w", err)
-		}
-		fr.Housekeeping = s.now().Sub(t)
-		if f.chains == nil {
-			// First sync: chains an earlier run left behind are stale
-			// unless rendered again.
-			t = s.now()
-			save, err := f.Runner.Save(ctx, "nat")
-			if err != nil {
-				return err
-			}
-			opts.Existing = heraldChains(save)
-			fr.Save = s.now().Sub(t)
-		}
-	} else {
-		opts.Changed = snap.Changed
-	}
-	t := s.now()
-	rs := rules.RenderWith(f.Family, snap.Services, snap.Endpoints, node, opts)
-	fr.problems = rs.Problems
-	fr.Stats = rs.Stats
-	last := f.digests
-	if fr.Full {
-		last = nil // a full sync rewrites every chain, as a repair
-	}
-	// Only a full render is chunked, and it prunes nothing: each chunk's
-	// digests are of chains no other chunk has.
-	inputs := rs.Inputs()
-	cur := rules.ChainDigests{}
-	for i, in := range inputs {
-		data, c, dropped := rules.Prune(in, last)
-		fr.Stats.NATRules -= dropped["nat"]
-		inputs[i] = data
-		fr.Bytes += len(data)
-		for k, v := range c {
-			cur[k] = v
-		}
-	}
-	fr.Render = s.now().Sub(t)
-	fr.Chunks = len(inputs)
-	for i, in := range inputs {
-		t = s.now()
-		err := f.Runner.Restore(ctx, in)
-		fr.Restore += s.now().Sub(t)
-		if err != nil {
-			if i > 0 {
-				// The chunks before it are in: the kernel holds chains of
-				// this render beside the old ones (all complete, the old
-				// dispatch chains still in charge). The full sync that
-				// follows must know them all to delete what it no longer
-				// uses, and must not trust the digests.
-				f.chains = unionChains(opts.Existing, rs.NATChains)
-				f.digests = nil
-			}
-			if len(inputs) > 1 {
-				return fmt.Errorf("restore %d of %d: %w", i+1, len(inputs), err)
-			}
-			return err
-		}
-	}
-	f.digests = f.digests.Apply(cur, fr.Full, rs.Deleted)
-	f.chains = rs.NATChains
-	if f.chains == nil {
-		f.chains = []string{}
-	}
-	fr.health = rs.Health
-	return nil
-}
-
-// unionChains is every chain in a or b, once.
-func unionChains(a, b []string) []string {
-	out := make([]string, 0, len(a)+len(b))
-	seen := make(map[string]bool, len(a)+len(b))
-	for _, l := range [][]string{a, b} {
-		for _, c := range l {
-			if !seen[c] {
-				seen[c] = true
-				out = append(out, c)
-			}
-		}
-	}
-	return out
-}
-
 // nodeConfig is the renderer's view of this node.
 func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
 	nc := rules.NodeConfig{
@@ -472,18 +371,6 @@ func (s *Syncer) nodePorts(node *rules.NodeConfig, n NodeInfo) bool {
 		}
 	}
 	s.log.Info("NodePorts served on", attrs...)
-	return true
-}
-
-// canaryPresent checks the canary chain in every table it lives in; an
-// error counts as missing, which costs a full sync and nothing else.
-func (s *Syncer) canaryPresent(f *famState) bool {
-	for _, t := range rules.CanaryTables {
-		ok, err := f.Runner.ChainExists(t, rules.CanaryChain)
-		if err != nil || !ok {
-			return false
-		}
-	}
 	return true
 }
 
@@ -567,83 +454,6 @@ func healthBinds(allowed map[rules.Family][]netip.Addr, local []netip.Addr) []he
 		}
 	}
 	return out
-}
-
-// Housekeeping makes sure herald's base chains exist and the built-in
-// chains jump to them, in the order rules.Jumps gives, and creates the
-// canary chain. It goes before a full restore so that the restore
-// replaces chains that are already hooked in.
-func Housekeeping(ctx context.Context, r iptables.Runner) error {
-	jumps := rules.Jumps()
-	var errs []error
-	for _, j := range jumps {
-		if err := r.EnsureChain(j.Table, j.Target); err != nil {
-			errs = append(errs, fmt.Errorf("chain %s/%s: %w", j.Table, j.Target, err))
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	// Prepending in reverse leaves them at the top in the listed order.
-	for i := len(jumps) - 1; i >= 0; i-- {
-		j := jumps[i]
-		if err := r.EnsureRule(true, j.Table, j.Chain, j.Args()...); err != nil {
-			errs = append(errs, fmt.Errorf("jump %s/%s -> %s: %w", j.Table, j.Chain, j.Target, err))
-		}
-	}
-	for _, t := range rules.CanaryTables {
-		if err := r.EnsureChain(t, rules.CanaryChain); err != nil {
-			errs = append(errs, fmt.Errorf("canary %s/%s: %w", t, rules.CanaryChain, err))
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	return repairJumpOrder(ctx, r)
-}
-
-// repairJumpOrder puts the filter table's jumps back in order when one of
-// them was deleted and re-inserted at the top (EnsureRule only adds what
-// is missing). The firewall DROP must come before the ACCEPTs. Only the
-// filter table has several herald jumps per built-in chain, and it is
-// small, so reading it costs little.
-func repairJumpOrder(ctx context.Context, r iptables.Runner) error {
-	save, err := r.Save(ctx, "filter")
-	if err != nil {
-		return err
-	}
-	have := builtinJumps(save)
-	var errs []error
-	for _, chain := range []string{"INPUT", "FORWARD", "OUTPUT"} {
-		var want []rules.Jump
-		var wantTargets []string
-		for _, j := range rules.Jumps() {
-			if j.Table == "filter" && j.Chain == chain {
-				want = append(want, j)
-				wantTargets = append(wantTargets, j.Target)
-			}
-		}
-		var got []string
-		for _, j := range have[chain] {
-			got = append(got, j.target)
-		}
-		if slices.Equal(got, wantTargets) {
-			continue
-		}
-		// Delete every herald jump there (duplicates too), then insert
-		// the list again.
-		for _, j := range have[chain] {
-			if err := r.DeleteRule("filter", chain, j.args...); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		for i := len(want) - 1; i >= 0; i-- {
-			if err := r.EnsureRule(true, "filter", chain, want[i].Args()...); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 func (s *Syncer) fullSyncPeriod() time.Duration {

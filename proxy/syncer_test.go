@@ -474,7 +474,7 @@ func TestSyncDualStack(t *testing.T) {
 	v4, v6 := iptables.NewFake(), iptables.NewFake()
 	tr := NewTracker(testNode, nil)
 	s := NewSyncer(Config{NodeName: testNode, MasqueradeBit: 14}, tr,
-		[]Backend{{Family: rules.IPv4, Runner: v4}, {Family: rules.IPv6, Runner: v6}}, nil, nil, nil, nil, nil)
+		[]Backend{IPTablesBackend(rules.IPv4, v4, 0), IPTablesBackend(rules.IPv6, v6, 0)}, nil, nil, nil, nil, nil)
 	svc := clusterIPService("shop", "web", "10.96.0.10")
 	svc.Spec.ClusterIPs = []string{"10.96.0.10", "fd00:96::10"}
 	tr.UpdateService(svc)
@@ -521,7 +521,7 @@ func TestSyncReportsFamilyProblemsOnce(t *testing.T) {
 	v4, v6 := iptables.NewFake(), iptables.NewFake()
 	tr := NewTracker(testNode, nil)
 	s := NewSyncer(Config{NodeName: testNode, MasqueradeBit: 14}, tr,
-		[]Backend{{Family: rules.IPv4, Runner: v4}, {Family: rules.IPv6, Runner: v6}}, nil, nil, nil, nil, nil)
+		[]Backend{IPTablesBackend(rules.IPv4, v4, 0), IPTablesBackend(rules.IPv6, v6, 0)}, nil, nil, nil, nil, nil)
 	var got []string
 	s.Report = func(p rules.Problem) { got = append(got, p.Error()) }
 	// Two IPv6 cluster IPs: a problem of the IPv6 render only.
@@ -544,7 +544,7 @@ func TestProgrammed(t *testing.T) {
 	v4, v6 := iptables.NewFake(), iptables.NewFake()
 	tr := NewTracker(testNode, nil)
 	s := NewSyncer(Config{NodeName: testNode, MasqueradeBit: 14}, tr,
-		[]Backend{{Family: rules.IPv4, Runner: v4}, {Family: rules.IPv6, Runner: v6}}, nil, nil, nil, nil, nil)
+		[]Backend{IPTablesBackend(rules.IPv4, v4, 0), IPTablesBackend(rules.IPv6, v6, 0)}, nil, nil, nil, nil, nil)
 	told := 0
 	s.OnProgrammed = func() { told++ }
 	vip, vip6 := netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8::7")

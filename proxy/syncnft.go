@@ -1,29 +1,52 @@
 package proxy
 
 import (
+	"context"
+	"time"
+
 	"github.com/herald-lb/herald/proxy/nft"
 	"github.com/herald-lb/herald/proxy/rules"
 )
 
-// syncFamilyNFT renders one family as an nftables table and applies what
-// differs from the last one written, in one transaction. A full sync
-// rewrites every chain and map (the affinity sets keep their entries);
-// after a failure, at start and when the table went missing it is
-// recreated whole.
-func (s *Syncer) syncFamilyNFT(f *famState, fr *FamilyResult, snap Snapshot, node rules.NodeConfig) error {
-	t := s.now()
+// nftFamily is one family in the nftables mode: one table, programmed
+// over netlink, and the last one written.
+type nftFamily struct {
+	family rules.Family
+	kernel NFTProgrammer
+	// last is the table the last successful transaction wrote; nil until
+	// the first, and after a failed one (the next recreates the table).
+	last *nft.Table
+	// lastRender is the render last came from, whose per-service chains
+	// the next partial render reuses.
+	lastRender *rules.NFTRuleset
+}
+
+// NFTBackend programs family as an nftables table through k.
+func NFTBackend(family rules.Family, k NFTProgrammer) Backend {
+	return Backend{Family: family, w: &nftFamily{family: family, kernel: k}}
+}
+
+func (f *nftFamily) mode() Mode { return ModeNFTables }
+
+// sync renders the family as an nftables table and applies what differs
+// from the last one written, in one transaction. A full sync rewrites
+// every chain and map (the affinity sets keep their entries); after a
+// failure, at start and when the table went missing it is recreated
+// whole.
+func (f *nftFamily) sync(_ context.Context, now func() time.Time, fr *FamilyResult, snap Snapshot, node rules.NodeConfig) error {
+	t := now()
 	opts := rules.NFTOptions{Changed: snap.Changed}
 	if !fr.Full {
 		// Unchanged Services' chains are the last render's, as built.
-		opts.Prev = f.nftLastRender
+		opts.Prev = f.lastRender
 	}
-	rs := rules.RenderNFTWith(f.Family, snap.Services, snap.Endpoints, node, opts)
+	rs := rules.RenderNFTWith(f.family, snap.Services, snap.Endpoints, node, opts)
 	fr.problems = rs.Problems
 	fr.Stats = rs.Stats
 	mode := nft.Partial
 	if fr.Full {
 		mode = nft.Full
-		if f.nftLast == nil {
+		if f.last == nil {
 			mode = nft.Recreate
 		}
 	}
@@ -43,31 +66,34 @@ func (s *Syncer) syncFamilyNFT(f *famState, fr *FamilyResult, snap Snapshot, nod
 				}
 			}
 		}
-		ch = nft.DiffWith(f.nftLast, rs.Table, mode, func(c string) bool {
+		ch = nft.DiffWith(f.last, rs.Table, mode, func(c string) bool {
 			return rules.IsNFTServiceChain(c) && !touched[c]
 		})
 	}
 	fr.Stats.NATRules = ch.Rules()
 	added, deleted := ch.Elements()
 	fr.Bytes = added + deleted // elements written, the nft mode's measure of work besides rules
-	fr.Render = s.now().Sub(t)
-	t = s.now()
+	fr.Render = now().Sub(t)
+	t = now()
 	if !ch.Empty() {
-		if err := f.NFT.Apply(f.Family, rs.Table, ch); err != nil {
-			f.nftLast, f.nftLastRender = nil, nil
-			fr.Restore = s.now().Sub(t)
+		if err := f.kernel.Apply(f.family, rs.Table, ch); err != nil {
+			f.last, f.lastRender = nil, nil
+			fr.Restore = now().Sub(t)
 			return err
 		}
 	}
-	fr.Restore = s.now().Sub(t)
-	f.nftLast, f.nftLastRender = rs.Table, &rs
+	fr.Restore = now().Sub(t)
+	f.last, f.lastRender = rs.Table, &rs
 	fr.health = rs.Health
 	return nil
 }
 
-// nftTablePresent is the nftables mode's canary: herald's table exists.
-// An error counts as missing, which costs a recreate and nothing else.
-func (s *Syncer) nftTablePresent(f *famState) bool {
-	ok, err := f.NFT.Exists(f.Family)
-	return err == nil && ok
+// present is the nftables mode's canary: herald's table exists. An
+// error counts as missing, which costs a recreate and nothing else.
+func (f *nftFamily) present() (bool, string) {
+	if ok, err := f.kernel.Exists(f.family); err == nil && ok {
+		return true, ""
+	}
+	f.last, f.lastRender = nil, nil
+	return false, "table " + nft.TableName + " is gone: the ruleset was flushed"
 }

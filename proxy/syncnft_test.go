@@ -37,7 +37,7 @@ func newNFTEnv(t *testing.T) (*env, *fakeNFT) {
 	e := newEnv(t)
 	k := &fakeNFT{}
 	cfg := Config{NodeName: testNode, ClusterCIDRs: e.s.cfg.ClusterCIDRs, MasqueradeBit: 14}
-	e.s = NewSyncer(cfg, e.tracker, []Backend{{Family: rules.IPv4, NFT: k}}, e.hc, e.health, e.ct, e.m, nil)
+	e.s = NewSyncer(cfg, e.tracker, []Backend{NFTBackend(rules.IPv4, k)}, e.hc, e.health, e.ct, e.m, nil)
 	return e, k
 }
 
