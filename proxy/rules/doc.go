@@ -2,7 +2,9 @@
 // both proxy modes: iptables-restore input the way kube-proxy's iptables
 // mode does, with a HERALD- chain prefix (Render), and an nftables table
 // of herald's own (RenderNFT). Each Service port's decisions are made
-// once (planService) and written by both. It is pure: plain Go model
+// once (planService, serviceplan.go) and written by both: iptables.go
+// (and iptables_prune.go) for the first, nft.go and nft_patch.go for the
+// second. It is pure: plain Go model
 // types in, text or nft objects out; no Kubernetes API types, no side
 // effects. The iptables layout follows; nft.go describes the table.
 //

@@ -1,5 +1,10 @@
 package rules
 
+import (
+	"cmp"
+	"slices"
+)
+
 // servicePlan is what one Service port's rules must do, decided once for
 // both renderers (iptables-restore text and nftables objects): which
 // endpoints each chain balances over, where the cluster IP and the
@@ -106,4 +111,39 @@ func pick(local bool, cluster, localChain string) string {
 		return localChain
 	}
 	return cluster
+}
+
+// eachServicePort normalizes every Service port for the family, in a
+// fixed order (namespace, name, port name; the first of duplicates
+// wins), and calls fn with each usable one and its endpoints. Problems
+// are appended to probs, which it returns. Both renderers walk the
+// input with it, so they see the same ports and report alike.
+func eachServicePort(f Family, services []Service, endpoints map[ServicePortName][]Endpoint, node nodeParams, probs []Problem, fn func(*svcPort, []epInfo)) []Problem {
+	order := make([]int, len(services))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		x, y := &services[a], &services[b]
+		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name), cmp.Compare(x.PortName, y.PortName))
+	})
+	seen := make(map[ServicePortName]bool, len(services))
+	for _, i := range order {
+		in := &services[i]
+		id := in.ID()
+		if seen[id] {
+			probs = append(probs, Problem{Service: id, Field: "port.name", Message: "duplicate service port; the first one wins", Skipped: true})
+			continue
+		}
+		seen[id] = true
+		s, ok, p := normalize(f, in)
+		probs = append(probs, p...)
+		if !ok {
+			continue
+		}
+		eps, p := normalizeEndpoints(f, &s, node.name, node.zone, endpoints[id])
+		probs = append(probs, p...)
+		fn(&s, eps)
+	}
+	return probs
 }

@@ -176,41 +176,6 @@ func RenderWith(f Family, services []Service, endpoints map[ServicePortName][]En
 	return rs
 }
 
-// eachServicePort normalizes every Service port for the family, in a
-// fixed order (namespace, name, port name; the first of duplicates
-// wins), and calls fn with each usable one and its endpoints. Problems
-// are appended to probs, which it returns. Both renderers walk the
-// input with it, so they see the same ports and report alike.
-func eachServicePort(f Family, services []Service, endpoints map[ServicePortName][]Endpoint, node nodeParams, probs []Problem, fn func(*svcPort, []epInfo)) []Problem {
-	order := make([]int, len(services))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		x, y := &services[a], &services[b]
-		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name), cmp.Compare(x.PortName, y.PortName))
-	})
-	seen := make(map[ServicePortName]bool, len(services))
-	for _, i := range order {
-		in := &services[i]
-		id := in.ID()
-		if seen[id] {
-			probs = append(probs, Problem{Service: id, Field: "port.name", Message: "duplicate service port; the first one wins", Skipped: true})
-			continue
-		}
-		seen[id] = true
-		s, ok, p := normalize(f, in)
-		probs = append(probs, p...)
-		if !ok {
-			continue
-		}
-		eps, p := normalizeEndpoints(f, &s, node.name, node.zone, endpoints[id])
-		probs = append(probs, p...)
-		fn(&s, eps)
-	}
-	return probs
-}
-
 // lines accumulates restore lines; with discard set it only counts them,
 // which is how a partial render accounts for rules it leaves in place.
 type lines struct {
