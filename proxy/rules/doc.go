@@ -4,9 +4,9 @@
 // of herald's own (RenderNFT). Each Service port's decisions are made
 // once (planService, serviceplan.go) and written by both: iptables.go
 // (and iptables_prune.go) for the first, nft.go and nft_patch.go for the
-// second. It is pure: plain Go model
-// types in, text or nft objects out; no Kubernetes API types, no side
-// effects. The iptables layout follows; nft.go describes the table.
+// second. It is pure: plain Go model types in, text or nft objects out;
+// no Kubernetes API types, no side effects. The iptables layout follows;
+// nft.go describes the table.
 //
 // Layout (nat table; filter in brackets):
 //
