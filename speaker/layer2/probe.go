@@ -113,9 +113,6 @@ func Probe(ctx context.Context, c ProbeConn, mac net.HardwareAddr, addr netip.Ad
 	buf := make([]byte, 1<<16)
 	for {
 		now := time.Now()
-		if !now.Before(end) {
-			return nil, nil
-		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -124,6 +121,16 @@ func Probe(ctx context.Context, c ProbeConn, mac net.HardwareAddr, addr netip.Ad
 			if err := send(); err != nil {
 				return nil, fmt.Errorf("sending a probe for %s: %w", addr, err)
 			}
+			if !now.Before(end) {
+				// A stall (a loaded node) outlasted the whole wait
+				// before the second probe went out: it still gets
+				// its half of the wait, or one lost frame would
+				// decide that nobody answers.
+				end = now.Add(wait / 2)
+			}
+		}
+		if !now.Before(end) {
+			return nil, nil
 		}
 		// Read in slices short enough to send the second probe on time
 		// and to notice ctx.

@@ -98,6 +98,10 @@ type probeConn struct {
 	sent     int
 	inbox    chan []byte
 	deadline time.Time
+	// stall makes the first read return only after it, past any
+	// deadline: the process descheduled on a loaded node.
+	stall time.Duration
+	reads int
 }
 
 func newProbeConn(answer func(int, []byte) ([][]byte, time.Duration)) *probeConn {
@@ -128,6 +132,10 @@ func (c *probeConn) SetReadDeadline(t time.Time) error {
 func (c *probeConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	c.mu.Lock()
 	d := time.Until(c.deadline)
+	c.reads++
+	if c.reads == 1 && c.stall > 0 {
+		d = c.stall
+	}
 	c.mu.Unlock()
 	select {
 	case f := <-c.inbox:
@@ -227,4 +235,40 @@ func TestProbe(t *testing.T) {
 			t.Errorf("a multicast target: err %v, %d frames sent", err, c.count())
 		}
 	})
+}
+
+// TestProbeAfterAStall: when the prober is held up past its whole wait
+// before its second probe (a loaded node), the second probe still goes
+// out and still gets half the wait for its answer; before, one lost
+// frame then decided that nobody answered.
+func TestProbeAfterAStall(t *testing.T) {
+	const wait = 100 * time.Millisecond
+	for _, tt := range []struct {
+		name   string
+		answer func(int, []byte) ([][]byte, time.Duration)
+		want   net.HardwareAddr
+	}{
+		{"first probe lost, second answered", answeredBy(t, otherMAC, 0, 2), otherMAC},
+		{"silence", func(int, []byte) ([][]byte, time.Duration) { return nil, 0 }, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newProbeConn(tt.answer)
+			c.stall = 2 * wait
+			start := time.Now()
+			got, err := Probe(context.Background(), c, ourMAC, vip4, wait)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != tt.want.String() {
+				t.Errorf("answered by %v, want %v", got, tt.want)
+			}
+			if c.count() != 2 {
+				t.Errorf("sent %d probes, want 2", c.count())
+			}
+			if tt.want == nil && took < c.stall+wait/2 {
+				t.Errorf("gave up %s after the start, before the second probe's %s", took, wait/2)
+			}
+		})
+	}
 }
