@@ -45,10 +45,18 @@ type Router struct {
 	unwatch context.CancelFunc
 	peers   map[netip.Addr]*peer
 	// rib holds the prefixes in GoBGP's global RIB (possibly a few that
-	// a failed call left there: withdrawing those is harmless).
-	rib map[netip.Prefix]bool
+	// a failed call left there: withdrawing those is harmless), each with
+	// how its path was added.
+	rib map[netip.Prefix]ribPath
 	// gen numbers the generations of export policies.
 	gen uint64
+}
+
+// ribPath is how a prefix's path in the global RIB was added.
+type ribPath struct {
+	// lowPref: with LOCAL_PREF 0, which iBGP peers get and eBGP peers
+	// do not (Route.LocalPrefZero).
+	lowPref bool
 }
 
 // peer is one session, by address (GoBGP's key).
@@ -70,7 +78,7 @@ func New(log *slog.Logger) *Router {
 	}
 	level := new(slog.LevelVar)
 	level.Set(slog.LevelWarn)
-	r := &Router{log: log, level: level, sessions: newSessionLog(log), peers: map[netip.Addr]*peer{}, rib: map[netip.Prefix]bool{}}
+	r := &Router{log: log, level: level, sessions: newSessionLog(log), peers: map[netip.Addr]*peer{}, rib: map[netip.Prefix]ribPath{}}
 	r.sessions.refuse = r.shutdownPeer
 	return r
 }
@@ -169,7 +177,7 @@ func (r *Router) Stop(ctx context.Context) error {
 	s, unwatch := r.s, r.unwatch
 	r.s, r.unwatch = nil, nil
 	r.peers = map[netip.Addr]*peer{}
-	r.rib = map[netip.Prefix]bool{}
+	r.rib = map[netip.Prefix]ribPath{}
 	r.sessions.reset()
 	unwatch()
 	done := make(chan struct{})
@@ -274,7 +282,7 @@ func (r *Router) SetRoutes(ctx context.Context, p *config.Peer, routes []bgpplan
 		switch {
 		case ok && !sameRoute(cur, rt):
 			resend = true // new attributes
-		case !ok && r.rib[pfx]:
+		case !ok && r.inRIB(pfx):
 			resend = true // in the RIB already: no UPDATE comes by itself
 		}
 	}
@@ -301,13 +309,7 @@ func (r *Router) SetRoutes(ctx context.Context, p *config.Peer, routes []bgpplan
 	}
 	r.removePolicy(ctx, old)
 
-	var add []netip.Prefix
-	for pfx := range want {
-		if !r.rib[pfx] {
-			add = append(add, pfx)
-		}
-	}
-	if err := r.addPaths(add); err != nil {
+	if err := r.addPaths(r.pathsToAdd(addr, want)); err != nil {
 		return fmt.Errorf("BGPPeer %s: %w", p.Name, err)
 	}
 	if resend {
@@ -385,15 +387,47 @@ func (r *Router) deleteSets(ctx context.Context, sets []*api.DefinedSet) {
 	}
 }
 
-// addPaths originates prefixes in the global RIB.
-func (r *Router) addPaths(prefixes []netip.Prefix) error {
-	if len(prefixes) == 0 {
+func (r *Router) inRIB(pfx netip.Prefix) bool {
+	_, ok := r.rib[pfx]
+	return ok
+}
+
+// pathsToAdd are the paths the global RIB lacks, or holds with other
+// attributes, once addr's routes are want: LOCAL_PREF 0 is on a prefix's
+// path while any peer's route for it asks for it (a drain sets it on
+// every iBGP route of the node at once).
+func (r *Router) pathsToAdd(addr netip.Addr, want map[netip.Prefix]bgpplan.Route) map[netip.Prefix]ribPath {
+	wantPath := func(pfx netip.Prefix) ribPath {
+		low := want[pfx].LocalPrefZero
+		for a, ps := range r.peers {
+			low = low || a != addr && ps.routes[pfx].LocalPrefZero
+		}
+		return ribPath{lowPref: low}
+	}
+	add := map[netip.Prefix]ribPath{}
+	for pfx := range want {
+		if cur, ok := r.rib[pfx]; !ok || cur != wantPath(pfx) {
+			add[pfx] = wantPath(pfx)
+		}
+	}
+	for pfx, cur := range r.rib {
+		if _, ok := want[pfx]; !ok && cur != wantPath(pfx) {
+			add[pfx] = wantPath(pfx) // another peer's prefix, changed with this one's routes
+		}
+	}
+	return add
+}
+
+// addPaths originates prefixes in the global RIB, or replaces their
+// paths there.
+func (r *Router) addPaths(add map[netip.Prefix]ribPath) error {
+	if len(add) == 0 {
 		return nil
 	}
-	slices.SortFunc(prefixes, comparePrefixes)
+	prefixes := slices.SortedFunc(maps.Keys(add), comparePrefixes)
 	paths := make([]*apiutil.Path, 0, len(prefixes))
 	for _, pfx := range prefixes {
-		path, err := localPath(pfx, false)
+		path, err := localPath(pfx, false, add[pfx].lowPref)
 		if err != nil {
 			return fmt.Errorf("prefix %s: %w", pfx, err)
 		}
@@ -403,7 +437,7 @@ func (r *Router) addPaths(prefixes []netip.Prefix) error {
 	// GoBGP does not say which paths failed: count them all in, as
 	// withdrawing a prefix that is not there does no harm.
 	for _, pfx := range prefixes {
-		r.rib[pfx] = true
+		r.rib[pfx] = add[pfx]
 	}
 	if err != nil {
 		return fmt.Errorf("adding %d prefixes to the RIB: %w", len(prefixes), err)
@@ -425,7 +459,7 @@ func (r *Router) pruneRIB() error {
 	slices.SortFunc(del, comparePrefixes)
 	paths := make([]*apiutil.Path, 0, len(del))
 	for _, pfx := range del {
-		path, err := localPath(pfx, true)
+		path, err := localPath(pfx, true, false)
 		if err != nil {
 			return fmt.Errorf("prefix %s: %w", pfx, err)
 		}

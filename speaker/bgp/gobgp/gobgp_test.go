@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -279,6 +280,27 @@ func (tr *testRouter) routes(t *testing.T) map[string]string {
 	return out
 }
 
+// localPrefSent tells whether the route for prefix carries LOCAL_PREF
+// at all (attrs shows a missing one as 0).
+func (tr *testRouter) localPrefSent(t *testing.T, prefix string) bool {
+	t.Helper()
+	found := false
+	req := apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_ADJ_IN, Name: tr.neighbor.Conf.NeighborAddress, Family: apiutil.ToFamily(tr.family)}
+	err := tr.s.ListPath(req, func(nlri bgp.NLRI, paths []*apiutil.Path) {
+		for _, p := range paths {
+			for _, a := range p.Attrs {
+				if _, ok := a.(*bgp.PathAttributeLocalPref); ok && nlri.String() == prefix {
+					found = true
+				}
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
 func attrs(nextHop string, lp uint32, asPath, communities, large string) string {
 	return fmt.Sprintf("nh=%s lp=%d as=[%s] comm=[%s] large=[%s]", nextHop, lp, asPath, communities, large)
 }
@@ -336,13 +358,34 @@ func TestRoutesPerPeer(t *testing.T) {
 		t.Errorf("router A routes %q after B's change, want %q", got, wantA)
 	}
 
-	// A drain's graceful shutdown: GRACEFUL_SHUTDOWN added to what B
-	// gets, the rest kept; then back as before. (LOCAL_PREF 0 cannot be
-	// sent this way: GoBGP reads a local-pref action of 0 as none.)
-	setRoutes(t, r, b, route(x, 150, []uint32{comm(300), bgpplan.GracefulShutdown}), route(y, 120, nil))
-	rtB.waitRoutes(t, map[string]string{x: attrs(ourAddr, 150, "", "64500:300 65535:0", ""), y: attrs(ourAddr, 120, "", "", "")})
+	// A drain's graceful shutdown, as the plan sends it (RFC 8326):
+	// GRACEFUL_SHUTDOWN added to every route, and towards iBGP (B)
+	// LOCAL_PREF 0 in place of the advertisement's; eBGP (A) gets no
+	// LOCAL_PREF still. Then back as before, to both.
+	shut := func(rt bgpplan.Route, ibgp bool) bgpplan.Route {
+		rt.Communities = append(slices.Clone(rt.Communities), bgpplan.GracefulShutdown)
+		if ibgp {
+			rt.LocalPref, rt.LocalPrefZero = 0, true
+		}
+		return rt
+	}
+	setRoutes(t, r, a, shut(route(x, 0, []uint32{comm(100)}, [3]uint32{ourASN, 1, 2}), false), shut(route(y, 0, nil), false))
+	setRoutes(t, r, b, shut(route(x, 150, []uint32{comm(300)}), true), shut(route(y, 120, nil), true))
+	rtB.waitRoutes(t, map[string]string{x: attrs(ourAddr, 0, "", "64500:300 65535:0", ""), y: attrs(ourAddr, 0, "", "65535:0", "")})
+	rtA.waitRoutes(t, map[string]string{
+		x: attrs(ourAddr, 0, "64500", "64500:100 65535:0", "64500:1:2"),
+		y: attrs(ourAddr, 0, "64500", "65535:0", ""),
+	})
+	if !rtB.localPrefSent(t, x) {
+		t.Errorf("router B got %s without LOCAL_PREF, want LOCAL_PREF 0", x)
+	}
+	if rtA.localPrefSent(t, x) {
+		t.Errorf("router A, eBGP, got %s with LOCAL_PREF", x)
+	}
+	setRoutes(t, r, a, route(x, 0, []uint32{comm(100)}, [3]uint32{ourASN, 1, 2}), route(y, 0, nil))
 	setRoutes(t, r, b, route(x, 150, []uint32{comm(300)}), route(y, 120, nil))
 	rtB.waitRoutes(t, wantB)
+	rtA.waitRoutes(t, wantA)
 
 	// A stops getting x, which B keeps: withdrawn from A only.
 	_, updatesB := rtB.session(t)

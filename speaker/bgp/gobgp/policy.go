@@ -158,7 +158,7 @@ func attrKey(r bgpplan.Route) string {
 	} else {
 		b.WriteString("6")
 	}
-	fmt.Fprintf(&b, "|%d|", r.LocalPref)
+	fmt.Fprintf(&b, "|%d|%t|", r.LocalPref, r.LocalPrefZero)
 	for _, c := range r.Communities {
 		fmt.Fprintf(&b, "%d,", c)
 	}
@@ -221,13 +221,19 @@ func policyName(peer string, gen uint64) string {
 // localPath is a prefix as the speaker originates it: origin IGP and an
 // unspecified next hop, which GoBGP replaces with the session's local
 // address for each peer (eBGP and iBGP alike).
-func localPath(p netip.Prefix, withdraw bool) (*apiutil.Path, error) {
+func localPath(p netip.Prefix, withdraw, lowPref bool) (*apiutil.Path, error) {
 	nlri, err := bgp.NewIPAddrPrefix(p)
 	if err != nil {
 		return nil, err
 	}
 	family := bgp.RF_IPv4_UC
 	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
+	if lowPref {
+		// On the path, not in a peer's export policy: GoBGP's policy
+		// cannot set LOCAL_PREF 0 (it takes 0 for "no action"). GoBGP
+		// strips LOCAL_PREF towards eBGP peers.
+		attrs = append(attrs, bgp.NewPathAttributeLocalPref(0))
+	}
 	if p.Addr().Is4() {
 		nh, err := bgp.NewPathAttributeNextHop(netip.IPv4Unspecified())
 		if err != nil {

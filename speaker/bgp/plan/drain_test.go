@@ -7,7 +7,8 @@ import (
 )
 
 // TestDrainPhases: in DrainShutdown every route keeps its attributes and
-// gains GRACEFUL_SHUTDOWN; DrainWithdrawn advertises nothing and
+// gains GRACEFUL_SHUTDOWN, and iBGP routes go out with LOCAL_PREF 0 in
+// place of the advertisement's (RFC 8326 §4.1); DrainWithdrawn advertises nothing and
 // says why on every address and in the node's summary, with the
 // sessions kept; NotDrained is the plan as before.
 func TestDrainPhases(t *testing.T) {
@@ -19,7 +20,7 @@ func TestDrainPhases(t *testing.T) {
 	ib, _ := p.Session("ibgp")
 	eb, _ := p.Session("ebgp")
 	wantIB := []Route{{Prefix: netip.MustParsePrefix("203.0.113.130/32"), Communities: []uint32{64512<<16 | 100, GracefulShutdown},
-		LocalPref: 200, Advertisements: []string{"all"}}}
+		LocalPrefZero: true, Advertisements: []string{"all"}}}
 	if !reflect.DeepEqual(ib.Routes, wantIB) {
 		t.Errorf("ibgp routes %+v, want %+v", ib.Routes, wantIB)
 	}

@@ -93,6 +93,9 @@ type Route struct {
 	LargeCommunities [][3]uint32
 	// LocalPref is 0 when unset; it is set only towards iBGP peers.
 	LocalPref uint32
+	// LocalPrefZero sends LOCAL_PREF 0 (LocalPref is then 0): a drained
+	// node's routes towards iBGP peers (RFC 8326 §4.1).
+	LocalPrefZero bool
 	// Advertisements are the BGPAdvertisements behind the route, sorted.
 	Advertisements []string
 }
@@ -101,13 +104,14 @@ type Route struct {
 func (r Route) Equal(o Route) bool {
 	return r.Prefix == o.Prefix && slices.Equal(r.Communities, o.Communities) &&
 		slices.Equal(r.LargeCommunities, o.LargeCommunities) && r.LocalPref == o.LocalPref &&
-		slices.Equal(r.Advertisements, o.Advertisements)
+		r.LocalPrefZero == o.LocalPrefZero && slices.Equal(r.Advertisements, o.Advertisements)
 }
 
 // SameAttributes compares what reaches the peer: prefix and attributes.
 func (r Route) SameAttributes(o Route) bool {
 	return r.Prefix == o.Prefix && slices.Equal(r.Communities, o.Communities) &&
-		slices.Equal(r.LargeCommunities, o.LargeCommunities) && r.LocalPref == o.LocalPref
+		slices.Equal(r.LargeCommunities, o.LargeCommunities) && r.LocalPref == o.LocalPref &&
+		r.LocalPrefZero == o.LocalPrefZero
 }
 
 // Session is one BGP session this node opens, with what it advertises.
@@ -319,9 +323,16 @@ func Compute(in Input) Plan {
 	for i := range p.Sessions {
 		s := &p.Sessions[i]
 		for _, r := range routes[s.Name()] {
-			if in.Drain == DrainShutdown && !slices.Contains(r.Communities, GracefulShutdown) {
-				r.Communities = append(r.Communities, GracefulShutdown)
-				slices.Sort(r.Communities)
+			if in.Drain == DrainShutdown {
+				if !slices.Contains(r.Communities, GracefulShutdown) {
+					r.Communities = append(r.Communities, GracefulShutdown)
+					slices.Sort(r.Communities)
+				}
+				// RFC 8326 §4.1: towards iBGP, LOCAL_PREF 0 as well, for
+				// routers that do not act on the community.
+				if !s.Peer.External() {
+					r.LocalPref, r.LocalPrefZero = 0, true
+				}
 			}
 			s.Routes = append(s.Routes, *r)
 		}
