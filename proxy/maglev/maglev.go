@@ -150,7 +150,7 @@ func (t *Table) Owner(i int) int { return int(t.owner[i]) }
 // h * M / 2^32, not h mod M), so Go code (tests, the tracer) picks the
 // slot the data path picks.
 func (t *Table) Slot(h uint32) int {
-	return int(uint64(h) * uint64(len(t.owner)) >> 32)
+	return int(Scale(h, uint32(len(t.owner))))
 }
 
 // Lookup is the endpoint for a flow hash: the owner of Slot(h).
