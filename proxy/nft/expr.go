@@ -116,6 +116,18 @@ type DNATMap struct {
 	Map         string
 }
 
+// DNATHash DNATs to the address and port the endpoints map Map gives for
+// the flow's slot: jhash over source address and port, destination
+// address and port, with Seed, scaled onto Mod (maglev.FlowHash and
+// maglev.Scale compute the same in Go). Unlike DNATMap's random draw, a
+// flow gets the same slot on every node whose rule has the same Seed and
+// Mod: the consistent backend choice. Seed must not be 0: the kernel
+// would draw a random seed of its own for the rule.
+type DNATHash struct {
+	Mod, Seed uint32
+	Map       string
+}
+
 // UpdateSet adds the source or destination address to a dynamic set, or
 // refreshes its timeout (session affinity).
 type UpdateSet struct {
@@ -142,6 +154,8 @@ func fieldText(f ipfamily.Family, fl Field) string {
 		return "meta l4proto"
 	case Dport:
 		return "th dport"
+	case Sport:
+		return "th sport"
 	}
 	return fmt.Sprintf("field(%d)", int(fl))
 }
@@ -266,6 +280,14 @@ func (d DNATMap) Text(f ipfamily.Family) string {
 		off = fmt.Sprintf(" offset %d", d.Offset)
 	}
 	return fmt.Sprintf("dnat %s to numgen random mod %d%s map @%s", addrKeyword(f), d.Mod, off, d.Map)
+}
+
+// FlowKey is the key DNATHash hashes.
+var FlowKey = KeyType{Saddr, Sport, Daddr, Dport}
+
+// Text implements Expr.
+func (d DNATHash) Text(f ipfamily.Family) string {
+	return fmt.Sprintf("dnat %s to jhash %s mod %d seed 0x%08x map @%s", addrKeyword(f), keyText(f, FlowKey), d.Mod, d.Seed, d.Map)
 }
 
 // Text implements Expr.

@@ -1,11 +1,9 @@
-package nft
+package nft_test
 
 import (
 	"bufio"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,54 +19,26 @@ import (
 // what lets two nodes, and the tracer, agree with the data path on the
 // consistent backend choice (#35).
 func TestKernelJHash(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	for _, tool := range []string{"nft", "conntrack", "bash"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed", tool)
-		}
-	}
 	const (
 		mod  = 401
 		seed = 0x2a2b2c2d
 		port = 5000
 	)
-	name := fmt.Sprintf("hljh-%d", os.Getpid()%100000)
-	run := func(stdin string, args ...string) string {
-		t.Helper()
-		cmd := exec.Command("ip", append([]string{"netns", "exec", name}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
-		}
-		return string(out)
-	}
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v\n%s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v\n%s", name, err, out)
-		}
-	})
-	run("", "ip", "link", "set", "lo", "up")
-	run(fmt.Sprintf(`table inet hljh {
+	in, _ := toolNetNS(t, "nft", "conntrack", "bash")
+	in("ip", "link", "set", "lo", "up")
+	in("nft", fmt.Sprintf(`table inet hljh {
 	chain out {
 		type filter hook output priority 0; policy accept;
 		meta nfproto ipv4 udp dport %[1]d ct mark set jhash ip saddr . udp sport . ip daddr . udp dport mod %[2]d seed %#[3]x
 		meta nfproto ipv6 udp dport %[1]d ct mark set jhash ip6 saddr . udp sport . ip6 daddr . udp dport mod %[2]d seed %#[3]x
 	}
 }
-`, port, mod, seed), "nft", "-f", "-")
+`, port, mod, seed))
 	// Each redirect opens a new socket, so a new source port: a new flow.
-	run("", "bash", "-c", fmt.Sprintf(`for i in $(seq 150); do echo x 2>/dev/null >/dev/udp/127.0.0.1/%[1]d; echo x 2>/dev/null >/dev/udp/::1/%[1]d; done; true`, port))
+	in("bash", "-c", fmt.Sprintf(`for i in $(seq 150); do echo x 2>/dev/null >/dev/udp/127.0.0.1/%[1]d; echo x 2>/dev/null >/dev/udp/::1/%[1]d; done; true`, port))
 
 	for _, fam := range []string{"ipv4", "ipv6"} {
-		out := run("", "conntrack", "-L", "-f", fam, "-p", "udp", "--dport", strconv.Itoa(port))
+		out := in("conntrack", "-L", "-f", fam, "-p", "udp", "--dport", strconv.Itoa(port))
 		checked, wrong := 0, 0
 		sc := bufio.NewScanner(strings.NewReader(out))
 		for sc.Scan() {

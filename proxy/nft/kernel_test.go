@@ -3,8 +3,6 @@ package nft_test
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"slices"
 	"testing"
 
@@ -20,25 +18,8 @@ var netnsCount int
 // scratchNetNS makes a network namespace for the test and returns its fd.
 func scratchNetNS(t *testing.T) int {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	netnsCount++
-	name := fmt.Sprintf("hlnft-%d-%d", os.Getpid()%100000, netnsCount)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v\n%s", name, err, out)
-	}
-	f, err := os.Open("/run/netns/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.Close()
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v\n%s", name, err, out)
-		}
-	})
-	return int(f.Fd())
+	_, fd := toolNetNS(t)
+	return fd
 }
 
 // services is n ClusterIP+NodePort+LB Services with eps endpoints each,

@@ -83,6 +83,8 @@ const (
 	Dport
 	// Slot is the number a DNATMap draws: the endpoints map's key.
 	Slot
+	// Sport is the source port (of any protocol with ports).
+	Sport
 )
 
 // Proto is a layer-4 protocol.

@@ -460,6 +460,9 @@ func (b *batch) load(k KeyType) []expr.Any {
 		case Dport:
 			out = append(out, &expr.Payload{DestRegister: dst, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
 			r++
+		case Sport:
+			out = append(out, &expr.Payload{DestRegister: dst, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2})
+			r++
 		}
 	}
 	return out
@@ -625,6 +628,25 @@ func (b *batch) action(e Expr) ([]expr.Any, error) {
 			port, fam = reg32_0+4, unix.NFPROTO_IPV6
 		}
 		out = append(out, &expr.Numgen{Register: reg1, Modulus: x.Mod, Type: unix.NFT_NG_RANDOM, Offset: x.Offset},
+			&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: port, Specified: true})
+	case DNATHash:
+		s := b.sets[x.Map]
+		if s == nil || !s.IsMap {
+			return nil, fmt.Errorf("dnat through unknown map %s", x.Map)
+		}
+		if x.Seed == 0 {
+			// google/nftables leaves a zero seed out, and the kernel
+			// then draws one per rule: nodes would disagree.
+			return nil, fmt.Errorf("jhash for map %s has seed 0", x.Map)
+		}
+		port := uint32(reg32_0 + 1)
+		fam, keyLen := uint32(unix.NFPROTO_IPV4), uint32(16)
+		if b.f == ipfamily.IPv6 {
+			port, fam, keyLen = reg32_0+4, unix.NFPROTO_IPV6, 40
+		}
+		out = append(out, b.load(FlowKey)...)
+		out = append(out, &expr.Hash{SourceRegister: reg1, DestRegister: reg1, Length: keyLen, Modulus: x.Mod, Seed: x.Seed, Type: expr.HashTypeJenkins},
 			&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID},
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: port, Specified: true})
 	case NumgenMatch:
