@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/herald-lb/herald/proxy/maglev"
 	"github.com/herald-lb/herald/proxy/nft"
 )
 
@@ -58,7 +59,7 @@ func (n *NFT) Trace(f Flow) (Result, error) {
 	case f.Proto != "tcp" && f.Proto != "udp" && f.Proto != "sctp":
 		return res, fmt.Errorf("flow %v: protocol must be tcp, udp or sctp", f)
 	}
-	p := packet{src: src, dst: dst, proto: f.Proto, dport: f.Port, prob: 1,
+	p := packet{src: src, dst: dst, proto: f.Proto, sport: f.SrcPort, dport: f.Port, prob: 1,
 		srcLocal: f.Origin == Node || n.local[src], dstLocal: f.DstLocal}
 	var pre []nft.Hook
 	var types []nft.ChainType
@@ -280,6 +281,26 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 				outs = append(outs, nftBranch{q, nftNAT})
 			}
 			return outs, nil
+		case nft.DNATHash:
+			m := n.t.Set(x.Map)
+			if m == nil || !m.Endpoints {
+				return nil, fmt.Errorf("%s rule %d: dnat through missing endpoints map %q", c.Name, idx+1, x.Map)
+			}
+			if x.Mod == 0 || x.Seed == 0 {
+				return nil, fmt.Errorf("%s rule %d: jhash mod %d seed %d", c.Name, idx+1, x.Mod, x.Seed)
+			}
+			// The kernel's own pick, computed: one branch, no chance.
+			h, ok := maglev.FlowHash(netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport), x.Seed)
+			if !ok {
+				return nil, fmt.Errorf("%s rule %d: jhash over addresses of two families", c.Name, idx+1)
+			}
+			el, ok := n.element(m, nft.Key{Slot: maglev.Scale(h, x.Mod)})
+			if !ok {
+				return []nftBranch{{p, nftNext}}, nil
+			}
+			p.dst, p.dport, p.dnat = el.To.Addr(), el.To.Port(), true
+			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s -> %s", c.Name, idx+1, r.Text(n.t.Family), el.To))
+			return []nftBranch{{p, nftNAT}}, nil
 		case nft.Masquerade:
 			p.masq = true
 			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s", c.Name, idx+1, r.Text(n.t.Family)))

@@ -43,6 +43,9 @@ type Flow struct {
 	Proto  string // "tcp", "udp" or "sctp"
 	Dst    netip.Addr
 	Port   uint16
+	// SrcPort is the client's port; only a consistent pick (nftables'
+	// DNATHash) reads it.
+	SrcPort uint16
 	// DstLocal says the destination is one of the node's own addresses
 	// (addrtype --dst-type LOCAL), e.g. a node IP for NodePort traffic.
 	DstLocal bool
@@ -203,7 +206,7 @@ func (r Result) Explain() string {
 type packet struct {
 	src, dst      netip.Addr
 	proto         string
-	dport         uint16
+	sport, dport  uint16
 	mark          uint32
 	srcLocal      bool
 	dstLocal      bool
