@@ -258,49 +258,9 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s", c.Name, idx+1, r.Text(n.t.Family)))
 			return []nftBranch{{p, nftNAT}}, nil
 		case nft.DNATMap:
-			m := n.t.Set(x.Map)
-			if m == nil || !m.Endpoints {
-				return nil, fmt.Errorf("%s rule %d: dnat through missing endpoints map %q", c.Name, idx+1, x.Map)
-			}
-			if x.Mod == 0 {
-				return nil, fmt.Errorf("%s rule %d: numgen mod 0", c.Name, idx+1)
-			}
-			// Each number is drawn with probability 1/Mod; a number
-			// without an element leaves the rule unmatched.
-			var outs []nftBranch
-			for slot := x.Offset; slot < x.Offset+x.Mod; slot++ {
-				q := p.clone()
-				q.prob /= float64(x.Mod)
-				el, ok := n.element(m, nft.Key{Slot: slot})
-				if !ok {
-					outs = append(outs, nftBranch{q, nftNext})
-					continue
-				}
-				q.dst, q.dport, q.dnat = el.To.Addr(), el.To.Port(), true
-				q.trail = append(q.trail, fmt.Sprintf("%s#%d %s -> %s", c.Name, idx+1, r.Text(n.t.Family), el.To))
-				outs = append(outs, nftBranch{q, nftNAT})
-			}
-			return outs, nil
+			return n.dnatMap(c, idx, r, x, p)
 		case nft.DNATHash:
-			m := n.t.Set(x.Map)
-			if m == nil || !m.Endpoints {
-				return nil, fmt.Errorf("%s rule %d: dnat through missing endpoints map %q", c.Name, idx+1, x.Map)
-			}
-			if x.Mod == 0 || x.Seed == 0 {
-				return nil, fmt.Errorf("%s rule %d: jhash mod %d seed %d", c.Name, idx+1, x.Mod, x.Seed)
-			}
-			// The kernel's own pick, computed: one branch, no chance.
-			h, ok := maglev.FlowHash(netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport), x.Seed)
-			if !ok {
-				return nil, fmt.Errorf("%s rule %d: jhash over addresses of two families", c.Name, idx+1)
-			}
-			el, ok := n.element(m, nft.Key{Slot: maglev.Scale(h, x.Mod)})
-			if !ok {
-				return []nftBranch{{p, nftNext}}, nil
-			}
-			p.dst, p.dport, p.dnat = el.To.Addr(), el.To.Port(), true
-			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s -> %s", c.Name, idx+1, r.Text(n.t.Family), el.To))
-			return []nftBranch{{p, nftNAT}}, nil
+			return n.dnatHash(c, idx, r, x, p)
 		case nft.Masquerade:
 			p.masq = true
 			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s", c.Name, idx+1, r.Text(n.t.Family)))
@@ -324,6 +284,56 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 		}
 	}
 	return []nftBranch{{p, nftNext}}, nil
+}
+
+// dnatMap branches over every number DNATMap may draw, each with
+// probability 1/Mod; a number without an element leaves the rule
+// unmatched.
+func (n *NFT) dnatMap(c *nft.Chain, idx int, r nft.Rule, x nft.DNATMap, p packet) ([]nftBranch, error) {
+	m := n.t.Set(x.Map)
+	if m == nil || !m.Endpoints {
+		return nil, fmt.Errorf("%s rule %d: dnat through missing endpoints map %q", c.Name, idx+1, x.Map)
+	}
+	if x.Mod == 0 {
+		return nil, fmt.Errorf("%s rule %d: numgen mod 0", c.Name, idx+1)
+	}
+	var outs []nftBranch
+	for slot := x.Offset; slot < x.Offset+x.Mod; slot++ {
+		q := p.clone()
+		q.prob /= float64(x.Mod)
+		el, ok := n.element(m, nft.Key{Slot: slot})
+		if !ok {
+			outs = append(outs, nftBranch{q, nftNext})
+			continue
+		}
+		q.dst, q.dport, q.dnat = el.To.Addr(), el.To.Port(), true
+		q.trail = append(q.trail, fmt.Sprintf("%s#%d %s -> %s", c.Name, idx+1, r.Text(n.t.Family), el.To))
+		outs = append(outs, nftBranch{q, nftNAT})
+	}
+	return outs, nil
+}
+
+// dnatHash is the kernel's own pick for DNATHash, computed: one branch,
+// no chance; a slot without an element leaves the rule unmatched.
+func (n *NFT) dnatHash(c *nft.Chain, idx int, r nft.Rule, x nft.DNATHash, p packet) ([]nftBranch, error) {
+	m := n.t.Set(x.Map)
+	if m == nil || !m.Endpoints {
+		return nil, fmt.Errorf("%s rule %d: dnat through missing endpoints map %q", c.Name, idx+1, x.Map)
+	}
+	if x.Mod == 0 || x.Seed == 0 {
+		return nil, fmt.Errorf("%s rule %d: jhash mod %d seed %d", c.Name, idx+1, x.Mod, x.Seed)
+	}
+	h, ok := maglev.FlowHash(netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport), x.Seed)
+	if !ok {
+		return nil, fmt.Errorf("%s rule %d: jhash over addresses of two families", c.Name, idx+1)
+	}
+	el, ok := n.element(m, nft.Key{Slot: maglev.Scale(h, x.Mod)})
+	if !ok {
+		return []nftBranch{{p, nftNext}}, nil
+	}
+	p.dst, p.dport, p.dnat = el.To.Addr(), el.To.Port(), true
+	p.trail = append(p.trail, fmt.Sprintf("%s#%d %s -> %s", c.Name, idx+1, r.Text(n.t.Family), el.To))
+	return []nftBranch{{p, nftNAT}}, nil
 }
 
 // verdict applies v met at expression i of a rule. A jump's target that
