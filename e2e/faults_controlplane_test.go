@@ -139,7 +139,6 @@ func TestFaultsControlPlaneAPIServerDown(t *testing.T) {
 	ad.arp, ad.frr, ad.eps = arp, frr, eps
 
 	t.Run("API server down 60 s", ad.checkAPIServerDown)
-
 	t.Run("speaker SIGKILLed while the API server is down", ad.checkSpeakerKilledDuringOutage)
 }
 
