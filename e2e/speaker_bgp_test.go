@@ -767,41 +767,7 @@ func TestSpeakerBGPBird(t *testing.T) {
 	b.readySpeakers(2 * time.Minute)
 	nodes := b.nodeNames()
 
-	dir, err := os.MkdirTemp("", "hle-bird-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	cfg := router.RouterBGP{
-		ASN:          cluster.RouterASN,
-		RouterID:     topology.RouterLANv4,
-		Neighbors:    []router.Neighbor{{Name: "nodes", Range: topology.LANv4}},
-		MaximumPaths: topology.MaxNodes,
-		ListenPort:   port,
-	}
-	bird, err := router.StartBIRD(h.Ctx, router.BIRDConfig{Netns: h.Layout.Router, Dir: filepath.Join(dir, "bird"),
-		Name: h.Layout.Router + "-bird", Config: router.BIRDBGPConfig(cfg), KillWithParent: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			var s strings.Builder
-			bird.WriteLogTails(&s, 60)
-			out, _ := bird.Birdc(h.Ctx, "show", "protocols", "all")
-			t.Logf("BIRD at the failure:\n%s\n$ birdc show protocols all\n%s", s.String(), out)
-		}
-		if err := bird.Stop(); err != nil {
-			t.Errorf("stopping BIRD: %v", err)
-		}
-	})
-	birdc := func(cmd ...string) string {
-		out, err := bird.Birdc(h.Ctx, cmd...)
-		if err != nil {
-			return fmt.Sprintf("%s (%v)", out, err)
-		}
-		return out
-	}
+	birdc := startLabBIRD(t, h, port)
 
 	t.Cleanup(func() {
 		_, _ = h.K.Run(h.Ctx, "delete", "service,deployment", name, "--ignore-not-found")
@@ -909,4 +875,45 @@ func TestSpeakerBGPBird(t *testing.T) {
 		addr = b.waitRemoteEcho(url, own, "the remote client's own address in client_address")
 		t.Logf("pod moved to %s: remote client_address=%s", nodes[1], addr)
 	})
+}
+
+// startLabBIRD starts BIRD in the router namespace, listening on port for
+// the LAN's sessions, stopped (its logs shown if the test failed) at the
+// test's end; it returns birdc, whose errors are in its output.
+func startLabBIRD(t *testing.T, h *harness.T, port int) func(cmd ...string) string {
+	dir, err := os.MkdirTemp("", "hle-bird-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	cfg := router.RouterBGP{
+		ASN:          cluster.RouterASN,
+		RouterID:     topology.RouterLANv4,
+		Neighbors:    []router.Neighbor{{Name: "nodes", Range: topology.LANv4}},
+		MaximumPaths: topology.MaxNodes,
+		ListenPort:   port,
+	}
+	bird, err := router.StartBIRD(h.Ctx, router.BIRDConfig{Netns: h.Layout.Router, Dir: filepath.Join(dir, "bird"),
+		Name: h.Layout.Router + "-bird", Config: router.BIRDBGPConfig(cfg), KillWithParent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			var s strings.Builder
+			bird.WriteLogTails(&s, 60)
+			out, _ := bird.Birdc(h.Ctx, "show", "protocols", "all")
+			t.Logf("BIRD at the failure:\n%s\n$ birdc show protocols all\n%s", s.String(), out)
+		}
+		if err := bird.Stop(); err != nil {
+			t.Errorf("stopping BIRD: %v", err)
+		}
+	})
+	return func(cmd ...string) string {
+		out, err := bird.Birdc(h.Ctx, cmd...)
+		if err != nil {
+			return fmt.Sprintf("%s (%v)", out, err)
+		}
+		return out
+	}
 }
