@@ -137,6 +137,30 @@ func TestMigrateFromMetalLB(t *testing.T) {
 	h := harness.UpOwnLab(t, ctx, cluster.Options{Prefix: "hmg", Nodes: 2, Bare: true, Proxy: cluster.ProxyKubeProxy})
 	herald := h.Lab.Bins.Path(labbin.Herald)
 
+	applyMetalLBState(ctx, h)
+	yaml := migrateMetalLB(ctx, t, h, herald)
+
+	// As docs/migrating-from-metallb.md: herald's namespace and
+	// configuration first, then herald.
+	h.Apply(fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", cluster.HeraldNamespace))
+	h.Apply(string(yaml))
+	t.Logf("kubectl -n herald-system get ipaddresspools.herald.io,l2advertisements.herald.io,bgpadvertisements.herald.io,bgppeers.herald.io:\n%s",
+		h.Kubectl("-n", cluster.HeraldNamespace, "get", "ipaddresspools.herald.io,l2advertisements.herald.io,bgpadvertisements.herald.io,bgppeers.herald.io"))
+
+	start := time.Now()
+	if err := h.Lab.InstallHerald(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("TIMING herald installed in %s", time.Since(start).Round(time.Millisecond))
+
+	checkAdoptedAndAnswering(ctx, t, h, start)
+	checkMigratedStatus(ctx, t, h, herald)
+}
+
+// applyMetalLBState makes the cluster look as MetalLB left it: its CRDs
+// and configuration, an echo server, and Services with MetalLB's
+// annotations and addresses.
+func applyMetalLBState(ctx context.Context, h *harness.T) {
 	h.Apply(metallbCRDs())
 	h.Poll(30*time.Second, "MetalLB's CRDs established", func() (bool, string) {
 		out, err := h.K.Run(ctx, "wait", "--for=condition=Established", "--timeout=5s",
@@ -163,7 +187,11 @@ spec:
 			"-p", fmt.Sprintf(`{"status":{"loadBalancer":{"ingress":[{"ip":%q}]}}}`, s.ip))
 	}
 	h.ReadyPods("app=mig-echo", 1, 2*time.Minute)
+}
 
+// migrateMetalLB runs herald migrate on the cluster and on kubectl's dump
+// of it, checks both, and returns the translation.
+func migrateMetalLB(ctx context.Context, t *testing.T, h *harness.T, herald string) []byte {
 	// The translation, straight into the cluster. Everything MetalLB
 	// reads translates (exit 0); what it never read is not read.
 	migrate := exec.CommandContext(ctx, herald, "migrate", "--from-cluster", "--kubeconfig", h.Lab.Kubeconfig)
@@ -199,19 +227,12 @@ spec:
 			t.Errorf("herald migrate -f's report lacks %q", want)
 		}
 	}
-	// As docs/migrating-from-metallb.md: herald's namespace and
-	// configuration first, then herald.
-	h.Apply(fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", cluster.HeraldNamespace))
-	h.Apply(string(yaml))
-	t.Logf("kubectl -n herald-system get ipaddresspools.herald.io,l2advertisements.herald.io,bgpadvertisements.herald.io,bgppeers.herald.io:\n%s",
-		h.Kubectl("-n", cluster.HeraldNamespace, "get", "ipaddresspools.herald.io,l2advertisements.herald.io,bgpadvertisements.herald.io,bgppeers.herald.io"))
+	return yaml
+}
 
-	start := time.Now()
-	if err := h.Lab.InstallHerald(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("TIMING herald installed in %s", time.Since(start).Round(time.Millisecond))
-
+// checkAdoptedAndAnswering checks that herald's controller adopted every
+// address and that each answers where its pool is announced.
+func checkAdoptedAndAnswering(ctx context.Context, t *testing.T, h *harness.T, start time.Time) {
 	// herald's controller has adopted every address: its own pool
 	// annotation appears, the address stays.
 	for _, s := range metallbServices {
@@ -242,7 +263,10 @@ spec:
 		})
 		t.Logf("%s (%s) answers %s, %s after herald's installation began", url, s.name, where, time.Since(start).Round(time.Millisecond))
 	}
+}
 
+// checkMigratedStatus checks herald status and that no address changed.
+func checkMigratedStatus(ctx context.Context, t *testing.T, h *harness.T, herald string) {
 	// herald status: each address announced, none by nobody.
 	out, err := exec.CommandContext(ctx, herald, "status", "--kubeconfig", h.Lab.Kubeconfig).CombinedOutput()
 	t.Logf("herald status:\n%s", out)

@@ -67,18 +67,73 @@ func TestBenchChurnSoak(t *testing.T) {
 	runChurnSoak(t, cfg)
 }
 
+// soakRun is what runChurnSoak's phases share: the lab, the Services,
+// and what each phase measured for the report.
+type soakRun struct {
+	cfg   soakConfig
+	ctx   context.Context
+	h     *harness.T
+	s     l2
+	b     bgpLab
+	w     *soakWatch
+	nodes []string
+	svcs  []soakSvc
+	// ipOf is each Service's IP; winners, the announcements after setup.
+	ipOf                     map[string]string
+	winners                  map[string]map[string][]string
+	probes                   *soakProbes
+	resets                   *harness.RSTCapture
+	macOf, bridges, baseline map[string]string
+	// How long after the apply the setup reached each point.
+	tIPs, tAnn, tFRR, tReach time.Duration
+
+	// The soak's figures.
+	churn                soakChurnResult
+	maxLag               time.Duration
+	late                 []string
+	l2ips                []string
+	during               soakL2Result
+	startUsage, endUsage map[string]soakUsage
+	nStart, nEnd         int
+	win, elapsed         time.Duration
+	changes              int
+	ipLog                []string
+
+	// The end state's.
+	settle                               time.Duration
+	annProblems, moved, bridgeMoved, frr []string
+	final                                soakL2Result
+	rules                                []soakRules
+	sent, failed                         int
+	maxGap                               time.Duration
+	failures                             []string
+}
+
+// runChurnSoak sets the lab up, churns, checks the end state and reports.
 func runChurnSoak(t *testing.T, cfg soakConfig) {
+	sr := &soakRun{cfg: cfg}
+	sr.setUp(t)
+	sr.soak(t)
+	sr.checkEnd(t)
+	sr.report(t)
+}
+
+// setUp applies the Services and waits until every one is announced,
+// routed and answering; it starts the probes' RST capture.
+func (sr *soakRun) setUp(t *testing.T) {
 	h0 := harness.Start(t)
 	// The harness's context ends after 15 minutes; the soak needs more.
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.dur+30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), sr.cfg.dur+30*time.Minute)
 	t.Cleanup(cancel)
+	sr.ctx = ctx
 	hv := *h0
 	hv.Ctx = ctx
 	h := &hv
 	s, b := l2{h}, newBGPLab(h)
 	s.readySpeakers(2 * time.Minute)
-	nodes := s.nodeNames()
-	svcs, err := soakServices(cfg.services, cfg.groups)
+	sr.nodes = s.nodeNames()
+	var err error
+	sr.svcs, err = soakServices(sr.cfg.services, sr.cfg.groups)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +142,7 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	setup := time.Now()
 	quiet := *h.K
 	quiet.Log = nil // a line per Service
-	if out, err := quiet.RunStdin(ctx, strings.NewReader(soakObjectsYAML(svcs, cfg.groups)), "apply", "-f", "-"); err != nil {
+	if out, err := quiet.RunStdin(ctx, strings.NewReader(soakObjectsYAML(sr.svcs, sr.cfg.groups)), "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}
 	w := newSoakWatch(h)
@@ -99,89 +154,92 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 				n++
 			}
 		}
-		return n == len(svcs), fmt.Sprintf("%d of %d", n, len(svcs))
+		return n == len(sr.svcs), fmt.Sprintf("%d of %d", n, len(sr.svcs))
 	})
-	tIPs := time.Since(setup)
-	ipOf := map[string]string{}
+	sr.tIPs = time.Since(setup)
+	sr.ipOf = map[string]string{}
 	for _, o := range w.svcs.GetStore().List() {
 		sv := o.(*v1.Service)
-		ipOf[sv.Name] = ingressOf(sv)
+		sr.ipOf[sv.Name] = ingressOf(sv)
 	}
-	var winners map[string]map[string][]string
 	h.Poll(5*time.Minute, "every L2 IP announced by one node, every BGP IP by all", func() (bool, string) {
 		anns, err := soakAnnouncements(h)
 		if err != nil {
 			return false, err.Error()
 		}
-		winners = soakWinners(anns)
-		bad := soakAnnouncementProblems(svcs, ipOf, winners, nodes)
+		sr.winners = soakWinners(anns)
+		bad := soakAnnouncementProblems(sr.svcs, sr.ipOf, sr.winners, sr.nodes)
 		return len(bad) == 0, fmt.Sprintf("%d problems, first: %v", len(bad), bad[:min(3, len(bad))])
 	})
-	tAnn := time.Since(setup)
+	sr.tAnn = time.Since(setup)
 	h.Poll(3*time.Minute, "FRR to hold every BGP Service's route from every node", func() (bool, string) {
-		bad := soakFRRProblems(b, svcs, ipOf, nodes)
+		bad := soakFRRProblems(b, sr.svcs, sr.ipOf, sr.nodes)
 		return len(bad) == 0, fmt.Sprintf("%d problems, first: %v", len(bad), bad[:min(3, len(bad))])
 	})
-	tFRR := time.Since(setup)
+	sr.tFRR = time.Since(setup)
 	h.Poll(3*time.Minute, "every group's pods in every Service's endpoints", func() (bool, string) {
-		return w.caughtUp(svcs, cfg.groups, time.Second)
+		return w.caughtUp(sr.svcs, sr.cfg.groups, time.Second)
 	})
-	probes := &soakProbes{targets: soakProbeTargets(h, svcs, ipOf, cfg.probes)}
+	sr.probes = &soakProbes{targets: soakProbeTargets(h, sr.svcs, sr.ipOf, sr.cfg.probes)}
 	captureIn := []string{h.Layout.Client, h.Layout.Remote}
 	for _, n := range h.Layout.Nodes {
 		captureIn = append(captureIn, n.Netns)
 	}
-	resets := harness.StartRSTCapture(t, captureIn)
-	for _, tg := range probes.targets {
+	sr.resets = harness.StartRSTCapture(t, captureIn)
+	for _, tg := range sr.probes.targets {
 		h.Poll(2*time.Minute, tg[1]+" answering from "+tg[0], func() (bool, string) {
 			ok, err := harness.EchoGet(tg[0], tg[1], time.Second)
 			return ok, fmt.Sprint(err)
 		})
 	}
-	tReach := time.Since(setup)
+	sr.tReach = time.Since(setup)
 	t.Logf("setup: %d Services with IPs after %s, announced %s, in FRR %s, %d probed VIPs answering %s",
-		len(svcs), tIPs.Round(time.Second), tAnn.Round(time.Second), tFRR.Round(time.Second), len(probes.targets), tReach.Round(time.Second))
-	macOf := s.macOwners()
-	bridges := soakBridgeMACs(s)
-	baseline := w.begin()
+		len(sr.svcs), sr.tIPs.Round(time.Second), sr.tAnn.Round(time.Second), sr.tFRR.Round(time.Second), len(sr.probes.targets), sr.tReach.Round(time.Second))
+	sr.macOf = s.macOwners()
+	sr.bridges = soakBridgeMACs(s)
+	sr.baseline = w.begin()
+	sr.h, sr.s, sr.b, sr.w = h, s, b, w
+}
 
+// soak churns the endpoints for cfg.dur while probing the VIPs and
+// checking ARP/NDP, sampling the usage after the warm-up.
+func (sr *soakRun) soak(t *testing.T) {
+	h, s, w := sr.h, sr.s, sr.w
 	// The soak: churn, probes, ARP/NDP checks; the usage after warm-up.
 	begin := time.Now()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	var churn soakChurnResult
 	var deleted atomic.Int64
 	lag := &soakLag{}
 	svcOf := map[string]string{}
-	for n, ip := range ipOf {
+	for n, ip := range sr.ipOf {
 		svcOf[ip] = n
 	}
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		churn = soakChurn(h, w, svcs, cfg.groups, done, &deleted, lag)
+		sr.churn = soakChurn(h, w, sr.svcs, sr.cfg.groups, done, &deleted, lag)
 	}()
 	go func() {
 		defer wg.Done()
-		soakWatchdog(h, w, probes, svcOf, done, 6)
+		soakWatchdog(h, w, sr.probes, svcOf, done, 6)
 	}()
-	l2ips := soakL2IPs(svcs, ipOf)
-	var during soakL2Result
+	sr.l2ips = soakL2IPs(sr.svcs, sr.ipOf)
 	go func() {
 		defer wg.Done()
-		during = soakCheckL2(s, l2ips, winners["layer2"], macOf, done, 1)
+		sr.during = soakCheckL2(s, sr.l2ips, sr.winners["layer2"], sr.macOf, done, 1)
 	}()
-	probes.start()
+	sr.probes.start()
 	// Usage is sampled every 15 s from the end of the warm-up; each end
 	// of the comparison is the median of a window of samples, because one
 	// sample of a Go process's RSS or heap lands anywhere in its GC cycle.
-	win := min(3*time.Minute, (cfg.dur-cfg.warmup)/3)
+	sr.win = min(3*time.Minute, (sr.cfg.dur-sr.cfg.warmup)/3)
 	var usage soakUsageSeries
 	lastSample := time.Time{}
 	segment := time.Now()
-	for time.Since(begin) < cfg.dur && ctx.Err() == nil {
+	for time.Since(begin) < sr.cfg.dur && sr.ctx.Err() == nil {
 		time.Sleep(time.Second)
-		if since := time.Since(begin); since >= cfg.warmup && time.Since(lastSample) >= 15*time.Second {
+		if since := time.Since(begin); since >= sr.cfg.warmup && time.Since(lastSample) >= 15*time.Second {
 			if lastSample.IsZero() {
 				t.Logf("warm-up over after %s: usage sampled every 15 s from now", since.Round(time.Second))
 			}
@@ -191,8 +249,8 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 			}
 		}
 		if time.Since(segment) >= 10*time.Minute {
-			probes.stop()
-			probes.start()
+			sr.probes.stop()
+			sr.probes.start()
 			segment = time.Now()
 			t.Logf("%s into the soak: %d pod deletions", time.Since(begin).Round(time.Second), deleted.Load())
 		}
@@ -202,23 +260,27 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	if errs := usage.sample(h, time.Since(begin)); len(errs) > 0 {
 		t.Logf("usage at end: %v", errs)
 	}
-	startUsage, nStart := usage.median(cfg.warmup, cfg.warmup+win)
+	sr.startUsage, sr.nStart = usage.median(sr.cfg.warmup, sr.cfg.warmup+sr.win)
 	now := time.Since(begin)
-	endUsage, nEnd := usage.median(now-win, now)
-	probes.stop()
-	elapsed := time.Since(begin)
-	maxLag, late := lag.result()
-	changes, ipLog := w.end()
+	sr.endUsage, sr.nEnd = usage.median(now-sr.win, now)
+	sr.probes.stop()
+	sr.elapsed = time.Since(begin)
+	sr.maxLag, sr.late = lag.result()
+	sr.changes, sr.ipLog = w.end()
+}
 
+// checkEnd lets the endpoints settle and reads the end state.
+func (sr *soakRun) checkEnd(t *testing.T) {
+	h, s, b, w := sr.h, sr.s, sr.b, sr.w
 	// After the churn: the endpoints settle, then the end state.
-	settle := h.Poll(5*time.Minute, "the endpoints to settle", func() (bool, string) {
-		return w.caughtUp(svcs, cfg.groups, 5*time.Second)
+	sr.settle = h.Poll(5*time.Minute, "the endpoints to settle", func() (bool, string) {
+		return w.caughtUp(sr.svcs, sr.cfg.groups, 5*time.Second)
 	})
 	time.Sleep(3 * time.Second) // a proxy sync after the last change
 	for _, o := range w.svcs.GetStore().List() {
 		sv := o.(*v1.Service)
-		if baseline[sv.Name] != ingressOf(sv) {
-			ipLog = append(ipLog, fmt.Sprintf("at the end %s: %q, was %q", sv.Name, ingressOf(sv), baseline[sv.Name]))
+		if sr.baseline[sv.Name] != ingressOf(sv) {
+			sr.ipLog = append(sr.ipLog, fmt.Sprintf("at the end %s: %q, was %q", sv.Name, ingressOf(sv), sr.baseline[sv.Name]))
 		}
 	}
 	anns, err := soakAnnouncements(h)
@@ -226,35 +288,37 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 		t.Fatal(err)
 	}
 	endWinners := soakWinners(anns)
-	annProblems := soakAnnouncementProblems(svcs, ipOf, endWinners, nodes)
-	var moved []string
-	for ip, was := range winners["layer2"] {
+	sr.annProblems = soakAnnouncementProblems(sr.svcs, sr.ipOf, endWinners, sr.nodes)
+	for ip, was := range sr.winners["layer2"] {
 		if now := endWinners["layer2"][ip]; !slices.Equal(was, now) {
-			moved = append(moved, fmt.Sprintf("%s: %v -> %v", ip, was, now))
+			sr.moved = append(sr.moved, fmt.Sprintf("%s: %v -> %v", ip, was, now))
 		}
 	}
-	final := soakCheckL2(s, l2ips, endWinners["layer2"], macOf, nil, 8)
-	var bridgeMoved []string
+	sr.final = soakCheckL2(s, sr.l2ips, endWinners["layer2"], sr.macOf, nil, 8)
 	for n, mac := range soakBridgeMACs(s) {
-		if mac != bridges[n] {
-			bridgeMoved = append(bridgeMoved, fmt.Sprintf("%s: cbr0 %s -> %s", n, bridges[n], mac))
+		if mac != sr.bridges[n] {
+			sr.bridgeMoved = append(sr.bridgeMoved, fmt.Sprintf("%s: cbr0 %s -> %s", n, sr.bridges[n], mac))
 		}
 	}
-	frr := soakFRRProblems(b, svcs, ipOf, nodes)
-	rules := soakRulesVsFull(h)
-	sent, failed, maxGap, failures := probes.result()
+	sr.frr = soakFRRProblems(b, sr.svcs, sr.ipOf, sr.nodes)
+	sr.rules = soakRulesVsFull(h)
+	sr.sent, sr.failed, sr.maxGap, sr.failures = sr.probes.result()
+}
 
+// report prints the figures and, unless benchmarking, fails the test on
+// a broken invariant.
+func (sr *soakRun) report(t *testing.T) {
 	// The report.
 	kinds := map[string]int{}
-	for _, sv := range svcs {
+	for _, sv := range sr.svcs {
 		kinds[sv.kind.name]++
 	}
-	rate := float64(changes) / elapsed.Seconds()
+	rate := float64(sr.changes) / sr.elapsed.Seconds()
 	var r strings.Builder
 	fmt.Fprintf(&r, "BENCH churn soak: %d LoadBalancer Services (L2 IPv4 %d, L2 IPv6 %d, BGP IPv4 %d, BGP IPv6 %d; externalTrafficPolicy Cluster) over %d groups of %d echo pods, %d nodes; %s of churn, usage at start sampled after %s\n",
-		len(svcs), kinds["l2v4"], kinds["l2v6"], kinds["bgpv4"], kinds["bgpv6"], cfg.groups, soakReplicas, len(nodes), elapsed.Round(time.Second), cfg.warmup)
+		len(sr.svcs), kinds["l2v4"], kinds["l2v6"], kinds["bgpv4"], kinds["bgpv6"], sr.cfg.groups, soakReplicas, len(sr.nodes), sr.elapsed.Round(time.Second), sr.cfg.warmup)
 	fmt.Fprintf(&r, "  setup: IPs %s, announced %s, in FRR %s, probed VIPs answering %s; endpoints settled %s after the churn\n",
-		tIPs.Round(time.Second), tAnn.Round(time.Second), tFRR.Round(time.Second), tReach.Round(time.Second), settle.Round(time.Second))
+		sr.tIPs.Round(time.Second), sr.tAnn.Round(time.Second), sr.tFRR.Round(time.Second), sr.tReach.Round(time.Second), sr.settle.Round(time.Second))
 	row := func(what, got, target string, ok bool) {
 		mark := "ok"
 		if !ok {
@@ -262,19 +326,19 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 		}
 		fmt.Fprintf(&r, "  %-44s %-40s target %-22s %s\n", what, got, target, mark)
 	}
-	row("churn: EndpointSlice changes", fmt.Sprintf("%d (%.1f/s)", changes, rate), ">= 5/s", rate >= 5)
-	row("churn: pod deletions", fmt.Sprintf("%d (%.2f/s, longest pause %s)", churn.deletions, float64(churn.deletions)/elapsed.Seconds(), churn.longestPause.Round(time.Second)), "-", true)
-	row("deleted pod out of all its Services' endpoints", fmt.Sprintf("within %s", maxLag.Round(time.Millisecond)), fmt.Sprintf("< preStop %s", soakPreStop), maxLag < soakPreStop)
-	row(fmt.Sprintf("probes: %d VIPs, GET every 20 ms", len(probes.targets)), fmt.Sprintf("%d sent, %d failed, longest gap %s", sent, failed, maxGap.Round(time.Millisecond)), "0 failed", failed == 0)
-	row("Service IP changes", strconv.Itoa(len(ipLog)), "0", len(ipLog) == 0)
-	row("L2 winner changes (no node failed)", strconv.Itoa(len(moved)), "0", len(moved) == 0)
-	row("pod bridge MAC changes", strconv.Itoa(len(bridgeMoved)), "0", len(bridgeMoved) == 0)
-	row("announcements at the end", fmt.Sprintf("%d problems", len(annProblems)), "0", len(annProblems) == 0)
-	row("ARP/NDP during churn: answers from non-winners", fmt.Sprintf("%d in %d asks (%d unanswered)", during.stray, during.asked, during.silent), "0", during.stray == 0)
-	row("ARP/NDP at the end: answers from non-winners", fmt.Sprintf("%d in %d asks (%d unanswered)", final.stray, final.asked, final.silent), "0, every IP answered", final.stray == 0 && final.silent == 0)
-	row("FRR routes (exactly the BGP Services', all nodes)", fmt.Sprintf("%d BGP VIPs, %d problems", kinds["bgpv4"]+kinds["bgpv6"], len(frr)), "0 problems", len(frr) == 0)
+	row("churn: EndpointSlice changes", fmt.Sprintf("%d (%.1f/s)", sr.changes, rate), ">= 5/s", rate >= 5)
+	row("churn: pod deletions", fmt.Sprintf("%d (%.2f/s, longest pause %s)", sr.churn.deletions, float64(sr.churn.deletions)/sr.elapsed.Seconds(), sr.churn.longestPause.Round(time.Second)), "-", true)
+	row("deleted pod out of all its Services' endpoints", fmt.Sprintf("within %s", sr.maxLag.Round(time.Millisecond)), fmt.Sprintf("< preStop %s", soakPreStop), sr.maxLag < soakPreStop)
+	row(fmt.Sprintf("probes: %d VIPs, GET every 20 ms", len(sr.probes.targets)), fmt.Sprintf("%d sent, %d failed, longest gap %s", sr.sent, sr.failed, sr.maxGap.Round(time.Millisecond)), "0 failed", sr.failed == 0)
+	row("Service IP changes", strconv.Itoa(len(sr.ipLog)), "0", len(sr.ipLog) == 0)
+	row("L2 winner changes (no node failed)", strconv.Itoa(len(sr.moved)), "0", len(sr.moved) == 0)
+	row("pod bridge MAC changes", strconv.Itoa(len(sr.bridgeMoved)), "0", len(sr.bridgeMoved) == 0)
+	row("announcements at the end", fmt.Sprintf("%d problems", len(sr.annProblems)), "0", len(sr.annProblems) == 0)
+	row("ARP/NDP during churn: answers from non-winners", fmt.Sprintf("%d in %d asks (%d unanswered)", sr.during.stray, sr.during.asked, sr.during.silent), "0", sr.during.stray == 0)
+	row("ARP/NDP at the end: answers from non-winners", fmt.Sprintf("%d in %d asks (%d unanswered)", sr.final.stray, sr.final.asked, sr.final.silent), "0, every IP answered", sr.final.stray == 0 && sr.final.silent == 0)
+	row("FRR routes (exactly the BGP Services', all nodes)", fmt.Sprintf("%d BGP VIPs, %d problems", kinds["bgpv4"]+kinds["bgpv6"], len(sr.frr)), "0 problems", len(sr.frr) == 0)
 	rulesOK := true
-	for _, rc := range rules {
+	for _, rc := range sr.rules {
 		ok := rc.err == "" && rc.end == rc.full
 		rulesOK = rulesOK && ok
 		got := fmt.Sprintf("%d at the end, %d after a full sync", rc.end, rc.full)
@@ -285,15 +349,15 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 	}
 	fmt.Fprintf(&r, "  %-28s %10s %10s %7s %10s %10s %7s %12s %12s %7s\n", "process (proxy in speaker)", "RSS start", "RSS end", "growth", "heap start", "heap end", "growth", "goroutines", "goroutines", "growth")
 	fmt.Fprintf(&r, "  %-28s %10s %10s %7s %10s %10s %7s %12s %12s %7s\n", "", "MiB", "MiB", "", "MiB", "MiB", "", "start", "end", "")
-	names := make([]string, 0, len(endUsage))
-	for n := range endUsage {
+	names := make([]string, 0, len(sr.endUsage))
+	for n := range sr.endUsage {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	growthOK := true
 	for _, n := range names {
-		a, ok := startUsage[n]
-		e := endUsage[n]
+		a, ok := sr.startUsage[n]
+		e := sr.endUsage[n]
 		if !ok {
 			fmt.Fprintf(&r, "  %-28s %10s %10.1f %7s %10s %10.1f %7s %12s %12.0f %7s\n", n, "-", e.rss, "-", "-", e.heap, "-", "-", e.goroutines, "-")
 			continue
@@ -302,12 +366,12 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 		growthOK = growthOK && gm <= 10 && gg <= 10
 		fmt.Fprintf(&r, "  %-28s %10.1f %10.1f %+6.1f%% %10.1f %10.1f %+6.1f%% %12.0f %12.0f %+6.1f%%\n", n, a.rss, e.rss, gm, a.heap, e.heap, gh, a.goroutines, e.goroutines, gg)
 	}
-	fmt.Fprintf(&r, "  start and end are medians of %d and %d samples (every 15 s) over the %s after the warm-up and the last %s\n", nStart, nEnd, win.Round(time.Second), win.Round(time.Second))
+	fmt.Fprintf(&r, "  start and end are medians of %d and %d samples (every 15 s) over the %s after the warm-up and the last %s\n", sr.nStart, sr.nEnd, sr.win.Round(time.Second), sr.win.Round(time.Second))
 	fmt.Fprintf(&r, "  growth target: at most +10%% after warm-up (RSS and goroutines): %v\n", map[bool]string{true: "ok", false: "MISSED"}[growthOK])
 	fmt.Fprintf(&r, "  the lab runs the proxy in the speaker's process: one RSS and goroutine count for both\n")
-	if cfg.bench {
+	if sr.cfg.bench {
 		fmt.Fprintf(&r, "BENCH reproduce: cd e2e && HERALD_BENCH=1 HERALD_SOAK_DURATION=%s HERALD_SOAK_SERVICES=%d go test -count=1 -timeout %dm -run 'TestBenchChurnSoak$' -v .\n",
-			cfg.dur, cfg.services, int((cfg.dur + 40*time.Minute).Minutes()))
+			sr.cfg.dur, sr.cfg.services, int((sr.cfg.dur + 40*time.Minute).Minutes()))
 	}
 	t.Log("\n" + r.String())
 
@@ -316,43 +380,43 @@ func runChurnSoak(t *testing.T, cfg soakConfig) {
 			t.Logf("%s (%d):\n  %s", what, len(lines), strings.Join(lines[:min(20, len(lines))], "\n  "))
 		}
 	}
-	details("failed requests", failures)
-	if failed > 0 {
-		t.Logf("TCP resets (tcpdump -e in the client's, the remote client's and every node's namespace):\n  %s", strings.Join(resets.Near(probes.failedAt()), "\n  "))
+	details("failed requests", sr.failures)
+	if sr.failed > 0 {
+		t.Logf("TCP resets (tcpdump -e in the client's, the remote client's and every node's namespace):\n  %s", strings.Join(sr.resets.Near(sr.probes.failedAt()), "\n  "))
 	}
-	details("deleted pods still ready in a Service after the preStop sleep", late)
-	details("Service IP changes", ipLog)
-	details("L2 winner changes", moved)
-	details("pod bridge MAC changes", bridgeMoved)
-	details("announcement problems", annProblems)
-	details("ARP/NDP answers from non-winners or none", append(during.log, final.log...))
-	details("FRR problems", frr)
-	if cfg.bench {
+	details("deleted pods still ready in a Service after the preStop sleep", sr.late)
+	details("Service IP changes", sr.ipLog)
+	details("L2 winner changes", sr.moved)
+	details("pod bridge MAC changes", sr.bridgeMoved)
+	details("announcement problems", sr.annProblems)
+	details("ARP/NDP answers from non-winners or none", append(sr.during.log, sr.final.log...))
+	details("FRR problems", sr.frr)
+	if sr.cfg.bench {
 		return
 	}
 	// make test: the invariants; timing and usage are only printed.
-	if failed > 0 {
-		t.Errorf("%d of %d requests failed", failed, sent)
+	if sr.failed > 0 {
+		t.Errorf("%d of %d requests failed", sr.failed, sr.sent)
 	}
-	if len(ipLog) > 0 {
-		t.Errorf("%d Service IP changes", len(ipLog))
+	if len(sr.ipLog) > 0 {
+		t.Errorf("%d Service IP changes", len(sr.ipLog))
 	}
-	if len(moved) > 0 || len(annProblems) > 0 {
-		t.Errorf("announcements: %d L2 winners moved, %d problems at the end", len(moved), len(annProblems))
+	if len(sr.moved) > 0 || len(sr.annProblems) > 0 {
+		t.Errorf("announcements: %d L2 winners moved, %d problems at the end", len(sr.moved), len(sr.annProblems))
 	}
-	if during.stray > 0 || final.stray > 0 || final.silent > 0 {
-		t.Errorf("ARP/NDP: %d answers from non-winners during the churn, %d at the end, %d IPs unanswered at the end", during.stray, final.stray, final.silent)
+	if sr.during.stray > 0 || sr.final.stray > 0 || sr.final.silent > 0 {
+		t.Errorf("ARP/NDP: %d answers from non-winners during the churn, %d at the end, %d IPs unanswered at the end", sr.during.stray, sr.final.stray, sr.final.silent)
 	}
-	if len(bridgeMoved) > 0 {
-		t.Errorf("a node's pod bridge changed its MAC: %v", bridgeMoved)
+	if len(sr.bridgeMoved) > 0 {
+		t.Errorf("a node's pod bridge changed its MAC: %v", sr.bridgeMoved)
 	}
-	if len(frr) > 0 {
-		t.Errorf("FRR's table: %d problems", len(frr))
+	if len(sr.frr) > 0 {
+		t.Errorf("FRR's table: %d problems", len(sr.frr))
 	}
 	if !rulesOK {
 		t.Errorf("the iptables rule count at the end differs from a full sync's (table above)")
 	}
-	if churn.deletions == 0 {
+	if sr.churn.deletions == 0 {
 		t.Errorf("the churn deleted no pod")
 	}
 }

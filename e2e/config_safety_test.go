@@ -11,6 +11,31 @@ import (
 	"github.com/herald-lb/herald/e2e/harness"
 )
 
+// configSafety is what TestConfigEditsKeepTraffic's steps share: the
+// objects' names and manifests, and what the traffic looked like before
+// the edits.
+type configSafety struct {
+	b       bgpLab
+	c       ctl
+	objects map[string]string
+
+	l2Pool, bgpPool, l2Svc, bgpSvc  string
+	general, md5, adv, comm, secret string
+
+	l2IP, bgpIP     string
+	l2Anns, bgpAnns []string
+	paths           []frrPath
+}
+
+// configEdit is one edit of the test: the object, the field its
+// condition must name, and how to make and undo it.
+type configEdit struct {
+	name, kind, obj, field string
+	edit, undo             func()
+	// want is a further part of the condition's message, if any.
+	want string
+}
+
 // TestConfigEditsKeepTraffic applies, with kubectl, the ten configuration
 // edits a user is most likely to get wrong and that the API server
 // accepts (each object is fine alone), to a cluster serving an L2 VIP and
@@ -97,6 +122,9 @@ func TestConfigEditsKeepTraffic(t *testing.T) {
 	l2Anns, bgpAnns := b.announcements("default", l2Svc), b.bgpAnnouncements("default", bgpSvc)
 	paths, _ := b.frrPaths(bgpIP)
 	t.Logf("L2 VIP %s on %s, BGP VIP %s over %s", l2IP, l2Node, bgpIP, joinPaths(paths))
+	cf := &configSafety{b: b, c: c, objects: objects, l2Pool: l2Pool, bgpPool: bgpPool, l2Svc: l2Svc, bgpSvc: bgpSvc,
+		general: general, md5: md5, adv: adv, comm: comm, secret: secret,
+		l2IP: l2IP, bgpIP: bgpIP, l2Anns: l2Anns, bgpAnns: bgpAnns, paths: paths}
 
 	probes := []*probe{startProbe(h.Layout.Client, l2IP), startProbe(h.Layout.Remote, bgpIP)}
 	defer func() {
@@ -105,86 +133,10 @@ func TestConfigEditsKeepTraffic(t *testing.T) {
 		}
 	}()
 
-	edits := []struct {
-		name, kind, obj, field string
-		edit, undo             func()
-		// want is a further part of the condition's message, if any.
-		want string
-	}{
-		{"older pool reaches into a newer pool's range", "ipaddresspool", l2Pool, "spec.addresses[1]",
-			func() {
-				h.Apply(poolYAML(l2Pool, []string{"198.51.100.210-198.51.100.214", "203.0.113.176/30"}, "autoAssign: false"))
-			}, func() { h.Apply(objects["pool/"+l2Pool]) }, "IPAddressPool " + bgpPool + ", which is in force there"},
-		{"pool drops the range holding the VIP", "ipaddresspool", l2Pool, "spec.addresses",
-			func() {
-				h.Apply(poolYAML(l2Pool, []string{"198.51.100.215-198.51.100.219"}, "autoAssign: false"))
-			}, func() { h.Apply(objects["pool/"+l2Pool]) }, ""},
-		{"newer pool overlaps an older one", "ipaddresspool", bgpPool, "spec.addresses[1]",
-			func() { h.Apply(bgpPoolYAML(bgpPool, "203.0.113.176/28", "198.51.100.208/29")) },
-			func() { h.Apply(objects["pool/"+bgpPool]) }, ""},
-		{"L2Advertisement names a pool that does not exist", "l2advertisement", l2Pool, "spec.ipAddressPools[0]",
-			func() { h.Apply(strings.Replace(objects["l2ad"], "["+l2Pool+"]", "[safe-l3]", 1)) },
-			func() { h.Apply(objects["l2ad"]) }, ""},
-		{"BGPAdvertisement names peers that do not exist", "bgpadvertisement", adv, "spec.peers[0]",
-			func() {
-				h.Apply(bgpAdvertisementYAML(adv, bgpPool, bgpAdvertisedCommunities(comm), "peers: [safe-genral]"))
-			}, func() { h.Apply(objects["adv"]) }, ""},
-		{"BGPAdvertisement uses an alias nobody defines", "bgpadvertisement", adv, "spec.communities[0]",
-			func() {
-				h.Apply(bgpAdvertisementYAML(adv, bgpPool, "communities: [safe-sdt]", "peers: ["+general+", "+md5+"]"))
-			}, func() { h.Apply(objects["adv"]) }, ""},
-		{"aggregation wider than the pool", "bgpadvertisement", adv, "spec.aggregationLength",
-			func() {
-				h.Apply(bgpAdvertisementYAML(adv, bgpPool, bgpAdvertisedCommunities(comm), "peers: ["+general+", "+md5+"]", "aggregationLength: 24"))
-			}, func() { h.Apply(objects["adv"]) }, ""},
-		{"BGPPeer names a BFDProfile that does not exist", "bgppeer", general, "spec.bfdProfile",
-			func() { h.Apply(bgpPeerYAML(general, generalPeerSelector, "bfdProfile: safe-fast")) },
-			func() { h.Apply(objects["general"]) }, ""},
-		{"the password Secret is deleted", "bgppeer", md5, "spec.passwordSecret.name",
-			func() { h.Kubectl("-n", heraldNS, "delete", "secret", secret) },
-			func() { h.Apply(objects["secret"]) }, ""},
-		{"a Community drops an alias in use", "community", comm, "spec.communities",
-			func() {
-				h.Apply(strings.Replace(objects["community"], "name: "+comm+"-std,", "name: "+comm+"-standard,", 1))
-			}, func() { h.Apply(objects["community"]) }, ""},
-	}
+	edits := cf.edits(h)
 	for _, e := range edits {
 		t.Logf("%s: edit %q", probes[0].Since(), e.name)
-		ok := t.Run(e.name, func(t *testing.T) {
-			b, h := b.on(t)
-			before := h.Kubectl("-n", heraldNS, "get", e.kind, e.obj, "-o", "jsonpath={.status.inForce.generation}")
-			nEvents := len(b.objectEvents(kindName(e.kind), e.obj))
-			e.edit()
-			var cond string
-			h.Poll(30*time.Second, e.kind+"/"+e.obj+" to report the refused edit", func() (bool, string) {
-				cond = h.Kubectl("-n", heraldNS, "get", e.kind, e.obj, "-o",
-					`jsonpath={.status.conditions[?(@.type=="Valid")].reason}|{.status.conditions[?(@.type=="Valid")].message}`)
-				return strings.HasPrefix(cond, "EditRefused|in force: generation "+before) && strings.Contains(cond, e.field+": ") &&
-					strings.Contains(cond, e.want), cond
-			})
-			t.Logf("condition: %s", cond)
-			h.Poll(30*time.Second, "an EditRefused event naming "+e.field, func() (bool, string) {
-				evs := b.objectEvents(kindName(e.kind), e.obj)
-				for _, ev := range evs[min(nEvents, len(evs)):] {
-					if strings.HasPrefix(ev, "EditRefused: ") && strings.Contains(ev, e.field+": ") {
-						return true, ""
-					}
-				}
-				return false, fmt.Sprint(evs)
-			})
-			// Give the controller and the speakers time to act on it, had
-			// they taken the edit.
-			time.Sleep(2 * time.Second)
-			checkUnchanged(b, c, l2Svc, bgpSvc, l2IP, bgpIP, l2Anns, bgpAnns, paths)
-			e.undo()
-			h.Poll(30*time.Second, e.kind+"/"+e.obj+" valid again", func() (bool, string) {
-				got := h.Kubectl("-n", heraldNS, "get", e.kind, e.obj, "-o",
-					`jsonpath={.status.conditions[?(@.type=="Valid")].status}|{.metadata.generation}|{.status.inForce.generation}`)
-				f := strings.Split(got, "|")
-				return len(f) == 3 && f[0] == "True" && f[1] == f[2], got
-			})
-			checkUnchanged(b, c, l2Svc, bgpSvc, l2IP, bgpIP, l2Anns, bgpAnns, paths)
-		})
+		ok := t.Run(e.name, func(t *testing.T) { cf.checkEditRefused(t, e) })
 		if !ok {
 			break
 		}
@@ -192,31 +144,7 @@ func TestConfigEditsKeepTraffic(t *testing.T) {
 	// A controller that starts while an edit is refused reads the version
 	// in force from the status and decides as the one before it did.
 	t.Logf("%s: controller restart", probes[0].Since())
-	t.Run("controller restarted while an edit is refused", func(t *testing.T) {
-		b, h := b.on(t)
-		c := ctl{h}
-		h.Apply(poolYAML(l2Pool, []string{"198.51.100.215-198.51.100.219"}, "autoAssign: false"))
-		h.Poll(30*time.Second, "the edit refused", func() (bool, string) {
-			got := h.Kubectl("-n", heraldNS, "get", "ipaddresspool", l2Pool, "-o", `jsonpath={.status.conditions[?(@.type=="Valid")].reason}`)
-			return got == "EditRefused", got
-		})
-		pod := c.readyControllers(1)[0]
-		old := containerID(&pod)
-		c.signalController(&pod, syscall.SIGKILL)
-		c.waitRestarted(pod.Name, old, time.Minute)
-		time.Sleep(3 * time.Second) // the new controller adopts and parses
-		got := h.Kubectl("-n", heraldNS, "get", "ipaddresspool", l2Pool, "-o",
-			`jsonpath={.status.conditions[?(@.type=="Valid")].reason}|{.status.inForce.spec.addresses}`)
-		if got != `EditRefused|["198.51.100.210-198.51.100.214"]` {
-			t.Errorf("after the restart: %s", got)
-		}
-		checkUnchanged(b, c, l2Svc, bgpSvc, l2IP, bgpIP, l2Anns, bgpAnns, paths)
-		h.Apply(objects["pool/"+l2Pool])
-		h.Poll(30*time.Second, "the pool valid again", func() (bool, string) {
-			got := h.Kubectl("-n", heraldNS, "get", "ipaddresspool", l2Pool, "-o", `jsonpath={.status.conditions[?(@.type=="Valid")].status}`)
-			return got == "True", got
-		})
-	})
+	t.Run("controller restarted while an edit is refused", cf.checkControllerRestartDuringRefusal)
 	for _, p := range probes {
 		p.Stop()
 		sent, failed := p.Result()
@@ -228,6 +156,115 @@ func TestConfigEditsKeepTraffic(t *testing.T) {
 			t.Errorf("the probe to %s sent nothing", p.IP)
 		}
 	}
+}
+
+// edits are the edits to make, each with its undo.
+func (cf *configSafety) edits(h *harness.T) []configEdit {
+	return []configEdit{
+		{"older pool reaches into a newer pool's range", "ipaddresspool", cf.l2Pool, "spec.addresses[1]",
+			func() {
+				h.Apply(poolYAML(cf.l2Pool, []string{"198.51.100.210-198.51.100.214", "203.0.113.176/30"}, "autoAssign: false"))
+			}, func() { h.Apply(cf.objects["pool/"+cf.l2Pool]) }, "IPAddressPool " + cf.bgpPool + ", which is in force there"},
+		{"pool drops the range holding the VIP", "ipaddresspool", cf.l2Pool, "spec.addresses",
+			func() {
+				h.Apply(poolYAML(cf.l2Pool, []string{"198.51.100.215-198.51.100.219"}, "autoAssign: false"))
+			}, func() { h.Apply(cf.objects["pool/"+cf.l2Pool]) }, ""},
+		{"newer pool overlaps an older one", "ipaddresspool", cf.bgpPool, "spec.addresses[1]",
+			func() { h.Apply(bgpPoolYAML(cf.bgpPool, "203.0.113.176/28", "198.51.100.208/29")) },
+			func() { h.Apply(cf.objects["pool/"+cf.bgpPool]) }, ""},
+		{"L2Advertisement names a pool that does not exist", "l2advertisement", cf.l2Pool, "spec.ipAddressPools[0]",
+			func() { h.Apply(strings.Replace(cf.objects["l2ad"], "["+cf.l2Pool+"]", "[safe-l3]", 1)) },
+			func() { h.Apply(cf.objects["l2ad"]) }, ""},
+		{"BGPAdvertisement names peers that do not exist", "bgpadvertisement", cf.adv, "spec.peers[0]",
+			func() {
+				h.Apply(bgpAdvertisementYAML(cf.adv, cf.bgpPool, bgpAdvertisedCommunities(cf.comm), "peers: [safe-genral]"))
+			}, func() { h.Apply(cf.objects["adv"]) }, ""},
+		{"BGPAdvertisement uses an alias nobody defines", "bgpadvertisement", cf.adv, "spec.communities[0]",
+			func() {
+				h.Apply(bgpAdvertisementYAML(cf.adv, cf.bgpPool, "communities: [safe-sdt]", "peers: ["+cf.general+", "+cf.md5+"]"))
+			}, func() { h.Apply(cf.objects["adv"]) }, ""},
+		{"aggregation wider than the pool", "bgpadvertisement", cf.adv, "spec.aggregationLength",
+			func() {
+				h.Apply(bgpAdvertisementYAML(cf.adv, cf.bgpPool, bgpAdvertisedCommunities(cf.comm), "peers: ["+cf.general+", "+cf.md5+"]", "aggregationLength: 24"))
+			}, func() { h.Apply(cf.objects["adv"]) }, ""},
+		{"BGPPeer names a BFDProfile that does not exist", "bgppeer", cf.general, "spec.bfdProfile",
+			func() { h.Apply(bgpPeerYAML(cf.general, generalPeerSelector, "bfdProfile: safe-fast")) },
+			func() { h.Apply(cf.objects["general"]) }, ""},
+		{"the password Secret is deleted", "bgppeer", cf.md5, "spec.passwordSecret.name",
+			func() { h.Kubectl("-n", heraldNS, "delete", "secret", cf.secret) },
+			func() { h.Apply(cf.objects["secret"]) }, ""},
+		{"a Community drops an alias in use", "community", cf.comm, "spec.communities",
+			func() {
+				h.Apply(strings.Replace(cf.objects["community"], "name: "+cf.comm+"-std,", "name: "+cf.comm+"-standard,", 1))
+			}, func() { h.Apply(cf.objects["community"]) }, ""},
+	}
+}
+
+// checkEditRefused makes edit e and checks that it is refused, with a
+// condition and an event naming the field, and changes nothing; then
+// undoes it.
+func (cf *configSafety) checkEditRefused(t *testing.T, e configEdit) {
+	b, h := cf.b.on(t)
+	before := h.Kubectl("-n", heraldNS, "get", e.kind, e.obj, "-o", "jsonpath={.status.inForce.generation}")
+	nEvents := len(b.objectEvents(kindName(e.kind), e.obj))
+	e.edit()
+	var cond string
+	h.Poll(30*time.Second, e.kind+"/"+e.obj+" to report the refused edit", func() (bool, string) {
+		cond = h.Kubectl("-n", heraldNS, "get", e.kind, e.obj, "-o",
+			`jsonpath={.status.conditions[?(@.type=="Valid")].reason}|{.status.conditions[?(@.type=="Valid")].message}`)
+		return strings.HasPrefix(cond, "EditRefused|in force: generation "+before) && strings.Contains(cond, e.field+": ") &&
+			strings.Contains(cond, e.want), cond
+	})
+	t.Logf("condition: %s", cond)
+	h.Poll(30*time.Second, "an EditRefused event naming "+e.field, func() (bool, string) {
+		evs := b.objectEvents(kindName(e.kind), e.obj)
+		for _, ev := range evs[min(nEvents, len(evs)):] {
+			if strings.HasPrefix(ev, "EditRefused: ") && strings.Contains(ev, e.field+": ") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(evs)
+	})
+	// Give the controller and the speakers time to act on it, had
+	// they taken the edit.
+	time.Sleep(2 * time.Second)
+	checkUnchanged(b, cf.c, cf.l2Svc, cf.bgpSvc, cf.l2IP, cf.bgpIP, cf.l2Anns, cf.bgpAnns, cf.paths)
+	e.undo()
+	h.Poll(30*time.Second, e.kind+"/"+e.obj+" valid again", func() (bool, string) {
+		got := h.Kubectl("-n", heraldNS, "get", e.kind, e.obj, "-o",
+			`jsonpath={.status.conditions[?(@.type=="Valid")].status}|{.metadata.generation}|{.status.inForce.generation}`)
+		f := strings.Split(got, "|")
+		return len(f) == 3 && f[0] == "True" && f[1] == f[2], got
+	})
+	checkUnchanged(b, cf.c, cf.l2Svc, cf.bgpSvc, cf.l2IP, cf.bgpIP, cf.l2Anns, cf.bgpAnns, cf.paths)
+}
+
+// checkControllerRestartDuringRefusal checks that a controller starting
+// while an edit is refused keeps the version in force.
+func (cf *configSafety) checkControllerRestartDuringRefusal(t *testing.T) {
+	b, h := cf.b.on(t)
+	c := ctl{h}
+	h.Apply(poolYAML(cf.l2Pool, []string{"198.51.100.215-198.51.100.219"}, "autoAssign: false"))
+	h.Poll(30*time.Second, "the edit refused", func() (bool, string) {
+		got := h.Kubectl("-n", heraldNS, "get", "ipaddresspool", cf.l2Pool, "-o", `jsonpath={.status.conditions[?(@.type=="Valid")].reason}`)
+		return got == "EditRefused", got
+	})
+	pod := c.readyControllers(1)[0]
+	old := containerID(&pod)
+	c.signalController(&pod, syscall.SIGKILL)
+	c.waitRestarted(pod.Name, old, time.Minute)
+	time.Sleep(3 * time.Second) // the new controller adopts and parses
+	got := h.Kubectl("-n", heraldNS, "get", "ipaddresspool", cf.l2Pool, "-o",
+		`jsonpath={.status.conditions[?(@.type=="Valid")].reason}|{.status.inForce.spec.addresses}`)
+	if got != `EditRefused|["198.51.100.210-198.51.100.214"]` {
+		t.Errorf("after the restart: %s", got)
+	}
+	checkUnchanged(b, c, cf.l2Svc, cf.bgpSvc, cf.l2IP, cf.bgpIP, cf.l2Anns, cf.bgpAnns, cf.paths)
+	h.Apply(cf.objects["pool/"+cf.l2Pool])
+	h.Poll(30*time.Second, "the pool valid again", func() (bool, string) {
+		got := h.Kubectl("-n", heraldNS, "get", "ipaddresspool", cf.l2Pool, "-o", `jsonpath={.status.conditions[?(@.type=="Valid")].status}`)
+		return got == "True", got
+	})
 }
 
 // kindName is the Kind of a kubectl resource name.

@@ -92,92 +92,22 @@ func TestFaultsControlPlaneMassCreate(t *testing.T) {
 
 	// An informer follows the Services' IPs: when each got one, and any
 	// change of an IP once set.
-	var (
-		mu       sync.Mutex
-		ips      = map[string]string{}
-		assigned []time.Time
-		changes  []string
-	)
-	record := func(obj any) {
-		s, ok := obj.(*v1.Service)
-		if !ok {
-			return
-		}
-		var got []string
-		for _, in := range s.Status.LoadBalancer.Ingress {
-			got = append(got, in.IP)
-		}
-		ip := strings.Join(got, ",")
-		mu.Lock()
-		defer mu.Unlock()
-		old := ips[s.Name]
-		ips[s.Name] = ip
-		switch {
-		case old == "" && ip != "":
-			assigned = append(assigned, time.Now())
-		case old != "" && ip != old:
-			changes = append(changes, fmt.Sprintf("%s: %q -> %q", s.Name, old, ip))
-		}
-	}
+	m := &massRun{h: h, cs: cs, ctx: ctx, n: n, ips: map[string]string{}}
 	inf := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(massNS)).Core().V1().Services().Informer()
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: m.record, UpdateFunc: func(_, o any) { m.record(o) }})
 	ictx, stopInf := context.WithCancel(ctx)
 	defer stopInf()
 	go inf.Run(ictx.Done())
 	cache.WaitForCacheSync(ictx.Done(), inf.HasSynced)
-	withIP := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		k := 0
-		for _, ip := range ips {
-			if ip != "" {
-				k++
-			}
-		}
-		return k
-	}
-	firstAssignedAfter := func(at time.Time) time.Duration {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, a := range assigned {
-			if a.After(at) {
-				return a.Sub(at)
-			}
-		}
-		return -1
-	}
 
 	// The create: each Service is retried until the API takes it (an
 	// AlreadyExists after a timed-out create counts as made).
-	var created, retries atomic.Int64
 	start := time.Now()
-	createDone := make(chan time.Duration, 1)
-	go func() {
-		parallel(n, massWorkers, func(i int) error {
-			for {
-				_, err := cs.CoreV1().Services(massNS).Create(ctx, massService(i), metav1.CreateOptions{})
-				if err == nil || apierrors.IsAlreadyExists(err) {
-					created.Add(1)
-					return nil
-				}
-				if ctx.Err() != nil {
-					return err
-				}
-				retries.Add(1)
-				time.Sleep(250 * time.Millisecond)
-			}
-		})
-		createDone <- time.Since(start)
-	}()
-	waitCreated := func(k int) {
-		h.Poll(5*time.Minute, fmt.Sprintf("%d Services created", k), func() (bool, string) {
-			return created.Load() >= int64(k), fmt.Sprintf("%d created", created.Load())
-		})
-	}
+	createDone := m.create(start)
 
 	// etcd restart at 30 %.
-	waitCreated(n * 3 / 10)
-	etcdAt := created.Load()
+	m.waitCreated(n * 3 / 10)
+	etcdAt := m.created.Load()
 	etcdStop := time.Now()
 	if err := cp.StopComponent(controlplane.Etcd, 10*time.Second); err != nil {
 		t.Fatal(err)
@@ -191,90 +121,48 @@ func TestFaultsControlPlaneMassCreate(t *testing.T) {
 		_, err := cs.CoreV1().Namespaces().Get(ctx, massNS, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
-	createdDuringEtcd := created.Load() - etcdAt
+	createdDuringEtcd := m.created.Load() - etcdAt
 	t.Logf("etcd stopped at %d Services created, down %s (healthy again); the API served again %s later; %d creates retried so far",
-		etcdAt, etcdDown.Round(time.Millisecond), apiBack.Round(time.Millisecond), retries.Load())
+		etcdAt, etcdDown.Round(time.Millisecond), apiBack.Round(time.Millisecond), m.retries.Load())
 
 	// Controller kill -9 at 60 %.
-	waitCreated(n * 6 / 10)
-	ctlAt := created.Load()
-	pod := c.readyControllers(1)[0]
-	old := containerID(&pod)
-	killed := time.Now()
-	c.signalController(&pod, syscall.SIGKILL)
-	c.waitRestarted(pod.Name, old, 2*time.Minute)
-	ctlReady := time.Since(killed)
+	m.waitCreated(n * 6 / 10)
+	ctlAt := m.created.Load()
+	killed, ctlReady := killControllerAndWait(c)
 	var firstAssign time.Duration
 	h.Poll(2*time.Minute, "an assignment after the controller's restart", func() (bool, string) {
-		firstAssign = firstAssignedAfter(killed.Add(ctlReady))
-		return firstAssign >= 0, fmt.Sprintf("%d with IPs", withIP())
+		firstAssign = m.firstAssignedAfter(killed.Add(ctlReady))
+		return firstAssign >= 0, fmt.Sprintf("%d with IPs", m.withIP())
 	})
 
 	createdIn := <-createDone
-	if got := created.Load(); got != int64(n) {
+	if got := m.created.Load(); got != int64(n) {
 		t.Fatalf("created %d of %d Services", got, n)
 	}
 	h.Poll(5*time.Minute, fmt.Sprintf("%d Services with IPs", n), func() (bool, string) {
-		return withIP() == n, fmt.Sprintf("%d with IPs", withIP())
+		return m.withIP() == n, fmt.Sprintf("%d with IPs", m.withIP())
 	})
 	allIn := time.Since(start)
 
 	// The API's view: every Service has one IP, no IP twice.
-	check := func() map[string]string {
-		l, err := cs.CoreV1().Services(massNS).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]string{}
-		owners := map[string][]string{}
-		var without []string
-		for _, s := range l.Items {
-			var ing []string
-			for _, in := range s.Status.LoadBalancer.Ingress {
-				ing = append(ing, in.IP)
-			}
-			if len(ing) != 1 {
-				without = append(without, fmt.Sprintf("%s %v", s.Name, ing))
-				continue
-			}
-			got[s.Name] = ing[0]
-			owners[ing[0]] = append(owners[ing[0]], s.Name)
-		}
-		var dups []string
-		for ip, ns := range owners {
-			if len(ns) > 1 {
-				dups = append(dups, fmt.Sprintf("%s: %v", ip, ns))
-			}
-		}
-		slices.Sort(dups)
-		if len(l.Items) != n || len(without) > 0 || len(dups) > 0 {
-			t.Errorf("%d Services; without exactly one IP: %d %v; IPs on more than one Service: %d %v", len(l.Items), len(without), without, len(dups), dups)
-		}
-		return got
-	}
-	before := check()
+	before := m.check(t)
 
 	// One more controller kill -9, then every IP compared.
-	pod = c.readyControllers(1)[0]
-	old = containerID(&pod)
-	killed2 := time.Now()
-	c.signalController(&pod, syscall.SIGKILL)
-	c.waitRestarted(pod.Name, old, 2*time.Minute)
-	ctlReady2 := time.Since(killed2)
+	_, ctlReady2 := killControllerAndWait(c)
 	time.Sleep(10 * time.Second)
-	after := check()
+	after := m.check(t)
 	changed := 0
 	for k, ip := range before {
 		if after[k] != ip {
 			changed++
 		}
 	}
-	mu.Lock()
-	seenChanges := slices.Clone(changes)
-	mu.Unlock()
+	m.mu.Lock()
+	seenChanges := slices.Clone(m.changes)
+	m.mu.Unlock()
 
 	t.Logf("FAULT mass create of %d LoadBalancer Services (%d clients): created in %.1fs (%.0f/s, %d creates retried); all had IPs %.1fs after the first create",
-		n, massWorkers, createdIn.Seconds(), float64(n)/createdIn.Seconds(), retries.Load(), allIn.Seconds())
+		n, massWorkers, createdIn.Seconds(), float64(n)/createdIn.Seconds(), m.retries.Load(), allIn.Seconds())
 	t.Logf("FAULT etcd restart at %d created | creates went on: %d more made while it was down or the API recovered | down %s, API serving %s after etcd was healthy",
 		etcdAt, createdDuringEtcd, etcdDown.Round(time.Millisecond), apiBack.Round(time.Millisecond))
 	t.Logf("FAULT controller kill -9 at %d created | kill -> ready %s, ready -> first assignment %s",
@@ -284,6 +172,152 @@ func TestFaultsControlPlaneMassCreate(t *testing.T) {
 	if changed != 0 || len(seenChanges) != 0 {
 		t.Errorf("IPs changed: %d across the last restart, %d seen by the informer: %v", changed, len(seenChanges), seenChanges)
 	}
+}
+
+// massRun is what TestFaultsControlPlaneMassCreate's steps share: the
+// client, the count, and the Services' IPs as an informer saw them.
+type massRun struct {
+	h   *harness.T
+	cs  *kubernetes.Clientset
+	ctx context.Context
+	n   int
+
+	mu sync.Mutex
+	// ips is each Service's IPs; assigned, when each got its first;
+	// changes, every change of an IP once set.
+	ips      map[string]string
+	assigned []time.Time
+	changes  []string
+
+	// created counts the Services made, retries the creates retried.
+	created, retries atomic.Int64
+}
+
+// record is the informer's handler: it notes a Service's IPs.
+func (m *massRun) record(obj any) {
+	s, ok := obj.(*v1.Service)
+	if !ok {
+		return
+	}
+	var got []string
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		got = append(got, in.IP)
+	}
+	ip := strings.Join(got, ",")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.ips[s.Name]
+	m.ips[s.Name] = ip
+	switch {
+	case old == "" && ip != "":
+		m.assigned = append(m.assigned, time.Now())
+	case old != "" && ip != old:
+		m.changes = append(m.changes, fmt.Sprintf("%s: %q -> %q", s.Name, old, ip))
+	}
+}
+
+// withIP is how many Services have an IP.
+func (m *massRun) withIP() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := 0
+	for _, ip := range m.ips {
+		if ip != "" {
+			k++
+		}
+	}
+	return k
+}
+
+// firstAssignedAfter is how long after at a Service first got an IP, or
+// -1.
+func (m *massRun) firstAssignedAfter(at time.Time) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range m.assigned {
+		if a.After(at) {
+			return a.Sub(at)
+		}
+	}
+	return -1
+}
+
+// create makes the n Services with a few parallel clients, each retried
+// until the API takes it (an AlreadyExists after a timed-out create
+// counts as made); the channel gets how long it took from start.
+func (m *massRun) create(start time.Time) <-chan time.Duration {
+	createDone := make(chan time.Duration, 1)
+	go func() {
+		parallel(m.n, massWorkers, func(i int) error {
+			for {
+				_, err := m.cs.CoreV1().Services(massNS).Create(m.ctx, massService(i), metav1.CreateOptions{})
+				if err == nil || apierrors.IsAlreadyExists(err) {
+					m.created.Add(1)
+					return nil
+				}
+				if m.ctx.Err() != nil {
+					return err
+				}
+				m.retries.Add(1)
+				time.Sleep(250 * time.Millisecond)
+			}
+		})
+		createDone <- time.Since(start)
+	}()
+	return createDone
+}
+
+// waitCreated waits until k Services are made.
+func (m *massRun) waitCreated(k int) {
+	m.h.Poll(5*time.Minute, fmt.Sprintf("%d Services created", k), func() (bool, string) {
+		return m.created.Load() >= int64(k), fmt.Sprintf("%d created", m.created.Load())
+	})
+}
+
+// check reads every Service's IP from the API and fails the test unless
+// each has exactly one and none is on two.
+func (m *massRun) check(t *testing.T) map[string]string {
+	l, err := m.cs.CoreV1().Services(massNS).List(m.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	owners := map[string][]string{}
+	var without []string
+	for _, s := range l.Items {
+		var ing []string
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			ing = append(ing, in.IP)
+		}
+		if len(ing) != 1 {
+			without = append(without, fmt.Sprintf("%s %v", s.Name, ing))
+			continue
+		}
+		got[s.Name] = ing[0]
+		owners[ing[0]] = append(owners[ing[0]], s.Name)
+	}
+	var dups []string
+	for ip, ns := range owners {
+		if len(ns) > 1 {
+			dups = append(dups, fmt.Sprintf("%s: %v", ip, ns))
+		}
+	}
+	slices.Sort(dups)
+	if len(l.Items) != m.n || len(without) > 0 || len(dups) > 0 {
+		t.Errorf("%d Services; without exactly one IP: %d %v; IPs on more than one Service: %d %v", len(l.Items), len(without), without, len(dups), dups)
+	}
+	return got
+}
+
+// killControllerAndWait SIGKILLs the controller and waits for its
+// restart; it returns when it was killed and how long until it was ready.
+func killControllerAndWait(c ctl) (killed time.Time, ready time.Duration) {
+	pod := c.readyControllers(1)[0]
+	old := containerID(&pod)
+	killed = time.Now()
+	c.signalController(&pod, syscall.SIGKILL)
+	c.waitRestarted(pod.Name, old, 2*time.Minute)
+	return killed, time.Since(killed)
 }
 
 func massName(i int) string { return fmt.Sprintf("m-%04d", i) }

@@ -229,39 +229,7 @@ func TestFaultsNetworkNodeNotReady(t *testing.T) {
 		}
 		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "l2advertisement,bgppeer,bgpadvertisement,ipaddresspool", name, name+"-bgp", "--ignore-not-found")
 	})
-	// One echo pod on every node, all app=name: the Cluster Services keep
-	// endpoints when one node's go not ready.
-	var yaml strings.Builder
-	for _, n := range nodes {
-		yaml.WriteString(strings.ReplaceAll(echoDeploymentYAML(name+"-"+n, n, 1), "app: "+name+"-"+n, "app: "+name))
-	}
-	h.Apply(yaml.String())
-	h.Apply(poolYAML(name, []string{"198.51.100.246-198.51.100.249"}, "autoAssign: false") +
-		fmt.Sprintf("---\napiVersion: herald.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: %s, namespace: %s}\nspec:\n  ipAddressPools: [%s]\n", name, heraldNS, name) +
-		bgpPoolYAML(name+"-bgp", "203.0.113.208/28") + bgpAdvertisementYAML(name+"-bgp", name+"-bgp") + bgpPeerYAML(name+"-bgp", generalPeerSelector))
-	h.ReadyPods("app="+name, len(nodes), 2*time.Minute)
-	h.Apply(lbServiceYAML(name+"-l2", name, name, "Cluster", "") + lbServiceYAML(name+"-bgp", name, name+"-bgp", "Cluster", "") +
-		lbServiceYAML(name+"-local", name, name+"-bgp", "Local", ""))
-	c := ctl{h}
-	l2ip := c.waitAnyIP("default", name+"-l2")
-	bgpIP := c.waitAnyIP("default", name+"-bgp")
-	localIP := c.waitAnyIP("default", name+"-local")
-	victim := s.announcer("default", name+"-l2", l2ip, time.Minute)
-	b.waitSessions(time.Minute, nodes...)
-	all := b.nodeIPs(nodes...)
-	want := map[string][]string{bgpIP + "/32": all, localIP + "/32": all}
-	if _, err := b.waitTable(want, time.Now(), time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s wins the L2 address %s and is a next hop of %s (Cluster) and %s (Local, a pod on every node)", victim, l2ip, bgpIP, localIP)
-	// The fault is measured from a working path: each address answers
-	// its client before the probes start.
-	for _, c := range []struct{ ns, ip string }{{h.Layout.Client, l2ip}, {b.Layout.Remote, bgpIP}, {b.Layout.Remote, localIP}} {
-		h.Poll(time.Minute, "the first answer from "+c.ip, func() (bool, string) {
-			ok, err := harness.EchoGet(c.ns, c.ip, time.Second)
-			return ok, fmt.Sprint(err)
-		})
-	}
+	l2ip, bgpIP, localIP, victim, all := serveNotReadyServices(t, h, b, name, nodes)
 
 	l2probe := harness.StartProbe(h.Layout.Client, l2ip)
 	bgpProbe := harness.StartProbe(b.Layout.Remote, bgpIP)
@@ -366,6 +334,47 @@ func TestFaultsNetworkNodeNotReady(t *testing.T) {
 	if !slices.Equal(lastTable[localIP+"/32"], all) {
 		t.Errorf("the Local address did not come back on every node: %v", lastTable[localIP+"/32"])
 	}
+}
+
+// serveNotReadyServices runs an echo pod on every node behind an L2
+// Service, a BGP Cluster and a BGP Local one, and waits until each
+// answers; victim is the L2 address's winner, all the nodes' addresses.
+func serveNotReadyServices(t *testing.T, h *harness.T, b bgpLab, name string, nodes []string) (l2ip, bgpIP, localIP, victim string, all []string) {
+	s := b.l2
+	// One echo pod on every node, all app=name: the Cluster Services keep
+	// endpoints when one node's go not ready.
+	var yaml strings.Builder
+	for _, n := range nodes {
+		yaml.WriteString(strings.ReplaceAll(echoDeploymentYAML(name+"-"+n, n, 1), "app: "+name+"-"+n, "app: "+name))
+	}
+	h.Apply(yaml.String())
+	h.Apply(poolYAML(name, []string{"198.51.100.246-198.51.100.249"}, "autoAssign: false") +
+		fmt.Sprintf("---\napiVersion: herald.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: %s, namespace: %s}\nspec:\n  ipAddressPools: [%s]\n", name, heraldNS, name) +
+		bgpPoolYAML(name+"-bgp", "203.0.113.208/28") + bgpAdvertisementYAML(name+"-bgp", name+"-bgp") + bgpPeerYAML(name+"-bgp", generalPeerSelector))
+	h.ReadyPods("app="+name, len(nodes), 2*time.Minute)
+	h.Apply(lbServiceYAML(name+"-l2", name, name, "Cluster", "") + lbServiceYAML(name+"-bgp", name, name+"-bgp", "Cluster", "") +
+		lbServiceYAML(name+"-local", name, name+"-bgp", "Local", ""))
+	c := ctl{h}
+	l2ip = c.waitAnyIP("default", name+"-l2")
+	bgpIP = c.waitAnyIP("default", name+"-bgp")
+	localIP = c.waitAnyIP("default", name+"-local")
+	victim = s.announcer("default", name+"-l2", l2ip, time.Minute)
+	b.waitSessions(time.Minute, nodes...)
+	all = b.nodeIPs(nodes...)
+	want := map[string][]string{bgpIP + "/32": all, localIP + "/32": all}
+	if _, err := b.waitTable(want, time.Now(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s wins the L2 address %s and is a next hop of %s (Cluster) and %s (Local, a pod on every node)", victim, l2ip, bgpIP, localIP)
+	// The fault is measured from a working path: each address answers
+	// its client before the probes start.
+	for _, c := range []struct{ ns, ip string }{{h.Layout.Client, l2ip}, {b.Layout.Remote, bgpIP}, {b.Layout.Remote, localIP}} {
+		h.Poll(time.Minute, "the first answer from "+c.ip, func() (bool, string) {
+			ok, err := harness.EchoGet(c.ns, c.ip, time.Second)
+			return ok, fmt.Sprint(err)
+		})
+	}
+	return l2ip, bgpIP, localIP, victim, all
 }
 
 // change is one announcement change a fault test saw, at its time

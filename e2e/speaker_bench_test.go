@@ -16,6 +16,25 @@ import (
 	"github.com/herald-lb/herald/e2e/harness"
 )
 
+// l2FailoverBench is what TestBenchL2Failover's trials share: the lab,
+// the Service's address, and which node owns each MAC.
+type l2FailoverBench struct {
+	h      *harness.T
+	s      l2
+	name   string
+	ip     string
+	nodeOf map[string]string
+}
+
+// l2FailoverResult is one failover trial: its kind, the node that
+// failed, the one that took over, the outage the client saw and its
+// requests.
+type l2FailoverResult struct {
+	kind, from, to string
+	outage         time.Duration
+	sent, failed   int
+}
+
 // TestBenchL2Failover measures, in the lab, how long the LAN client
 // cannot reach a LoadBalancer IP when its announcing node fails: the
 // client opens a new TCP connection and sends GET every 10 ms for 10 s,
@@ -51,6 +70,7 @@ func TestBenchL2Failover(t *testing.T) {
 		s.speakerArgs(extra)
 	}
 	nodeOf := s.macOwners()
+	lb := &l2FailoverBench{h: h, s: s, name: name, nodeOf: nodeOf}
 	t.Cleanup(func() {
 		_, _ = h.K.Run(h.Ctx, "delete", "service", name, "--ignore-not-found")
 		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
@@ -69,143 +89,16 @@ func TestBenchL2Failover(t *testing.T) {
 	// Create -> first answer, each sample a new Service on the same pods:
 	// kubectl expose, then a request every 10 ms (200 ms timeout) until
 	// one is answered. The first Service stays for the failover trials.
-	var createToCurl, createToIP []time.Duration
-	var ip string
-	for i := range 6 {
-		svc := name
-		if i > 0 {
-			svc = fmt.Sprintf("%s-c%d", name, i)
-			t.Cleanup(func() { _, _ = h.K.Run(h.Ctx, "delete", "service", svc, "--ignore-not-found") })
-		}
-		created := time.Now()
-		h.Kubectl("expose", "deployment", name, "--name="+svc, "--port=80", "--target-port=8080", "--type=LoadBalancer")
-		sip := ctl{h}.waitAnyIP("default", svc)
-		createToIP = append(createToIP, time.Since(created))
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if ok, _ := benchGet(h.Layout.Client, sip, 200*time.Millisecond); ok {
-				createToCurl = append(createToCurl, time.Since(created))
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no answer from %s (Service %s) 30 s after it was created", sip, svc)
-			}
-		}
-		if i == 0 {
-			ip = sip
-		} else {
-			h.Kubectl("delete", "service", svc)
-		}
-	}
-	slices.Sort(createToCurl)
-	slices.Sort(createToIP)
+	createToCurl, createToIP := lb.createToAnswer(t)
 
-	// settle waits for one announcer that the client's ARP agrees with.
-	settle := func() string {
-		var w string
-		h.Poll(2*time.Minute, "one announcer answering ARP", func() (bool, string) {
-			who, anns := s.announcersOf("default", name, ip)
-			if len(who) != 1 {
-				return false, fmt.Sprint(anns)
-			}
-			w = who[0]
-			macs, _ := s.arping(ip, 1, 1)
-			return len(macs) == 1 && nodeOf[macs[0]] == w, fmt.Sprint(w, macs)
-		})
-		return w
-	}
-
-	type result struct {
-		kind, from, to string
-		outage         time.Duration
-		sent, failed   int
-	}
-	var results []result
+	var results []l2FailoverResult
 	// hard: the winner's speaker killed and its link down; graceful: its
 	// node cordoned, then its pod deleted (the hand-over of a node being
 	// taken down); restart: its pod deleted on a healthy node (a rolling
 	// update: a restart in place, the address must stay).
 	for _, kind := range []string{"hard", "graceful", "restart"} {
 		for i := range trials {
-			s.speakersInCluster(3 * time.Minute)
-			w := settle()
-			var v4, v6 []string
-			if kind == "hard" {
-				v4, v6 = s.routes(w)
-			}
-			var fail func()
-			var killedAt time.Time
-			switch kind {
-			case "hard":
-				fail = func() {
-					pod := s.speakers()[w]
-					pid := s.speakerPID(pod)
-					killedAt = time.Now()
-					// Both at once: the kill, and the link like a pulled cable.
-					_ = syscallKill(pid)
-					if _, err := h.Exec(w, "ip", "link", "set", "eth0", "down"); err != nil {
-						t.Error(err)
-					}
-				}
-			case "graceful", "restart":
-				if kind == "graceful" {
-					h.Kubectl("cordon", w)
-				}
-				fail = func() {
-					pod := s.speakers()[w]
-					if err := h.CS.CoreV1().Pods(heraldNS).Delete(h.Ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-			neigh := watchNeigh(s, ip, 10*time.Second)
-			log := benchStream(h.Layout.Client, ip, 10*time.Millisecond, 10*time.Second, 2*time.Second, fail)
-			neighChanges := <-neigh
-			if kind == "hard" {
-				time.Sleep(time.Second)
-				if err := s.restoreLink(w, v4, v6); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if kind == "graceful" {
-				h.Kubectl("uncordon", w)
-			}
-			outage, sent, failed := log.outage()
-			macs, _ := s.arping(ip, 1, 1)
-			to := ""
-			if len(macs) == 1 {
-				to = nodeOf[macs[0]]
-			}
-			if kind == "restart" && to == "" {
-				// The new speaker may still be starting: nobody answers
-				// ARP meanwhile, while the node forwards.
-				h.Poll(time.Minute, "the restarted speaker answering ARP", func() (bool, string) {
-					macs, _ := s.arping(ip, 1, 1)
-					if len(macs) == 1 {
-						to = nodeOf[macs[0]]
-					}
-					return len(macs) == 1, fmt.Sprint(macs)
-				})
-			}
-			if kind == "restart" && to != w {
-				t.Errorf("restart trial #%d: the address moved from %s to %q although %s's speaker restarted in place", i+1, w, to, w)
-			}
-			results = append(results, result{kind, w, to, outage, sent, failed})
-			t.Logf("BENCH trial %s #%d: %s failed, %s took over: outage %s (%d requests, %d failed)", kind, i+1, w, to, outage.Round(time.Millisecond), sent, failed)
-			if kind == "hard" && outage > 700*time.Millisecond {
-				// Where the time went: the survivors' view and the client's ARP.
-				var d strings.Builder
-				fmt.Fprintf(&d, "slow failover; killed at %s\nclient neighbor entry for %s:\n", killedAt.Format("15:04:05.000"), ip)
-				for _, c := range neighChanges {
-					fmt.Fprintf(&d, "  %s\n", c)
-				}
-				for node := range s.speakers() {
-					if node == w {
-						continue
-					}
-					fmt.Fprintf(&d, "%s's speaker after the kill:\n%s\n", node, logSince(newBGPLab(h).speakerLogs(node), killedAt.Add(-25*time.Second), killedAt.Add(3*time.Second)))
-				}
-				t.Log(d.String())
-			}
+			results = append(results, lb.trial(t, kind, i))
 		}
 	}
 	s.speakersInCluster(3 * time.Minute)
@@ -250,6 +143,144 @@ func TestBenchL2Failover(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 %s%s%sHERALD_BENCH_TRIALS=%d go test -count=1 -timeout 90m -run 'TestBenchL2Failover$' -v .\n", real, nodes, args, trials)
 	t.Log("\n" + b.String())
+}
+
+// createToAnswer times six Services' creation to their first answer
+// and to their IP; the first stays for the failover trials, its address
+// in ip.
+func (lb *l2FailoverBench) createToAnswer(t *testing.T) (createToCurl, createToIP []time.Duration) {
+	h := lb.h
+	for i := range 6 {
+		svc := lb.name
+		if i > 0 {
+			svc = fmt.Sprintf("%s-c%d", lb.name, i)
+			t.Cleanup(func() { _, _ = h.K.Run(h.Ctx, "delete", "service", svc, "--ignore-not-found") })
+		}
+		created := time.Now()
+		h.Kubectl("expose", "deployment", lb.name, "--name="+svc, "--port=80", "--target-port=8080", "--type=LoadBalancer")
+		sip := ctl{h}.waitAnyIP("default", svc)
+		createToIP = append(createToIP, time.Since(created))
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if ok, _ := benchGet(h.Layout.Client, sip, 200*time.Millisecond); ok {
+				createToCurl = append(createToCurl, time.Since(created))
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no answer from %s (Service %s) 30 s after it was created", sip, svc)
+			}
+		}
+		if i == 0 {
+			lb.ip = sip
+		} else {
+			h.Kubectl("delete", "service", svc)
+		}
+	}
+	slices.Sort(createToCurl)
+	slices.Sort(createToIP)
+	return createToCurl, createToIP
+}
+
+// settle waits for one announcer that the client's ARP agrees with.
+func (lb *l2FailoverBench) settle() string {
+	h, s := lb.h, lb.s
+	var w string
+	h.Poll(2*time.Minute, "one announcer answering ARP", func() (bool, string) {
+		who, anns := s.announcersOf("default", lb.name, lb.ip)
+		if len(who) != 1 {
+			return false, fmt.Sprint(anns)
+		}
+		w = who[0]
+		macs, _ := s.arping(lb.ip, 1, 1)
+		return len(macs) == 1 && lb.nodeOf[macs[0]] == w, fmt.Sprint(w, macs)
+	})
+	return w
+}
+
+// trial fails the announcer one way (kind) while the client sends a
+// request every 10 ms, and returns what the client saw.
+func (lb *l2FailoverBench) trial(t *testing.T, kind string, i int) l2FailoverResult {
+	s, h := lb.s, lb.h
+	s.speakersInCluster(3 * time.Minute)
+	w := lb.settle()
+	var v4, v6 []string
+	if kind == "hard" {
+		v4, v6 = s.routes(w)
+	}
+	var fail func()
+	var killedAt time.Time
+	switch kind {
+	case "hard":
+		fail = func() {
+			pod := s.speakers()[w]
+			pid := s.speakerPID(pod)
+			killedAt = time.Now()
+			// Both at once: the kill, and the link like a pulled cable.
+			_ = syscallKill(pid)
+			if _, err := h.Exec(w, "ip", "link", "set", "eth0", "down"); err != nil {
+				t.Error(err)
+			}
+		}
+	case "graceful", "restart":
+		if kind == "graceful" {
+			h.Kubectl("cordon", w)
+		}
+		fail = func() {
+			pod := s.speakers()[w]
+			if err := h.CS.CoreV1().Pods(heraldNS).Delete(h.Ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	neigh := watchNeigh(s, lb.ip, 10*time.Second)
+	log := benchStream(h.Layout.Client, lb.ip, 10*time.Millisecond, 10*time.Second, 2*time.Second, fail)
+	neighChanges := <-neigh
+	if kind == "hard" {
+		time.Sleep(time.Second)
+		if err := s.restoreLink(w, v4, v6); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kind == "graceful" {
+		h.Kubectl("uncordon", w)
+	}
+	outage, sent, failed := log.outage()
+	macs, _ := s.arping(lb.ip, 1, 1)
+	to := ""
+	if len(macs) == 1 {
+		to = lb.nodeOf[macs[0]]
+	}
+	if kind == "restart" && to == "" {
+		// The new speaker may still be starting: nobody answers
+		// ARP meanwhile, while the node forwards.
+		h.Poll(time.Minute, "the restarted speaker answering ARP", func() (bool, string) {
+			macs, _ := s.arping(lb.ip, 1, 1)
+			if len(macs) == 1 {
+				to = lb.nodeOf[macs[0]]
+			}
+			return len(macs) == 1, fmt.Sprint(macs)
+		})
+	}
+	if kind == "restart" && to != w {
+		t.Errorf("restart trial #%d: the address moved from %s to %q although %s's speaker restarted in place", i+1, w, to, w)
+	}
+	res := l2FailoverResult{kind, w, to, outage, sent, failed}
+	t.Logf("BENCH trial %s #%d: %s failed, %s took over: outage %s (%d requests, %d failed)", kind, i+1, w, to, outage.Round(time.Millisecond), sent, failed)
+	if kind == "hard" && outage > 700*time.Millisecond {
+		// Where the time went: the survivors' view and the client's ARP.
+		var d strings.Builder
+		fmt.Fprintf(&d, "slow failover; killed at %s\nclient neighbor entry for %s:\n", killedAt.Format("15:04:05.000"), lb.ip)
+		for _, c := range neighChanges {
+			fmt.Fprintf(&d, "  %s\n", c)
+		}
+		for node := range s.speakers() {
+			if node == w {
+				continue
+			}
+			fmt.Fprintf(&d, "%s's speaker after the kill:\n%s\n", node, logSince(newBGPLab(h).speakerLogs(node), killedAt.Add(-25*time.Second), killedAt.Add(3*time.Second)))
+		}
+		t.Log(d.String())
+	}
+	return res
 }
 
 // speakersInCluster waits until every node runs a ready speaker whose

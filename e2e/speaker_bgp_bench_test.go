@@ -69,198 +69,232 @@ func TestBenchBGP(t *testing.T) {
 		bgpPeerYAML(name, generalPeerSelector))
 	b.waitSessions(time.Minute, nodes...)
 
-	var report []string
-	add := func(format string, args ...any) { report = append(report, fmt.Sprintf("BENCH "+format, args...)) }
-	summary := func(ds []time.Duration) string {
-		lo, med, hi := durations(ds)
-		return fmt.Sprintf("min %s  median %s  max %s  (all: %v)", lo.Round(time.Millisecond), med.Round(time.Millisecond), hi.Round(time.Millisecond), roundAll(ds))
-	}
-	target := func(ds []time.Duration, limit time.Duration) string {
-		met := 0
-		for _, d := range ds {
-			if d <= limit {
-				met++
-			}
-		}
-		_, med, _ := durations(ds)
-		verdict := "target met"
-		if med > limit {
-			verdict = "target NOT met"
-		}
-		return fmt.Sprintf("%s (median %s vs <= %s; %d/%d trials within)", verdict, med.Round(time.Millisecond), limit, met, len(ds))
-	}
-
-	t.Run("create", func(t *testing.T) {
-		b, h := b.on(t)
-		const ip = "203.0.113.162"
-		svcName := name + "-create"
-		cs := b.fastClient()
-		h.Apply(echoDeploymentYAML(name, nodes[0], 1))
-		h.ReadyPods("app="+name, 1, 2*time.Minute)
-		var toIP, toRoute, toECMP []time.Duration
-		for i := range trials {
-			svc := benchLBService(svcName, name, name, v1.ServiceExternalTrafficPolicyCluster, ip)
-			ipCh := b.watchServiceIP(cs, svcName, ip)
-			t0 := time.Now()
-			if _, err := h.CS.CoreV1().Services("default").Create(h.Ctx, svc, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			var gotIP time.Time
-			select {
-			case gotIP = <-ipCh:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("trial %d: %s did not get %s within 30 s", i+1, svcName, ip)
-			}
-			ev, ok := w.wait(h.Ctx, ip, t0, 30*time.Second, isAdded)
-			if !ok {
-				t.Fatalf("trial %d: no route for %s at FRR 30 s after the Service was created; route events:\n%s", i+1, ip, w.recent(20))
-			}
-			var all time.Duration
-			for {
-				hops, _, raw := b.kernelNextHops(ip)
-				all = time.Since(t0)
-				if len(hops) == len(nodes) {
-					break
-				}
-				if all > 30*time.Second {
-					t.Fatalf("trial %d: no ECMP route over every node 30 s after the Service was created: %s", i+1, raw)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			toIP, toRoute, toECMP = append(toIP, gotIP.Sub(t0)), append(toRoute, ev.At.Sub(t0)), append(toECMP, all)
-			t.Logf("BENCH trial create #%d: IP in status after %s, first route at FRR after %s (%q), ECMP over %d nodes within %s",
-				i+1, gotIP.Sub(t0).Round(time.Millisecond), ev.At.Sub(t0).Round(time.Millisecond), ev.Line, len(nodes), all.Round(time.Millisecond))
-			b.deleteServiceAndRoute(w, svcName, ip)
-		}
-		add("create: Service (eTP Cluster, pod ready, fixed IP) created -> IP in its status: %s", summary(toIP))
-		add("create: Service created -> first route at FRR (one next hop): %s", summary(toRoute))
-		add("create: Service created -> ECMP route over all %d nodes (kernel polled every ~10 ms): %s", len(nodes), summary(toECMP))
-	})
-
-	t.Run("withdraw", func(t *testing.T) {
-		b, h := b.on(t)
-		const ip = "203.0.113.161"
-		svcName, podName, node := name+"-local", name+"-local", nodes[1]
-		cs := b.fastClient()
-		if _, err := h.CS.CoreV1().Services("default").Create(h.Ctx, benchLBService(svcName, podName, name, v1.ServiceExternalTrafficPolicyLocal, ip), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		var total, eps, share []time.Duration
-		for i := range trials {
-			h.Apply(echoPodYAML(podName, podName, node))
-			h.ReadyPods("app="+podName, 1, 2*time.Minute)
-			b.waitFRRNextHops(ip, []string{node}, time.Minute)
-			sl := b.watchSlices(cs, svcName)
-			if _, ok := waitFound(h.Ctx, 10*time.Second, func() (sliceEvent, bool) {
-				return sl.first(time.Time{}, func(e sliceEvent) bool { return e.Ready == 1 })
-			}); !ok {
-				t.Fatalf("trial %d: the EndpointSlices show no ready endpoint:\n%s", i+1, sl)
-			}
-			t0 := time.Now()
-			if err := h.CS.CoreV1().Pods("default").Delete(h.Ctx, podName, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			ev, ok := w.wait(h.Ctx, ip, t0, time.Minute, isDeleted)
-			if !ok {
-				t.Fatalf("trial %d: the route for %s is still at FRR a minute after its last pod was deleted; route events:\n%s\nEndpointSlices:\n%s", i+1, ip, w.recent(20), sl)
-			}
-			notReady, ok1 := waitFound(h.Ctx, 30*time.Second, func() (sliceEvent, bool) {
-				return sl.first(t0, func(e sliceEvent) bool { return e.Ready == 0 })
-			})
-			noServing, ok2 := waitFound(h.Ctx, 30*time.Second, func() (sliceEvent, bool) {
-				return sl.first(t0, func(e sliceEvent) bool { return e.Serving == 0 })
-			})
-			if !ok1 || !ok2 {
-				t.Fatalf("trial %d: the EndpointSlices of %s kept a ready (%v) or serving (%v) endpoint 30 s after the pod was deleted (route gone at %s):\n%s",
-					i+1, svcName, !ok1, !ok2, ev.At.Format("15:04:05.000"), sl)
-			}
-			tEPS := noServing.At
-			total, eps, share = append(total, ev.At.Sub(t0)), append(eps, tEPS.Sub(t0)), append(share, ev.At.Sub(tEPS))
-			t.Logf("BENCH trial withdraw #%d: pod deleted -> endpoint not ready %s, not serving %s -> route gone at FRR %s after that (total %s)",
-				i+1, notReady.At.Sub(t0).Round(time.Millisecond), tEPS.Sub(t0).Round(time.Millisecond), ev.At.Sub(tEPS).Round(time.Millisecond), ev.At.Sub(t0).Round(time.Millisecond))
-			if ev.At.Before(tEPS) {
-				t.Logf("trial %d: the route went %s before the endpoint stopped serving; EndpointSlices:\n%s", i+1, tEPS.Sub(ev.At).Round(time.Millisecond), sl)
-			}
-			h.Poll(time.Minute, "the pod to be gone", func() (bool, string) {
-				_, err := h.CS.CoreV1().Pods("default").Get(h.Ctx, podName, metav1.GetOptions{})
-				return apierrors.IsNotFound(err), fmt.Sprint(err)
-			})
-		}
-		add("withdraw: last local pod deleted -> route gone at FRR: %s", summary(total))
-		add("withdraw:   of which the pod's termination (-> EndpointSlice without a serving endpoint): %s", summary(eps))
-		add("withdraw:   of which the speaker and FRR (EndpointSlice -> route gone): %s", summary(share))
-		add("withdraw: target <= 500ms, pod deleted -> route gone: %s", target(total, 500*time.Millisecond))
-		add("withdraw: target <= 500ms, speaker and FRR only: %s", target(share, 500*time.Millisecond))
-	})
-
-	// failover runs the trials of one kind; the victim advertises the
-	// only path of a Local Service whose pod it runs.
-	const failIP = "203.0.113.163"
-	failover := func(t *testing.T, kind string, bfd bool) []time.Duration {
-		b, h := b.on(t)
-		svcName := name + "-fail"
-		h.Apply(echoDeploymentYAML(svcName, victim, 1))
-		h.ReadyPods("app="+svcName, 1, 2*time.Minute)
-		if _, err := h.CS.CoreV1().Services("default").Get(h.Ctx, svcName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			if _, err := h.CS.CoreV1().Services("default").Create(h.Ctx, benchLBService(svcName, svcName, name, v1.ServiceExternalTrafficPolicyLocal, failIP), metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var ds []time.Duration
-		for i := range trials {
-			b.readySpeakers(3 * time.Minute)
-			b.waitSettled(victim, bfd, 2*time.Minute)
-			b.waitFRRNextHops(failIP, []string{victim}, time.Minute)
-			if i == 0 {
-				n, _ := b.frrNeighbor(b.nodeIP(victim))
-				t.Logf("FRR neighbor %s: hold time %v ms, keepalive %v ms, BFD %v", b.nodeIP(victim), n["bgpTimerHoldTimeMsecs"], n["bgpTimerKeepAliveIntervalMsecs"], n["peerBfdInfo"])
-			}
-			v4, v6 := b.routes(victim)
-			pid := b.speakerPID(b.speakers()[victim])
-			t0 := time.Now()
-			if _, err := h.Exec(victim, "ip", "link", "set", "eth0", "down"); err != nil {
-				t.Fatal(err)
-			}
-			if err := syscallKill(pid); err != nil {
-				t.Fatal(err)
-			}
-			ev, ok := w.wait(h.Ctx, failIP, t0, 30*time.Second, isDeleted)
-			if err := b.restoreLink(victim, v4, v6); err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				t.Fatalf("trial %d: the route for %s is still at FRR 30 s after %s failed; route events:\n%s", i+1, failIP, victim, w.recent(20))
-			}
-			ds = append(ds, ev.At.Sub(t0))
-			t.Logf("BENCH trial failover %s #%d: %s's link down + speaker SIGKILL -> route gone at FRR after %s", kind, i+1, victim, ev.At.Sub(t0).Round(time.Millisecond))
-		}
-		b.readySpeakers(3 * time.Minute)
-		return ds
-	}
-	t.Run("failover hold time", func(t *testing.T) {
-		ds := failover(t, "hold", false)
-		add("failover without BFD (hold time 9 s, keepalive 3 s): link down + SIGKILL -> route gone at FRR: %s", summary(ds))
-	})
-	t.Run("failover BFD", func(t *testing.T) {
-		b, _ := b.on(t)
-		const peer = name + "-bfd"
-		b.isolate(isolated{Node: victim, Role: "bfd",
-			FRR: frrNeighborConf{Addr: b.nodeIP(victim), RemoteAS: fmt.Sprint(bgpNodeASN), BFD: true},
-			YAML: fmt.Sprintf("---\napiVersion: herald.io/v1beta1\nkind: BFDProfile\nmetadata: {name: %s, namespace: %s}\nspec: {receiveInterval: 300, transmitInterval: 300, detectMultiplier: 3}\n", peer, heraldNS) +
-				bgpPeerYAML(peer, "bfdProfile: "+peer, rolePeerSelector("bfd")),
-			Objects: []string{"bgppeer/" + peer, "bfdprofile/" + peer}, NoWait: true})
-		ds := failover(t, "bfd", true)
-		add("failover with BFD (300 ms x 3): link down + SIGKILL -> route gone at FRR: %s", summary(ds))
-		add("failover with BFD: target <= 1s: %s", target(ds, time.Second))
-	})
+	bb := &bgpBench{b: b, name: name, trials: trials, nodes: nodes, victim: victim, w: w}
+	t.Run("create", bb.benchCreate)
+	t.Run("withdraw", bb.benchWithdraw)
+	t.Run("failover hold time", bb.benchFailoverHoldTime)
+	t.Run("failover BFD", bb.benchFailoverBFD)
 
 	var s strings.Builder
 	fmt.Fprintf(&s, "BENCH BGP, %d nodes peering with FRR 8.4 (router namespace); %d trials each; times to the router's kernel route table (ip monitor)\n", len(nodes), trials)
-	for _, l := range report {
+	for _, l := range bb.report {
 		s.WriteString(l + "\n")
 	}
 	fmt.Fprintf(&s, "BENCH reproduce: cd e2e && HERALD_BENCH=1 HERALD_BENCH_TRIALS=%d go test -count=1 -timeout 60m -run TestBenchBGP -v .\n", trials)
 	t.Log("\n" + s.String())
+}
+
+// benchCreate times a Service's creation to its IP, to the first route at
+// FRR and to the ECMP route over every node.
+func (bb *bgpBench) benchCreate(t *testing.T) {
+	b, h := bb.b.on(t)
+	const ip = "203.0.113.162"
+	svcName := bb.name + "-create"
+	cs := b.fastClient()
+	h.Apply(echoDeploymentYAML(bb.name, bb.nodes[0], 1))
+	h.ReadyPods("app="+bb.name, 1, 2*time.Minute)
+	var toIP, toRoute, toECMP []time.Duration
+	for i := range bb.trials {
+		svc := benchLBService(svcName, bb.name, bb.name, v1.ServiceExternalTrafficPolicyCluster, ip)
+		ipCh := b.watchServiceIP(cs, svcName, ip)
+		t0 := time.Now()
+		if _, err := h.CS.CoreV1().Services("default").Create(h.Ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var gotIP time.Time
+		select {
+		case gotIP = <-ipCh:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("trial %d: %s did not get %s within 30 s", i+1, svcName, ip)
+		}
+		ev, ok := bb.w.wait(h.Ctx, ip, t0, 30*time.Second, isAdded)
+		if !ok {
+			t.Fatalf("trial %d: no route for %s at FRR 30 s after the Service was created; route events:\n%s", i+1, ip, bb.w.recent(20))
+		}
+		var all time.Duration
+		for {
+			hops, _, raw := b.kernelNextHops(ip)
+			all = time.Since(t0)
+			if len(hops) == len(bb.nodes) {
+				break
+			}
+			if all > 30*time.Second {
+				t.Fatalf("trial %d: no ECMP route over every node 30 s after the Service was created: %s", i+1, raw)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		toIP, toRoute, toECMP = append(toIP, gotIP.Sub(t0)), append(toRoute, ev.At.Sub(t0)), append(toECMP, all)
+		t.Logf("BENCH trial create #%d: IP in status after %s, first route at FRR after %s (%q), ECMP over %d nodes within %s",
+			i+1, gotIP.Sub(t0).Round(time.Millisecond), ev.At.Sub(t0).Round(time.Millisecond), ev.Line, len(bb.nodes), all.Round(time.Millisecond))
+		b.deleteServiceAndRoute(bb.w, svcName, ip)
+	}
+	bb.add("create: Service (eTP Cluster, pod ready, fixed IP) created -> IP in its status: %s", benchSummary(toIP))
+	bb.add("create: Service created -> first route at FRR (one next hop): %s", benchSummary(toRoute))
+	bb.add("create: Service created -> ECMP route over all %d nodes (kernel polled every ~10 ms): %s", len(bb.nodes), benchSummary(toECMP))
+}
+
+// benchWithdraw times the deletion of a Local Service's last pod to the
+// route's removal at FRR, split into the pod's termination and the rest.
+func (bb *bgpBench) benchWithdraw(t *testing.T) {
+	b, h := bb.b.on(t)
+	const ip = "203.0.113.161"
+	svcName, podName, node := bb.name+"-local", bb.name+"-local", bb.nodes[1]
+	cs := b.fastClient()
+	if _, err := h.CS.CoreV1().Services("default").Create(h.Ctx, benchLBService(svcName, podName, bb.name, v1.ServiceExternalTrafficPolicyLocal, ip), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var total, eps, share []time.Duration
+	for i := range bb.trials {
+		h.Apply(echoPodYAML(podName, podName, node))
+		h.ReadyPods("app="+podName, 1, 2*time.Minute)
+		b.waitFRRNextHops(ip, []string{node}, time.Minute)
+		sl := b.watchSlices(cs, svcName)
+		if _, ok := waitFound(h.Ctx, 10*time.Second, func() (sliceEvent, bool) {
+			return sl.first(time.Time{}, func(e sliceEvent) bool { return e.Ready == 1 })
+		}); !ok {
+			t.Fatalf("trial %d: the EndpointSlices show no ready endpoint:\n%s", i+1, sl)
+		}
+		t0 := time.Now()
+		if err := h.CS.CoreV1().Pods("default").Delete(h.Ctx, podName, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ev, ok := bb.w.wait(h.Ctx, ip, t0, time.Minute, isDeleted)
+		if !ok {
+			t.Fatalf("trial %d: the route for %s is still at FRR a minute after its last pod was deleted; route events:\n%s\nEndpointSlices:\n%s", i+1, ip, bb.w.recent(20), sl)
+		}
+		notReady, ok1 := waitFound(h.Ctx, 30*time.Second, func() (sliceEvent, bool) {
+			return sl.first(t0, func(e sliceEvent) bool { return e.Ready == 0 })
+		})
+		noServing, ok2 := waitFound(h.Ctx, 30*time.Second, func() (sliceEvent, bool) {
+			return sl.first(t0, func(e sliceEvent) bool { return e.Serving == 0 })
+		})
+		if !ok1 || !ok2 {
+			t.Fatalf("trial %d: the EndpointSlices of %s kept a ready (%v) or serving (%v) endpoint 30 s after the pod was deleted (route gone at %s):\n%s",
+				i+1, svcName, !ok1, !ok2, ev.At.Format("15:04:05.000"), sl)
+		}
+		tEPS := noServing.At
+		total, eps, share = append(total, ev.At.Sub(t0)), append(eps, tEPS.Sub(t0)), append(share, ev.At.Sub(tEPS))
+		t.Logf("BENCH trial withdraw #%d: pod deleted -> endpoint not ready %s, not serving %s -> route gone at FRR %s after that (total %s)",
+			i+1, notReady.At.Sub(t0).Round(time.Millisecond), tEPS.Sub(t0).Round(time.Millisecond), ev.At.Sub(tEPS).Round(time.Millisecond), ev.At.Sub(t0).Round(time.Millisecond))
+		if ev.At.Before(tEPS) {
+			t.Logf("trial %d: the route went %s before the endpoint stopped serving; EndpointSlices:\n%s", i+1, tEPS.Sub(ev.At).Round(time.Millisecond), sl)
+		}
+		h.Poll(time.Minute, "the pod to be gone", func() (bool, string) {
+			_, err := h.CS.CoreV1().Pods("default").Get(h.Ctx, podName, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	}
+	bb.add("withdraw: last local pod deleted -> route gone at FRR: %s", benchSummary(total))
+	bb.add("withdraw:   of which the pod's termination (-> EndpointSlice without a serving endpoint): %s", benchSummary(eps))
+	bb.add("withdraw:   of which the speaker and FRR (EndpointSlice -> route gone): %s", benchSummary(share))
+	bb.add("withdraw: target <= 500ms, pod deleted -> route gone: %s", benchTarget(total, 500*time.Millisecond))
+	bb.add("withdraw: target <= 500ms, speaker and FRR only: %s", benchTarget(share, 500*time.Millisecond))
+}
+
+// benchFailoverHoldTime times failover detected by the hold time alone.
+func (bb *bgpBench) benchFailoverHoldTime(t *testing.T) {
+	ds := bb.failover(t, "hold", false)
+	bb.add("failover without BFD (hold time 9 s, keepalive 3 s): link down + SIGKILL -> route gone at FRR: %s", benchSummary(ds))
+}
+
+// benchFailoverBFD times failover detected by BFD, on a BGPPeer of the
+// victim's own with a bfdProfile.
+func (bb *bgpBench) benchFailoverBFD(t *testing.T) {
+	b, _ := bb.b.on(t)
+	peer := bb.name + "-bfd"
+	b.isolate(isolated{Node: bb.victim, Role: "bfd",
+		FRR: frrNeighborConf{Addr: b.nodeIP(bb.victim), RemoteAS: fmt.Sprint(bgpNodeASN), BFD: true},
+		YAML: fmt.Sprintf("---\napiVersion: herald.io/v1beta1\nkind: BFDProfile\nmetadata: {name: %s, namespace: %s}\nspec: {receiveInterval: 300, transmitInterval: 300, detectMultiplier: 3}\n", peer, heraldNS) +
+			bgpPeerYAML(peer, "bfdProfile: "+peer, rolePeerSelector("bfd")),
+		Objects: []string{"bgppeer/" + peer, "bfdprofile/" + peer}, NoWait: true})
+	ds := bb.failover(t, "bfd", true)
+	bb.add("failover with BFD (300 ms x 3): link down + SIGKILL -> route gone at FRR: %s", benchSummary(ds))
+	bb.add("failover with BFD: target <= 1s: %s", benchTarget(ds, time.Second))
+}
+
+// bgpBench is what TestBenchBGP's measurements share: the lab, the
+// victim of the failovers, the route watch at FRR, and the report.
+type bgpBench struct {
+	b      bgpLab
+	name   string
+	trials int
+	nodes  []string
+	victim string
+	w      *routeWatch
+	report []string
+}
+
+// add appends a BENCH line to the report.
+func (bb *bgpBench) add(format string, args ...any) {
+	bb.report = append(bb.report, fmt.Sprintf("BENCH "+format, args...))
+}
+
+// benchSummary is the min, median and max of ds, and all of them.
+func benchSummary(ds []time.Duration) string {
+	lo, med, hi := durations(ds)
+	return fmt.Sprintf("min %s  median %s  max %s  (all: %v)", lo.Round(time.Millisecond), med.Round(time.Millisecond), hi.Round(time.Millisecond), roundAll(ds))
+}
+
+// benchTarget says whether the median of ds meets limit, and how many
+// trials did.
+func benchTarget(ds []time.Duration, limit time.Duration) string {
+	met := 0
+	for _, d := range ds {
+		if d <= limit {
+			met++
+		}
+	}
+	_, med, _ := durations(ds)
+	verdict := "target met"
+	if med > limit {
+		verdict = "target NOT met"
+	}
+	return fmt.Sprintf("%s (median %s vs <= %s; %d/%d trials within)", verdict, med.Round(time.Millisecond), limit, met, len(ds))
+}
+
+// failover runs the trials of one kind; the victim advertises the
+// only path of a Local Service whose pod it runs.
+func (bb *bgpBench) failover(t *testing.T, kind string, bfd bool) []time.Duration {
+	const failIP = "203.0.113.163"
+	b, h := bb.b.on(t)
+	svcName := bb.name + "-fail"
+	h.Apply(echoDeploymentYAML(svcName, bb.victim, 1))
+	h.ReadyPods("app="+svcName, 1, 2*time.Minute)
+	if _, err := h.CS.CoreV1().Services("default").Get(h.Ctx, svcName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		if _, err := h.CS.CoreV1().Services("default").Create(h.Ctx, benchLBService(svcName, svcName, bb.name, v1.ServiceExternalTrafficPolicyLocal, failIP), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ds []time.Duration
+	for i := range bb.trials {
+		b.readySpeakers(3 * time.Minute)
+		b.waitSettled(bb.victim, bfd, 2*time.Minute)
+		b.waitFRRNextHops(failIP, []string{bb.victim}, time.Minute)
+		if i == 0 {
+			n, _ := b.frrNeighbor(b.nodeIP(bb.victim))
+			t.Logf("FRR neighbor %s: hold time %v ms, keepalive %v ms, BFD %v", b.nodeIP(bb.victim), n["bgpTimerHoldTimeMsecs"], n["bgpTimerKeepAliveIntervalMsecs"], n["peerBfdInfo"])
+		}
+		v4, v6 := b.routes(bb.victim)
+		pid := b.speakerPID(b.speakers()[bb.victim])
+		t0 := time.Now()
+		if _, err := h.Exec(bb.victim, "ip", "link", "set", "eth0", "down"); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscallKill(pid); err != nil {
+			t.Fatal(err)
+		}
+		ev, ok := bb.w.wait(h.Ctx, failIP, t0, 30*time.Second, isDeleted)
+		if err := b.restoreLink(bb.victim, v4, v6); err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Fatalf("trial %d: the route for %s is still at FRR 30 s after %s failed; route events:\n%s", i+1, failIP, bb.victim, bb.w.recent(20))
+		}
+		ds = append(ds, ev.At.Sub(t0))
+		t.Logf("BENCH trial failover %s #%d: %s's link down + speaker SIGKILL -> route gone at FRR after %s", kind, i+1, bb.victim, ev.At.Sub(t0).Round(time.Millisecond))
+	}
+	b.readySpeakers(3 * time.Minute)
+	return ds
 }
 
 // benchLBService is a LoadBalancer Service for the pods app=app on port

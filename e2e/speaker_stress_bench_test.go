@@ -20,6 +20,35 @@ import (
 	"github.com/herald-lb/herald/e2e/harness"
 )
 
+// stressBench is what TestBenchL2UnderCPUStress's loads share: the lab,
+// the VIP and its announcer, and which node owns each MAC.
+type stressBench struct {
+	h      *harness.T
+	s      l2
+	name   string
+	nodes  []string
+	nodeOf map[string]string
+	ip     string
+	winner string
+	// dur is how long each load runs.
+	dur time.Duration
+}
+
+// stressResult is what one load did.
+type stressResult struct {
+	load                  string
+	busy                  float64 // share of the machine's CPU time not idle
+	speakerCPU            float64 // CPU seconds per second, all speakers
+	throttle              string
+	changes               float64
+	dead, suspect, refute int
+	recovering            int // times a speaker started recovering
+	minMembers            int
+	macs                  []string
+	sent, failed          int
+	maxGap                time.Duration
+}
+
 // TestBenchL2UnderCPUStress measures whether memberlist's fast failure
 // detection (100 ms probes, 50 ms timeout: a hard failover under 1 s)
 // cries wolf when the speakers are short of CPU. No node fails, so any
@@ -107,151 +136,11 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 	})
 	nodeOf := s.macOwners()
 
-	changes := func() map[string]float64 {
-		out := map[string]float64{}
-		for _, n := range nodes {
-			v, err := s.speakerMetric(n, "herald_speaker_election_changes_total")
-			if err != nil {
-				t.Fatalf("%s: %v", n, err)
-			}
-			out[n] = v
-		}
-		return out
-	}
-	type result struct {
-		load                  string
-		busy                  float64 // share of the machine's CPU time not idle
-		speakerCPU            float64 // CPU seconds per second, all speakers
-		throttle              string
-		changes               float64
-		dead, suspect, refute int
-		recovering            int // times a speaker started recovering
-		minMembers            int
-		macs                  []string
-		sent, failed          int
-		maxGap                time.Duration
-	}
-	var results []result
+	sb := &stressBench{h: h, s: s, name: name, nodes: nodes, nodeOf: nodeOf, ip: ip, winner: winner, dur: dur}
+	var results []stressResult
 	for _, load := range loads {
-		s.speakersInCluster(3 * time.Minute)
-		before := changes()
-		pids := map[string]int{}
-		for n, p := range s.speakers() {
-			pids[n] = s.speakerPID(p)
-		}
-		started, err := startLoad(load, pids)
-		if err != nil {
-			t.Logf("%s: not run: %v", load, err)
-			continue
-		}
-		// Also on a failure: no busy loop or cgroup outlives the test.
-		stop := sync.OnceValue(started)
-		t.Cleanup(func() { stop() })
-		from := time.Now()
-		cpu0, sp0 := machineCPU(), speakersCPU(pids)
-
-		// Sample the membership and the client's neighbor entry while
-		// the load runs.
-		minMembers := len(nodes)
-		var macs []string
-		var mu sync.Mutex
-		done := make(chan struct{})
-		var wg sync.WaitGroup
-		sample := func(every time.Duration, f func()) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tick := time.NewTicker(every)
-				defer tick.Stop()
-				for {
-					select {
-					case <-done:
-						return
-					case <-tick.C:
-					}
-					f()
-				}
-			}()
-		}
-		sample(250*time.Millisecond, func() {
-			for _, n := range nodes {
-				if v, err := s.speakerMetric(n, "herald_speaker_members"); err == nil {
-					mu.Lock()
-					minMembers = min(minMembers, int(v))
-					mu.Unlock()
-				}
-			}
-		})
-		sample(100*time.Millisecond, func() {
-			mac, _ := s.neighMAC(ip)
-			if mac == "" {
-				return // no entry or not resolved yet
-			}
-			who := nodeOf[strings.ToLower(mac)]
-			if who == "" {
-				who = mac
-			}
-			mu.Lock()
-			if len(macs) == 0 || macs[len(macs)-1] != who {
-				macs = append(macs, who)
-			}
-			mu.Unlock()
-		})
-		p := startProbe(h.Layout.Client, ip)
-		time.Sleep(dur)
-		p.Stop()
-		close(done)
-		wg.Wait()
-		cpu1, sp1 := machineCPU(), speakersCPU(pids)
-		elapsed := time.Since(from)
-		throttle := stop()
-		to := time.Now()
-
-		after := changes()
-		var delta float64
-		for _, n := range nodes {
-			delta = max(delta, after[n]-before[n])
-		}
-		res := result{load: load, changes: delta, minMembers: minMembers, macs: macs, throttle: throttle,
-			busy: cpu1.busySince(cpu0), speakerCPU: (sp1 - sp0) / elapsed.Seconds(), maxGap: p.MaxGap()}
-		res.sent, res.failed = p.Result()
-		var events strings.Builder
-		for _, n := range nodes {
-			win := logSince(newBGPLab(h).speakerLogs(n), from, to)
-			for _, l := range strings.Split(win, "\n") {
-				counted := true
-				// memberlist's own lines lose their "memberlist: " prefix.
-				switch {
-				case strings.Contains(l, "event=leave"):
-					res.dead++ // a member dead (or left) as this speaker saw it
-				case strings.Contains(l, `msg="Suspect `):
-					res.suspect++
-				case strings.Contains(l, `msg="Refuting a`):
-					res.refute++
-				case strings.Contains(l, `msg="recovering:`):
-					res.recovering++
-				default:
-					// Also what explains an election change: the
-					// winner changes themselves, isolation, and
-					// memberlist marking members.
-					counted = strings.Contains(l, `msg="Marking `) || strings.Contains(l, `msg="winner changed"`) ||
-						strings.Contains(l, `msg="isolated:`) || strings.Contains(l, `msg="recovered:`)
-				}
-				if counted {
-					fmt.Fprintf(&events, "  %s:%s\n", n, l)
-				}
-			}
-		}
-		results = append(results, res)
-		post, _ := s.announcersOf("default", name, ip)
-		t.Logf("%s load for %s: CPUs %.0f%% busy, speakers %.1f%% of a CPU; %s; election changes %v; members dead %d, suspicions %d, refuted %d, recovering %d; lowest member count %d of %d; client's MACs for %s %v; %d requests, %d failed, longest gap %s; announcer %s before, %v after",
-			load, dur, 100*res.busy, 100*res.speakerCPU, throttle, delta, res.dead, res.suspect, res.refute, res.recovering, minMembers, len(nodes),
-			ip, macs, res.sent, res.failed, res.maxGap.Round(time.Millisecond), winner, post)
-		if events.Len() > 0 {
-			t.Logf("%s: failure detection and election changes in the speakers' logs:\n%s", load, events.String())
-		}
-		if res.failed > 0 {
-			t.Logf("%s: failures: %s", load, p.Failures())
+		if res, ok := sb.runLoad(t, load); ok {
+			results = append(results, res)
 		}
 	}
 	var b strings.Builder
@@ -270,6 +159,147 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 HERALD_BENCH_STRESS=%s HERALD_BENCH_STRESS_LOADS=%s HERALD_BENCH_SPEAKER_ARGS='%s' go test -count=1 -timeout 60m -run 'TestBenchL2UnderCPUStress$' -v .\n",
 		dur, strings.Join(loads, ","), strings.Join(extra, " "))
 	t.Log("\n" + b.String())
+}
+
+// changes is each speaker's count of election changes.
+func (sb *stressBench) changes(t *testing.T) map[string]float64 {
+	s := sb.s
+	out := map[string]float64{}
+	for _, n := range sb.nodes {
+		v, err := s.speakerMetric(n, "herald_speaker_election_changes_total")
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		out[n] = v
+	}
+	return out
+}
+
+// runLoad runs one load for dur while probing the VIP and sampling the
+// membership and the client's neighbor entry; false if the load could
+// not be started.
+func (sb *stressBench) runLoad(t *testing.T, load string) (stressResult, bool) {
+	h, s := sb.h, sb.s
+	s.speakersInCluster(3 * time.Minute)
+	before := sb.changes(t)
+	pids := map[string]int{}
+	for n, p := range s.speakers() {
+		pids[n] = s.speakerPID(p)
+	}
+	started, err := startLoad(load, pids)
+	if err != nil {
+		t.Logf("%s: not run: %v", load, err)
+		return stressResult{}, false
+	}
+	// Also on a failure: no busy loop or cgroup outlives the test.
+	stop := sync.OnceValue(started)
+	t.Cleanup(func() { stop() })
+	from := time.Now()
+	cpu0, sp0 := machineCPU(), speakersCPU(pids)
+
+	// Sample the membership and the client's neighbor entry while
+	// the load runs.
+	minMembers := len(sb.nodes)
+	var macs []string
+	var mu sync.Mutex
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	sample := func(every time.Duration, f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+				}
+				f()
+			}
+		}()
+	}
+	sample(250*time.Millisecond, func() {
+		for _, n := range sb.nodes {
+			if v, err := s.speakerMetric(n, "herald_speaker_members"); err == nil {
+				mu.Lock()
+				minMembers = min(minMembers, int(v))
+				mu.Unlock()
+			}
+		}
+	})
+	sample(100*time.Millisecond, func() {
+		mac, _ := s.neighMAC(sb.ip)
+		if mac == "" {
+			return // no entry or not resolved yet
+		}
+		who := sb.nodeOf[strings.ToLower(mac)]
+		if who == "" {
+			who = mac
+		}
+		mu.Lock()
+		if len(macs) == 0 || macs[len(macs)-1] != who {
+			macs = append(macs, who)
+		}
+		mu.Unlock()
+	})
+	p := startProbe(h.Layout.Client, sb.ip)
+	time.Sleep(sb.dur)
+	p.Stop()
+	close(done)
+	wg.Wait()
+	cpu1, sp1 := machineCPU(), speakersCPU(pids)
+	elapsed := time.Since(from)
+	throttle := stop()
+	to := time.Now()
+
+	after := sb.changes(t)
+	var delta float64
+	for _, n := range sb.nodes {
+		delta = max(delta, after[n]-before[n])
+	}
+	res := stressResult{load: load, changes: delta, minMembers: minMembers, macs: macs, throttle: throttle,
+		busy: cpu1.busySince(cpu0), speakerCPU: (sp1 - sp0) / elapsed.Seconds(), maxGap: p.MaxGap()}
+	res.sent, res.failed = p.Result()
+	var events strings.Builder
+	for _, n := range sb.nodes {
+		win := logSince(newBGPLab(h).speakerLogs(n), from, to)
+		for _, l := range strings.Split(win, "\n") {
+			counted := true
+			// memberlist's own lines lose their "memberlist: " prefix.
+			switch {
+			case strings.Contains(l, "event=leave"):
+				res.dead++ // a member dead (or left) as this speaker saw it
+			case strings.Contains(l, `msg="Suspect `):
+				res.suspect++
+			case strings.Contains(l, `msg="Refuting a`):
+				res.refute++
+			case strings.Contains(l, `msg="recovering:`):
+				res.recovering++
+			default:
+				// Also what explains an election change: the
+				// winner changes themselves, isolation, and
+				// memberlist marking members.
+				counted = strings.Contains(l, `msg="Marking `) || strings.Contains(l, `msg="winner changed"`) ||
+					strings.Contains(l, `msg="isolated:`) || strings.Contains(l, `msg="recovered:`)
+			}
+			if counted {
+				fmt.Fprintf(&events, "  %s:%s\n", n, l)
+			}
+		}
+	}
+	post, _ := s.announcersOf("default", sb.name, sb.ip)
+	t.Logf("%s load for %s: CPUs %.0f%% busy, speakers %.1f%% of a CPU; %s; election changes %v; members dead %d, suspicions %d, refuted %d, recovering %d; lowest member count %d of %d; client's MACs for %s %v; %d requests, %d failed, longest gap %s; announcer %s before, %v after",
+		load, sb.dur, 100*res.busy, 100*res.speakerCPU, throttle, delta, res.dead, res.suspect, res.refute, res.recovering, minMembers, len(sb.nodes),
+		sb.ip, macs, res.sent, res.failed, res.maxGap.Round(time.Millisecond), sb.winner, post)
+	if events.Len() > 0 {
+		t.Logf("%s: failure detection and election changes in the speakers' logs:\n%s", load, events.String())
+	}
+	if res.failed > 0 {
+		t.Logf("%s: failures: %s", load, p.Failures())
+	}
+	return res, true
 }
 
 // startLoad starts one kind of load on the speakers (pids by node) and

@@ -32,11 +32,63 @@ import (
 func TestLabKubelets(t *testing.T) {
 	lab := harness.Start(t)
 	ctx := lab.Ctx
-	l := lab.Layout
+
+	checkNodes(t, lab)
+	pods, byNode := runSourceIPApp(t, lab)
+	checkPodNetwork(t, lab, pods, byNode)
+	recorded := recordedPods(t, lab, pods)
+
+	// Subtests get the lab with their own *testing.T.
+	sub := func(name string, f func(*harness.T)) {
+		t.Run(name, func(t *testing.T) {
+			c := *lab
+			c.T = t
+			f(&c)
+		})
+	}
+	sub("readiness-probes", testProbes)
+	sub("host-network-and-herald", testHostNetworkAndHerald)
+	sub("unknown-image", testUnknownImage)
+	sub("kubelet-crash", testKubeletCrash)
+	sub("heartbeats", testHeartbeats)
+	sub("status-corrected", testStatusCorrected)
+	sub("service-account-token", testServiceAccountToken)
+
+	// --- Deleting the deployment stops the processes and removes the
+	// pods' namespaces; the objects disappear.
+	start := time.Now()
+	lab.Kubectl("delete", "deployment", "source-ip-app")
+	lab.Poll(2*time.Minute, "the deployment's pods to disappear", func() (bool, string) {
+		left := lab.Pods("app=source-ip-app")
+		names := []string{}
+		for _, p := range left {
+			names = append(names, p.Name)
+		}
+		return len(left) == 0, fmt.Sprint(names)
+	})
+	t.Logf("TIMING delete deployment to all pods gone: %s", time.Since(start).Round(time.Millisecond))
+	existing, err := topology.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ns, r := range recorded {
+		if existing.Netns[ns] {
+			t.Errorf("pod namespace %s survived the pod", ns)
+		}
+		if r.Alive() {
+			t.Errorf("process %d of %s survived the pod", r.PID, ns)
+		}
+	}
+	waitEndpoints(lab, "source-ip-app", map[string]bool{})
+}
+
+// checkNodes checks the nodes: registered, Ready, schedulable, with the
+// topology's addresses, pod CIDRs and Leases, and reachable from the client.
+func checkNodes(t *testing.T, lab *harness.T) {
+	ctx, l := lab.Ctx, lab.Layout
 
 	// --- Nodes: registered, Ready, schedulable, with the topology's
 	// addresses and pod CIDRs.
-	var start time.Time
 	lab.Poll(2*time.Minute, "3 Ready, schedulable nodes", func() (bool, string) {
 		nodes, err := lab.CS.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -115,10 +167,17 @@ func TestLabKubelets(t *testing.T) {
 			t.Errorf("client -> %s (%s): %q %v", n.Name, n.IPv4, got, err)
 		}
 	}
+}
+
+// runSourceIPApp runs the tutorial's app, one replica then three spread
+// over the nodes, checking the pods' addresses, the kubelet's events and
+// the EndpointSlices; it returns the pods, and them by node.
+func runSourceIPApp(t *testing.T, lab *harness.T) ([]v1.Pod, map[string][]v1.Pod) {
+	ctx := lab.Ctx
 
 	// --- The tutorial's app: a Running pod with an address of its
 	// node's pod CIDR, and an EndpointSlice listing it as ready.
-	start = time.Now()
+	start := time.Now()
 	lab.Kubectl("create", "deployment", "source-ip-app", "--image=registry.k8s.io/echoserver:1.4")
 	pods, _ := lab.ReadyPods("app=source-ip-app", 1, 2*time.Minute)
 	t.Logf("TIMING kubectl create deployment to a Running, Ready pod: %s", time.Since(start).Round(time.Millisecond))
@@ -169,6 +228,13 @@ func TestLabKubelets(t *testing.T) {
 		t.Fatalf("3 replicas all on one node: %v", byNode)
 	}
 	waitEndpoints(lab, "source-ip-app", want)
+	return pods, byNode
+}
+
+// checkPodNetwork checks the pod network across nodes, and the machine
+// reaching a pod's IPv6 address.
+func checkPodNetwork(t *testing.T, lab *harness.T, pods []v1.Pod, byNode map[string][]v1.Pod) {
+	l := lab.Layout
 
 	// --- The pod network across nodes: from every node to a pod on
 	// another node, the echo shows the node's address; from a pod, the
@@ -199,6 +265,11 @@ func TestLabKubelets(t *testing.T) {
 	if page, err := hostGet(hostURL); err != nil || harness.ClientAddress(page) != topology.HostLANv6.String() {
 		t.Errorf("GET %s from the machine: client_address=%q (%v), want %s", hostURL, harness.ClientAddress(page), err, topology.HostLANv6)
 	}
+}
+
+// recordedPods is the kubelets' records of the pods' processes, by
+// namespace; each pod must have a live one.
+func recordedPods(t *testing.T, lab *harness.T, pods []v1.Pod) map[string]proc.Record {
 	// The kubelets record those namespaces and processes.
 	recorded := map[string]proc.Record{}
 	for _, kl := range lab.Lab.Kubelets {
@@ -218,49 +289,7 @@ func TestLabKubelets(t *testing.T) {
 			t.Errorf("pod %s: no live process recorded for netns %s (%+v)", p.Name, ns, recorded)
 		}
 	}
-
-	// Subtests get the lab with their own *testing.T.
-	sub := func(name string, f func(*harness.T)) {
-		t.Run(name, func(t *testing.T) {
-			c := *lab
-			c.T = t
-			f(&c)
-		})
-	}
-	sub("readiness-probes", testProbes)
-	sub("host-network-and-herald", testHostNetworkAndHerald)
-	sub("unknown-image", testUnknownImage)
-	sub("kubelet-crash", testKubeletCrash)
-	sub("heartbeats", testHeartbeats)
-	sub("status-corrected", testStatusCorrected)
-	sub("service-account-token", testServiceAccountToken)
-
-	// --- Deleting the deployment stops the processes and removes the
-	// pods' namespaces; the objects disappear.
-	start = time.Now()
-	lab.Kubectl("delete", "deployment", "source-ip-app")
-	lab.Poll(2*time.Minute, "the deployment's pods to disappear", func() (bool, string) {
-		left := lab.Pods("app=source-ip-app")
-		names := []string{}
-		for _, p := range left {
-			names = append(names, p.Name)
-		}
-		return len(left) == 0, fmt.Sprint(names)
-	})
-	t.Logf("TIMING delete deployment to all pods gone: %s", time.Since(start).Round(time.Millisecond))
-	existing, err := topology.Observe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for ns, r := range recorded {
-		if existing.Netns[ns] {
-			t.Errorf("pod namespace %s survived the pod", ns)
-		}
-		if r.Alive() {
-			t.Errorf("process %d of %s survived the pod", r.PID, ns)
-		}
-	}
-	waitEndpoints(lab, "source-ip-app", map[string]bool{})
+	return recorded
 }
 
 // waitEndpoints waits until the EndpointSlices of service list exactly

@@ -36,6 +36,15 @@ const (
 	upgradeTag  = "e2e-upgrade"
 )
 
+// helmRun is what TestHelm's steps share: the lab, the helm command and
+// the chart with its values.
+type helmRun struct {
+	ctx           context.Context
+	h             *harness.T
+	helm          func(args ...string)
+	chart, values string
+}
+
 // TestHelm is issue #13's install lifecycle as a user runs it: helm
 // install into a bare lab, the "Using Source IP" walkthrough passing on
 // it, an L2 VIP and a BGP VIP answering, the proxy's metrics on the pods'
@@ -54,6 +63,7 @@ func TestHelm(t *testing.T) {
 	helm := helmRunner(t, ctx, helmBin, h.Lab.Kubeconfig)
 	values := labValues(t, h.Lab.APIServerURL)
 	chart := filepath.Join(root, "charts", "herald")
+	hr := &helmRun{ctx: ctx, h: h, helm: helm, chart: chart, values: values}
 
 	// What is not herald's on the nodes (kubelet's chains, on real nodes
 	// the CNI plugins' with a host-port pod): install and uninstall must
@@ -66,8 +76,37 @@ func TestHelm(t *testing.T) {
 		foreign[n.Name] = harness.ForeignRules(h.Ctx, n.Netns)
 	}
 
+	hr.installAndWalkthrough(t)
+	l2IP, bgpIP, nodeIPs := hr.serveVIPs(t)
+
+	// The speakers' last words at the upgrade and the uninstall: a real
+	// kubelet removes a deleted pod's logs, so they are followed.
+	speakerLogs := h.FollowLogs(helmNS, "app.kubernetes.io/component=speaker", "speaker")
+	scrapeMetrics(h, "speaker", "herald_speaker_members ", `herald_build_info{component="speaker"`)
+	hr.upgradeUnderProbe(t, l2IP, bgpIP, speakerLogs)
+	hr.uninstallKeepsConfig(t, nodeIPs, speakerLogs)
+	hr.standaloneProxy(t, nodeIPs)
+
+	// Nothing that is not herald's was touched, and the host port still
+	// works.
+	for _, n := range h.Layout.Nodes {
+		gone, added := harness.DiffRules(foreign[n.Name], harness.ForeignRules(h.Ctx, n.Netns))
+		t.Logf("%s: %d rules and chains not herald's before the install; after the uninstalls %d gone, %d added", n.Name, len(foreign[n.Name]), len(gone), len(added))
+		if len(gone) > 0 || len(added) > 0 {
+			t.Errorf("%s: rules not herald's changed across install and uninstall:\ngone:\n%s\nadded:\n%s", n.Name, strings.Join(gone, "\n"), strings.Join(added, "\n"))
+		}
+	}
+	if h.Lab.RealNodes {
+		checkHostPort(h)
+	}
+}
+
+// installAndWalkthrough installs the chart and runs the "Using Source IP"
+// walkthrough on it; the test stops if a step fails.
+func (hr *helmRun) installAndWalkthrough(t *testing.T) {
+	h := hr.h
 	start := time.Now()
-	helm("install", helmRelease, chart, "-n", helmNS, "--create-namespace", "-f", values, "--wait", "--timeout", "5m")
+	hr.helm("install", helmRelease, hr.chart, "-n", helmNS, "--create-namespace", "-f", hr.values, "--wait", "--timeout", "5m")
 	t.Logf("TIMING helm install --wait: %s", time.Since(start).Round(time.Millisecond))
 	h.Kubectl("-n", helmNS, "rollout", "status", "--timeout=120s", "daemonset/herald-speaker")
 
@@ -86,13 +125,19 @@ func TestHelm(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
+}
 
+// serveVIPs applies the configuration and an echo server behind an L2 and
+// a BGP Service, waits until both VIPs answer, and checks the nodes: herald's
+// rules, their iptables backend, conntrack's timeouts.
+func (hr *helmRun) serveVIPs(t *testing.T) (l2IP, bgpIP string, nodeIPs map[string]bool) {
+	h := hr.h
 	// The configuration, as a user writes it, and an echo server behind
 	// an L2 Service and a BGP Service.
 	h.Apply(helmConfigYAML())
 	h.Apply(echoYAML("helm-echo", 2) + serviceYAML("helm-l2", "helm-echo", "helm-l2") + serviceYAML("helm-bgp", "helm-echo", "helm-bgp"))
 	h.Kubectl("rollout", "status", "--timeout=120s", "deployment/helm-echo")
-	l2IP, bgpIP := waitIP(h, "helm-l2"), waitIP(h, "helm-bgp")
+	l2IP, bgpIP = waitIP(h, "helm-l2"), waitIP(h, "helm-bgp")
 	t.Logf("L2 VIP %s, BGP VIP %s", l2IP, bgpIP)
 	h.Poll(time.Minute, "the L2 VIP answering the LAN client", func() (bool, string) {
 		ok, err := harness.EchoGet(h.Layout.Client, l2IP, 2*time.Second)
@@ -102,7 +147,7 @@ func TestHelm(t *testing.T) {
 		ok, err := harness.EchoGet(h.Layout.Remote, bgpIP, 2*time.Second)
 		return ok, fmt.Sprint(err)
 	})
-	nodeIPs := map[string]bool{}
+	nodeIPs = map[string]bool{}
 	for _, n := range h.Layout.Nodes {
 		nodeIPs[n.IPv4.String()] = true
 		nodeIPs[n.IPv6.String()] = true
@@ -129,22 +174,24 @@ func TestHelm(t *testing.T) {
 			}
 		}
 	}
-	// The speakers' last words at the upgrade and the uninstall: a real
-	// kubelet removes a deleted pod's logs, so they are followed.
-	speakerLogs := h.FollowLogs(helmNS, "app.kubernetes.io/component=speaker", "speaker")
-	scrapeMetrics(h, "speaker", "herald_speaker_members ", `herald_build_info{component="speaker"`)
+	return l2IP, bgpIP, nodeIPs
+}
 
+// upgradeUnderProbe upgrades to another image tag while both VIPs are
+// probed, and checks that no request failed and nothing moved.
+func (hr *helmRun) upgradeUnderProbe(t *testing.T, l2IP, bgpIP string, speakerLogs *harness.LogFollower) {
+	h := hr.h
 	// helm upgrade to another tag while both VIPs are probed every 20 ms.
 	// In binary mode every tag is this tree's binary; image mode runs real
 	// tags, so the tag is given to the image under test.
 	if h.Lab.ImageMode || h.Lab.RealNodes {
-		podman(t, ctx, "tag", kubelet.HeraldImageName, kubelet.HeraldRepository+":"+upgradeTag)
+		podman(t, hr.ctx, "tag", kubelet.HeraldImageName, kubelet.HeraldRepository+":"+upgradeTag)
 		// untag with the name twice: with the image alone, podman removes
 		// every name it has, :dev included.
 		t.Cleanup(func() {
 			podman(t, context.Background(), "untag", kubelet.HeraldRepository+":"+upgradeTag, kubelet.HeraldRepository+":"+upgradeTag)
 		})
-		if err := h.Lab.LoadImages(ctx, kubelet.HeraldRepository+":"+upgradeTag); err != nil {
+		if err := h.Lab.LoadImages(hr.ctx, kubelet.HeraldRepository+":"+upgradeTag); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,8 +222,8 @@ func TestHelm(t *testing.T) {
 	l2MACs := harness.WatchMAC(h.Layout.Client, l2IP)
 	ipChanges := watchIPs(h, map[string]string{"helm-l2": l2IP, "helm-bgp": bgpIP})
 	time.Sleep(time.Second)
-	start = time.Now()
-	helm("upgrade", helmRelease, chart, "-n", helmNS, "-f", values, "--set", "image.tag="+upgradeTag, "--wait", "--timeout", "5m")
+	start := time.Now()
+	hr.helm("upgrade", helmRelease, hr.chart, "-n", helmNS, "-f", hr.values, "--set", "image.tag="+upgradeTag, "--wait", "--timeout", "5m")
 	h.Kubectl("-n", helmNS, "rollout", "status", "--timeout=180s", "daemonset/herald-speaker")
 	h.Kubectl("-n", helmNS, "rollout", "status", "--timeout=120s", "deployment/herald-controller")
 	upgradeTook := time.Since(start)
@@ -233,10 +280,15 @@ func TestHelm(t *testing.T) {
 	if strings.Count(images, ":"+upgradeTag) != len(h.Layout.Nodes)+1 {
 		t.Errorf("after the upgrade, the pods' images are not all %s:\n%s", upgradeTag, images)
 	}
+}
 
+// uninstallKeepsConfig uninstalls and checks what the speakers did on the
+// way out, and that the CRDs and the configuration stay.
+func (hr *helmRun) uninstallKeepsConfig(t *testing.T, nodeIPs map[string]bool, speakerLogs *harness.LogFollower) {
+	h := hr.h
 	// helm uninstall: each node's last speaker removes its rules, the
 	// ones the upgrade replaced kept them.
-	uninstallAndCheck(h, helm, nodeIPs)
+	uninstallAndCheck(h, hr.helm, nodeIPs)
 	followed := speakerLogs.Stop()
 	removed, kept := decisions(h, "speaker", followed)
 	if removed != len(h.Layout.Nodes) || kept != len(h.Layout.Nodes) {
@@ -256,10 +308,15 @@ func TestHelm(t *testing.T) {
 	if out := h.Kubectl("-n", helmNS, "get", "ipaddresspools,l2advertisements,bgppeers,bgpadvertisements", "-o", "name"); strings.Count(out, "\n") < 4 {
 		t.Errorf("the configuration did not survive helm uninstall:\n%s", out)
 	}
+}
 
+// standaloneProxy installs with the proxy on its own and checks that it too
+// removes its rules at uninstall.
+func (hr *helmRun) standaloneProxy(t *testing.T, nodeIPs map[string]bool) {
+	h := hr.h
 	// The proxy on its own (proxy.mode=standalone, the speakers with
 	// --proxy=false) removes its rules at uninstall too.
-	helm("install", helmRelease, chart, "-n", helmNS, "-f", values, "--set", "proxy.mode=standalone", "--wait", "--timeout", "5m")
+	hr.helm("install", helmRelease, hr.chart, "-n", helmNS, "-f", hr.values, "--set", "proxy.mode=standalone", "--wait", "--timeout", "5m")
 	h.Kubectl("-n", helmNS, "rollout", "status", "--timeout=120s", "daemonset/herald-proxy")
 	proxyLogs := h.FollowLogs(helmNS, "app.kubernetes.io/component=proxy", "proxy")
 	h.Poll(time.Minute, "the standalone proxies' rules on every node", func() (bool, string) {
@@ -271,22 +328,9 @@ func TestHelm(t *testing.T) {
 		return true, ""
 	})
 	scrapeMetrics(h, "proxy")
-	uninstallAndCheck(h, helm, nodeIPs)
+	uninstallAndCheck(h, hr.helm, nodeIPs)
 	if removed, kept := decisions(h, "proxy", proxyLogs.Stop()); removed != len(h.Layout.Nodes) || kept != 0 {
 		t.Errorf("the standalone proxies removed their rules %d times and kept them %d times; want %d and 0", removed, kept, len(h.Layout.Nodes))
-	}
-
-	// Nothing that is not herald's was touched, and the host port still
-	// works.
-	for _, n := range h.Layout.Nodes {
-		gone, added := harness.DiffRules(foreign[n.Name], harness.ForeignRules(h.Ctx, n.Netns))
-		t.Logf("%s: %d rules and chains not herald's before the install; after the uninstalls %d gone, %d added", n.Name, len(foreign[n.Name]), len(gone), len(added))
-		if len(gone) > 0 || len(added) > 0 {
-			t.Errorf("%s: rules not herald's changed across install and uninstall:\ngone:\n%s\nadded:\n%s", n.Name, strings.Join(gone, "\n"), strings.Join(added, "\n"))
-		}
-	}
-	if h.Lab.RealNodes {
-		checkHostPort(h)
 	}
 }
 

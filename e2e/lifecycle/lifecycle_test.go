@@ -32,27 +32,7 @@ func TestHeraldLabCLI(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	state := filepath.Join(t.TempDir(), "lab")
-	run := func(args ...string) (string, int) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return string(out), ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatalf("herald-lab %v: %v", args, err)
-		}
-		return string(out), 0
-	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, code := run(args...)
-		if code != 0 {
-			t.Fatalf("herald-lab %s: exit %d\n%s", strings.Join(args, " "), code, out)
-		}
-		return out
-	}
+	cli := labCLI{ctx: ctx, bin: bin}
 
 	// Another package's lab may be up: --wait queues behind it. The
 	// machine is observed once up holds the lab lock would be ideal, but
@@ -63,12 +43,12 @@ func TestHeraldLabCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	out := must("up", "--wait", "--nodes", "2", "--prefix", prefix, "--state", state, "--bare")
+	out := cli.must(t, "up", "--wait", "--nodes", "2", "--prefix", prefix, "--state", state, "--bare")
 	t.Logf("herald-lab up returned after %s (including any wait for another package's lab); it says:\n%s", time.Since(start).Round(time.Millisecond), out)
 	downDone := false
 	t.Cleanup(func() {
 		if !downDone {
-			out, code := run("down", "--state", state)
+			out, code := cli.run(t, "down", "--state", state)
 			t.Logf("cleanup down (exit %d):\n%s", code, out)
 		}
 	})
@@ -86,11 +66,11 @@ func TestHeraldLabCLI(t *testing.T) {
 	}
 
 	// status: every process running, the network there, both nodes Ready.
-	out = must("status", "--state", state)
+	out = cli.must(t, "status", "--state", state)
 	if strings.Contains(out, "GONE") || strings.Contains(out, "missing") || strings.Count(out, " Ready ") != 2 {
 		t.Errorf("status:\n%s", out)
 	}
-	if got := strings.TrimSpace(must("kubeconfig", "--state", state)); got != s.Kubeconfig {
+	if got := strings.TrimSpace(cli.must(t, "kubeconfig", "--state", state)); got != s.Kubeconfig {
 		t.Errorf("kubeconfig printed %q, want %q", got, s.Kubeconfig)
 	}
 
@@ -101,14 +81,14 @@ func TestHeraldLabCLI(t *testing.T) {
 		"remote": topology.RemoteV4IP.String() + "/",
 		"node2":  l.Nodes[1].IPv4.String() + "/",
 	} {
-		if out := must("exec", "--state", state, target, "--", "ip", "-br", "addr"); !strings.Contains(out, want) {
+		if out := cli.must(t, "exec", "--state", state, target, "--", "ip", "-br", "addr"); !strings.Contains(out, want) {
 			t.Errorf("exec %s: no %s in:\n%s", target, want, out)
 		}
 	}
-	if _, code := run("exec", "--state", state, "client", "--", "sh", "-c", "exit 7"); code != 7 {
+	if _, code := cli.run(t, "exec", "--state", state, "client", "--", "sh", "-c", "exit 7"); code != 7 {
 		t.Errorf("exec exit code %d, want 7", code)
 	}
-	if out, code := run("exec", "--state", state, "node9", "--", "true"); code == 0 || !strings.Contains(out, "want a node (node1..node2)") {
+	if out, code := cli.run(t, "exec", "--state", state, "node9", "--", "true"); code == 0 || !strings.Contains(out, "want a node (node1..node2)") {
 		t.Errorf("exec on a bad target: exit %d:\n%s", code, out)
 	}
 	k := s.KubectlClient()
@@ -126,17 +106,17 @@ func TestHeraldLabCLI(t *testing.T) {
 	if podIP == "" {
 		t.Fatal("pod web did not start")
 	}
-	if out := must("exec", "--state", state, "pod/web", "--", "ip", "-br", "addr"); !strings.Contains(out, podIP+"/") {
+	if out := cli.must(t, "exec", "--state", state, "pod/web", "--", "ip", "-br", "addr"); !strings.Contains(out, podIP+"/") {
 		t.Errorf("exec pod/web: no %s in:\n%s", podIP, out)
 	}
 	podPID, _ := strconv.Atoi(cid[strings.LastIndexByte(cid, '/')+1:])
 
 	// A second lab is refused while this one is up, whatever its prefix.
-	if out, code := run("up", "--nodes", "1", "--prefix", "hlcla", "--state", filepath.Join(t.TempDir(), "other")); code == 0 || !strings.Contains(out, "another lab is up") {
+	if out, code := cli.run(t, "up", "--nodes", "1", "--prefix", "hlcla", "--state", filepath.Join(t.TempDir(), "other")); code == 0 || !strings.Contains(out, "another lab is up") {
 		t.Errorf("second up: exit %d:\n%s", code, out)
 	}
 	// And the same state directory is refused too.
-	if out, code := run("up", "--state", state); code == 0 || !strings.Contains(out, "is recorded in") {
+	if out, code := cli.run(t, "up", "--state", state); code == 0 || !strings.Contains(out, "is recorded in") {
 		t.Errorf("up over the same state: exit %d:\n%s", code, out)
 	}
 
@@ -148,7 +128,7 @@ func TestHeraldLabCLI(t *testing.T) {
 		}
 	}
 	start = time.Now()
-	if out := must("down", "--state", state); !strings.Contains(out, "lab down in") {
+	if out := cli.must(t, "down", "--state", state); !strings.Contains(out, "lab down in") {
 		t.Errorf("down printed:\n%s", out)
 	}
 	downDone = true
@@ -170,9 +150,42 @@ func TestHeraldLabCLI(t *testing.T) {
 	if alive(podPID) {
 		t.Errorf("the pod's process %d survived down", podPID)
 	}
-	if out, _ := run("status", "--state", state); !strings.Contains(out, "no lab") {
+	if out, _ := cli.run(t, "status", "--state", state); !strings.Contains(out, "no lab") {
 		t.Errorf("status after down:\n%s", out)
 	}
+}
+
+// labCLI runs a herald-lab binary.
+type labCLI struct {
+	ctx context.Context
+	bin string
+}
+
+// run runs herald-lab with args and returns its output and exit code; the
+// test ends if it cannot run.
+func (c labCLI) run(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.CommandContext(c.ctx, c.bin, args...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("herald-lab %v: %v", args, err)
+	}
+	return string(out), 0
+}
+
+// must runs herald-lab with args and returns its output; the test ends if
+// it fails.
+func (c labCLI) must(t *testing.T, args ...string) string {
+	t.Helper()
+	out, code := c.run(t, args...)
+	if code != 0 {
+		t.Fatalf("herald-lab %s: exit %d\n%s", strings.Join(args, " "), code, out)
+	}
+	return out
 }
 
 func apiServerPID(t *testing.T, s cluster.State) int {

@@ -17,6 +17,13 @@ import (
 
 const psaPrefix = "hlpsa"
 
+// psaChecks are TestHelmPodSecurity's checks of the namespaces and the
+// speakers, on its test and lab.
+type psaChecks struct {
+	t *testing.T
+	h *harness.T
+}
+
 // TestHelmPodSecurity: on a lab whose API server enforces Pod Security
 // (baseline for namespaces without labels, controlplane's default), the
 // chart's speakers run only because its hook labels the release's
@@ -46,111 +53,18 @@ func TestHelmPodSecurity(t *testing.T) {
 	values := labValues(t, h.Lab.APIServerURL)
 	chart := filepath.Join(root, "charts", "herald")
 
-	psaLabels := func(ns string) map[string]string {
-		t.Helper()
-		n, err := h.CS.CoreV1().Namespaces().Get(h.Ctx, ns, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("namespace %s: %v", ns, err)
-		}
-		out := map[string]string{}
-		for k, v := range n.Labels {
-			if strings.HasPrefix(k, "pod-security.kubernetes.io/") || k == "team" {
-				out[k] = v
-			}
-		}
-		return out
-	}
-	privileged := func(ns string, extra ...string) {
-		t.Helper()
-		got := psaLabels(ns)
-		want := map[string]string{"pod-security.kubernetes.io/enforce": "privileged", "pod-security.kubernetes.io/audit": "privileged", "pod-security.kubernetes.io/warn": "privileged"}
-		for i := 0; i+1 < len(extra); i += 2 {
-			want[extra[i]] = extra[i+1]
-		}
-		if len(got) != len(want) {
-			t.Errorf("namespace %s: labels %v, want %v", ns, got, want)
-			return
-		}
-		for k, v := range want {
-			if got[k] != v {
-				t.Errorf("namespace %s: labels %v, want %v", ns, got, want)
-				return
-			}
-		}
-	}
-	noHookLeft := func(ns string) {
-		t.Helper()
-		cs, name := h.CS, "herald-label-namespace"
-		for what, err := range map[string]error{
-			"Job":            get(cs.BatchV1().Jobs(ns).Get(h.Ctx, name, metav1.GetOptions{})),
-			"ServiceAccount": get(cs.CoreV1().ServiceAccounts(ns).Get(h.Ctx, name, metav1.GetOptions{})),
-			"Role":           get(cs.RbacV1().Roles(ns).Get(h.Ctx, name, metav1.GetOptions{})),
-			"RoleBinding":    get(cs.RbacV1().RoleBindings(ns).Get(h.Ctx, name, metav1.GetOptions{})),
-		} {
-			if !apierrors.IsNotFound(err) {
-				t.Errorf("%s %s/%s after the hook: %v; want it deleted", what, ns, name, err)
-			}
-		}
-	}
-	// refusals are the messages of the speaker DaemonSet's FailedCreate
-	// events in ns that Pod Security caused: a pod created before the
-	// namespace was labelled.
-	refusals := func(ns string) (string, error) {
-		out, err := h.K.Output(h.Ctx, "-n", ns, "get", "events", "--field-selector", "involvedObject.name=herald-speaker,reason=FailedCreate",
-			"-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
-		if err != nil {
-			return "", err
-		}
-		var refused []string
-		for _, l := range strings.Split(out, "\n") {
-			if strings.Contains(l, "violates PodSecurity") {
-				refused = append(refused, l)
-			}
-		}
-		return strings.Join(refused, "\n"), nil
-	}
-	speakersReady := func(ns string) {
-		t.Helper()
-		h.Kubectl("-n", ns, "rollout", "status", "--timeout=180s", "daemonset/herald-speaker")
-		if n := strings.Count(h.Kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=speaker", "-o", "name"), "pod/"); n != len(h.Layout.Nodes) {
-			t.Errorf("%s: %d speaker pods, want %d", ns, n, len(h.Layout.Nodes))
-		}
-	}
-	// rolled waits for the speakers of psa-own to roll out after a helm
-	// command run without --wait (so that a pod Pod Security refuses ends
-	// the test at once, with the API server's reason), then checks that
-	// none was refused (the hook relabelled the namespace first), that
-	// the new pods run with logLevel, and that the hook is gone.
-	rolled := func(after, logLevel string) {
-		t.Helper()
-		h.Poll(3*time.Minute, "the speakers rolled out after "+after, func() (bool, string) {
-			if r, err := refusals("psa-own"); err == nil && r != "" {
-				t.Fatalf("%s: the API server refused the speaker's new pods (namespace labels %v):\n%s", after, psaLabels("psa-own"), r)
-			}
-			out, err := h.K.Output(h.Ctx, "-n", "psa-own", "rollout", "status", "--watch=false", "daemonset/herald-speaker")
-			return err == nil && strings.Contains(out, "successfully rolled out"), out
-		})
-		privileged("psa-own", "team", "network")
-		speakersReady("psa-own")
-		if args := h.Kubectl("-n", "psa-own", "get", "daemonset", "herald-speaker", "-o", "jsonpath={.spec.template.spec.containers[0].args}"); !strings.Contains(args, "--log-level="+logLevel) {
-			t.Errorf("%s did not reach the speaker's pods: args %s, want --log-level=%s", after, args, logLevel)
-		}
-		if r, err := refusals("psa-own"); err != nil || r != "" {
-			t.Errorf("%s: the API server refused speaker pods, created before the namespace was relabelled (%v):\n%s", after, err, r)
-		}
-		noHookLeft("psa-own")
-	}
+	pc := psaChecks{t: t, h: h}
 
 	// 1. No hook: the namespace as --create-namespace makes it, refused.
 	start := time.Now()
 	helm("install", helmRelease, chart, "-n", "psa-off", "--create-namespace", "-f", values, "--set", "podSecurity.labelNamespace=false")
-	if got := psaLabels("psa-off"); len(got) != 0 {
+	if got := pc.psaLabels("psa-off"); len(got) != 0 {
 		t.Errorf("psa-off after helm install --create-namespace without the hook: labels %v, want none", got)
 	}
 	var refusal string
 	h.Poll(2*time.Minute, "the speaker DaemonSet's pods refused by Pod Security", func() (bool, string) {
 		var err error
-		refusal, err = refusals("psa-off")
+		refusal, err = pc.refusals("psa-off")
 		refusal = strings.TrimSpace(refusal)
 		return err == nil && refusal != "", fmt.Sprintf("refusals %q, error %v", refusal, err)
 	})
@@ -174,15 +88,15 @@ func TestHelmPodSecurity(t *testing.T) {
 	start = time.Now()
 	helm("install", helmRelease, chart, "-n", "psa-own", "-f", values, "--wait", "--timeout", "5m")
 	t.Logf("TIMING helm install --wait into a restricted namespace made beforehand: %s", time.Since(start).Round(time.Millisecond))
-	privileged("psa-own", "team", "network")
-	speakersReady("psa-own")
-	noHookLeft("psa-own")
+	pc.privileged("psa-own", "team", "network")
+	pc.speakersReady("psa-own")
+	pc.noHookLeft("psa-own")
 
 	// 3. Lowered since: helm upgrade relabels before the speakers roll.
 	h.Kubectl("label", "namespace", "psa-own", "--overwrite", "pod-security.kubernetes.io/enforce=baseline")
 	start = time.Now()
 	helm("upgrade", helmRelease, chart, "-n", "psa-own", "-f", values, "--set", "speaker.logLevel=info", "--timeout", "5m")
-	rolled("helm upgrade", "info")
+	pc.rolled("helm upgrade", "info")
 	t.Logf("TIMING helm upgrade, a new speaker pod per node: %s", time.Since(start).Round(time.Millisecond))
 
 	// 4. Lowered again: helm rollback to the install's revision relabels
@@ -190,24 +104,136 @@ func TestHelmPodSecurity(t *testing.T) {
 	h.Kubectl("label", "namespace", "psa-own", "--overwrite", "pod-security.kubernetes.io/enforce=baseline")
 	start = time.Now()
 	helm("rollback", helmRelease, "1", "-n", "psa-own", "--timeout", "5m")
-	rolled("helm rollback", "debug")
+	pc.rolled("helm rollback", "debug")
 	t.Logf("TIMING helm rollback, a new speaker pod per node: %s", time.Since(start).Round(time.Millisecond))
 
 	// 5. helm uninstall keeps the namespace and its labels.
 	helm("uninstall", helmRelease, "-n", "psa-own", "--wait", "--timeout", "2m")
-	privileged("psa-own", "team", "network")
+	pc.privileged("psa-own", "team", "network")
 
 	// 6. A new namespace, --create-namespace: the hook labels it.
 	start = time.Now()
 	helm("install", helmRelease, chart, "-n", "psa-new", "--create-namespace", "-f", values, "--wait", "--timeout", "5m")
 	t.Logf("TIMING helm install --create-namespace --wait: %s", time.Since(start).Round(time.Millisecond))
-	privileged("psa-new")
-	speakersReady("psa-new")
-	noHookLeft("psa-new")
+	pc.privileged("psa-new")
+	pc.speakersReady("psa-new")
+	pc.noHookLeft("psa-new")
 	helm("uninstall", helmRelease, "-n", "psa-new", "--wait", "--timeout", "2m")
 	if _, err := h.CS.CoreV1().Namespaces().Get(h.Ctx, "psa-new", metav1.GetOptions{}); err != nil {
 		t.Errorf("psa-new after helm uninstall: %v; Helm does not delete the namespace --create-namespace made", err)
 	}
+}
+
+// psaLabels is ns's Pod Security labels, and its team label.
+func (pc psaChecks) psaLabels(ns string) map[string]string {
+	t, h := pc.t, pc.h
+	t.Helper()
+	n, err := h.CS.CoreV1().Namespaces().Get(h.Ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("namespace %s: %v", ns, err)
+	}
+	out := map[string]string{}
+	for k, v := range n.Labels {
+		if strings.HasPrefix(k, "pod-security.kubernetes.io/") || k == "team" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// privileged checks that ns's labels are the privileged level's, and
+// extra (label, value pairs) alone besides.
+func (pc psaChecks) privileged(ns string, extra ...string) {
+	t := pc.t
+	t.Helper()
+	got := pc.psaLabels(ns)
+	want := map[string]string{"pod-security.kubernetes.io/enforce": "privileged", "pod-security.kubernetes.io/audit": "privileged", "pod-security.kubernetes.io/warn": "privileged"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		want[extra[i]] = extra[i+1]
+	}
+	if len(got) != len(want) {
+		t.Errorf("namespace %s: labels %v, want %v", ns, got, want)
+		return
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("namespace %s: labels %v, want %v", ns, got, want)
+			return
+		}
+	}
+}
+
+// noHookLeft checks that the labelling hook left nothing in ns.
+func (pc psaChecks) noHookLeft(ns string) {
+	t, h := pc.t, pc.h
+	t.Helper()
+	cs, name := h.CS, "herald-label-namespace"
+	for what, err := range map[string]error{
+		"Job":            get(cs.BatchV1().Jobs(ns).Get(h.Ctx, name, metav1.GetOptions{})),
+		"ServiceAccount": get(cs.CoreV1().ServiceAccounts(ns).Get(h.Ctx, name, metav1.GetOptions{})),
+		"Role":           get(cs.RbacV1().Roles(ns).Get(h.Ctx, name, metav1.GetOptions{})),
+		"RoleBinding":    get(cs.RbacV1().RoleBindings(ns).Get(h.Ctx, name, metav1.GetOptions{})),
+	} {
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("%s %s/%s after the hook: %v; want it deleted", what, ns, name, err)
+		}
+	}
+}
+
+// refusals are the messages of the speaker DaemonSet's FailedCreate
+// events in ns that Pod Security caused: a pod created before the
+// namespace was labelled.
+func (pc psaChecks) refusals(ns string) (string, error) {
+	h := pc.h
+	out, err := h.K.Output(h.Ctx, "-n", ns, "get", "events", "--field-selector", "involvedObject.name=herald-speaker,reason=FailedCreate",
+		"-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+	if err != nil {
+		return "", err
+	}
+	var refused []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "violates PodSecurity") {
+			refused = append(refused, l)
+		}
+	}
+	return strings.Join(refused, "\n"), nil
+}
+
+// speakersReady waits for the speakers' rollout in ns and checks that
+// every node has one.
+func (pc psaChecks) speakersReady(ns string) {
+	t, h := pc.t, pc.h
+	t.Helper()
+	h.Kubectl("-n", ns, "rollout", "status", "--timeout=180s", "daemonset/herald-speaker")
+	if n := strings.Count(h.Kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=speaker", "-o", "name"), "pod/"); n != len(h.Layout.Nodes) {
+		t.Errorf("%s: %d speaker pods, want %d", ns, n, len(h.Layout.Nodes))
+	}
+}
+
+// rolled waits for the speakers of psa-own to roll out after a helm
+// command run without --wait (so that a pod Pod Security refuses ends
+// the test at once, with the API server's reason), then checks that
+// none was refused (the hook relabelled the namespace first), that
+// the new pods run with logLevel, and that the hook is gone.
+func (pc psaChecks) rolled(after, logLevel string) {
+	t, h := pc.t, pc.h
+	t.Helper()
+	h.Poll(3*time.Minute, "the speakers rolled out after "+after, func() (bool, string) {
+		if r, err := pc.refusals("psa-own"); err == nil && r != "" {
+			t.Fatalf("%s: the API server refused the speaker's new pods (namespace labels %v):\n%s", after, pc.psaLabels("psa-own"), r)
+		}
+		out, err := h.K.Output(h.Ctx, "-n", "psa-own", "rollout", "status", "--watch=false", "daemonset/herald-speaker")
+		return err == nil && strings.Contains(out, "successfully rolled out"), out
+	})
+	pc.privileged("psa-own", "team", "network")
+	pc.speakersReady("psa-own")
+	if args := h.Kubectl("-n", "psa-own", "get", "daemonset", "herald-speaker", "-o", "jsonpath={.spec.template.spec.containers[0].args}"); !strings.Contains(args, "--log-level="+logLevel) {
+		t.Errorf("%s did not reach the speaker's pods: args %s, want --log-level=%s", after, args, logLevel)
+	}
+	if r, err := pc.refusals("psa-own"); err != nil || r != "" {
+		t.Errorf("%s: the API server refused speaker pods, created before the namespace was relabelled (%v):\n%s", after, err, r)
+	}
+	pc.noHookLeft("psa-own")
 }
 
 // get keeps the error of a client-go Get.

@@ -134,6 +134,20 @@ func frrLeftovers(name string, records []proc.Record) []string {
 	return found
 }
 
+// peerPair is the FRR and BIRD that TestFRRAndBIRDPeer's steps work on.
+type peerPair struct {
+	ctx context.Context
+	// waitCtx bounds the waits for sessions and routes.
+	waitCtx context.Context
+	frr     *FRR
+	bird    *BIRD
+	// birdConf is BIRD's configuration announcing the prefixes.
+	birdConf   func(announce ...netip.Prefix) string
+	frrRecords []proc.Record
+	// birdStart is when BIRD was started.
+	birdStart time.Time
+}
+
 // TestFRRAndBIRDPeer runs FRR and BIRD in two namespaces, peers them over
 // IPv4 (configured neighbors, with BFD) and IPv6 (FRR listening on a
 // range), and checks that routes flow both ways into the kernel tables.
@@ -162,24 +176,43 @@ func TestFRRAndBIRDPeer(t *testing.T) {
 	twoNamespaces(t)
 	dir := t.TempDir()
 
-	t.Run("bad configurations fail cleanly", func(t *testing.T) {
-		_, err := StartFRR(ctx, FRRConfig{Netns: frrNS, Dir: filepath.Join(dir, "badfrr"), Name: "hlrt-badfrr", Config: "router bgp 64512\n neighbor 198.51.100.2 remote-as nonsense\n", KillWithParent: true})
-		if err == nil || !strings.Contains(err.Error(), "remote-as nonsense") {
-			t.Errorf("StartFRR with a bad config: error %v, want one quoting the bad line", err)
-		} else {
-			t.Logf("FRR: %v", err)
-		}
-		if l := frrLeftovers("hlrt-badfrr", nil); len(l) > 0 {
-			t.Errorf("failed StartFRR left %v", l)
-		}
-		_, err = StartBIRD(ctx, BIRDConfig{Netns: birdNS, Dir: filepath.Join(dir, "badbird"), Config: "protocol bogus {}\n", KillWithParent: true})
-		if err == nil || !strings.Contains(err.Error(), "syntax error") {
-			t.Errorf("StartBIRD with a bad config: error %v, want bird's syntax error", err)
-		} else {
-			t.Logf("BIRD: %v", err)
-		}
-	})
+	t.Run("bad configurations fail cleanly", func(t *testing.T) { checkBadConfigs(t, ctx, dir) })
 
+	pp := startPeerPair(t, ctx, dir)
+
+	waitCtx, waitCancel := context.WithTimeout(ctx, 60*time.Second)
+	defer waitCancel()
+	pp.waitCtx = waitCtx
+	pp.waitSessions(t)
+	pp.waitRoutes(t)
+	before := pp.checkBFD(t)
+	pp.checkReconfigure(t, before)
+	pp.checkRestartAndStop(t, tmpErrBefore)
+}
+
+// checkBadConfigs checks that FRR and BIRD fail to start on a bad
+// configuration, quoting it, and leave nothing behind.
+func checkBadConfigs(t *testing.T, ctx context.Context, dir string) {
+	_, err := StartFRR(ctx, FRRConfig{Netns: frrNS, Dir: filepath.Join(dir, "badfrr"), Name: "hlrt-badfrr", Config: "router bgp 64512\n neighbor 198.51.100.2 remote-as nonsense\n", KillWithParent: true})
+	if err == nil || !strings.Contains(err.Error(), "remote-as nonsense") {
+		t.Errorf("StartFRR with a bad config: error %v, want one quoting the bad line", err)
+	} else {
+		t.Logf("FRR: %v", err)
+	}
+	if l := frrLeftovers("hlrt-badfrr", nil); len(l) > 0 {
+		t.Errorf("failed StartFRR left %v", l)
+	}
+	_, err = StartBIRD(ctx, BIRDConfig{Netns: birdNS, Dir: filepath.Join(dir, "badbird"), Config: "protocol bogus {}\n", KillWithParent: true})
+	if err == nil || !strings.Contains(err.Error(), "syntax error") {
+		t.Errorf("StartBIRD with a bad config: error %v, want bird's syntax error", err)
+	} else {
+		t.Logf("BIRD: %v", err)
+	}
+}
+
+// startPeerPair starts FRR and BIRD, configured to peer, each stopped
+// (its logs shown if the test failed) at the test's end.
+func startPeerPair(t *testing.T, ctx context.Context, dir string) *peerPair {
 	fast := BFDProfile{Name: "fast", ReceiveInterval: 100 * time.Millisecond, TransmitInterval: 100 * time.Millisecond, DetectMultiplier: 3}
 	frrConf := FRRBGPConfig(RouterBGP{
 		ASN: 64512, RouterID: frrV4,
@@ -238,9 +271,12 @@ func TestFRRAndBIRDPeer(t *testing.T) {
 		}
 	})
 	t.Logf("started FRR (zebra, bgpd, bfdd, config loaded) in %v, BIRD in %v", frrStarted.Round(time.Millisecond), birdStarted.Round(time.Millisecond))
+	return &peerPair{ctx: ctx, frr: frr, bird: bird, birdConf: birdConf, frrRecords: frrRecords, birdStart: start}
+}
 
-	waitCtx, waitCancel := context.WithTimeout(ctx, 60*time.Second)
-	defer waitCancel()
+// waitSessions waits for both sessions Established at FRR; the IPv6 one
+// must be a listen range peer.
+func (pp *peerPair) waitSessions(t *testing.T) {
 	type peer struct {
 		State       string `json:"state"`
 		PfxRcd      int    `json:"pfxRcd"`
@@ -252,12 +288,12 @@ func TestFRRAndBIRDPeer(t *testing.T) {
 	// The IPv6 session is opened by BIRD alone (FRR only listens on the
 	// range); on IPv4 both sides connect, and BGP resolves the collision.
 	var up4, up6 time.Duration
-	eventually(waitCtx, t, "FRR sessions established", func() (bool, string) {
+	eventually(pp.waitCtx, t, "FRR sessions established", func() (bool, string) {
 		summary = nil
-		if err := frr.VtyshJSON(ctx, "show bgp summary json", &summary); err != nil {
+		if err := pp.frr.VtyshJSON(pp.ctx, "show bgp summary json", &summary); err != nil {
 			return false, err.Error()
 		}
-		since := time.Since(start)
+		since := time.Since(pp.birdStart)
 		if up4 == 0 && summary["ipv4Unicast"].Peers[birdV4.String()].State == "Established" {
 			up4 = since
 		}
@@ -270,7 +306,11 @@ func TestFRRAndBIRDPeer(t *testing.T) {
 	if !summary["ipv6Unicast"].Peers[birdV6.String()].DynamicPeer {
 		t.Errorf("IPv6 peer %s is not a dynamic (listen range) peer: %+v", birdV6, summary["ipv6Unicast"])
 	}
+}
 
+// waitRoutes waits for each side's routes in the other's BGP and kernel
+// table.
+func (pp *peerPair) waitRoutes(t *testing.T) {
 	// FRR learns BIRD's routes and zebra installs them in the namespace.
 	var routes struct {
 		Routes map[string][]struct {
@@ -282,45 +322,49 @@ func TestFRRAndBIRDPeer(t *testing.T) {
 		if p.Addr().Is6() {
 			family = "ipv6"
 		}
-		eventually(waitCtx, t, "FRR learns "+p.String(), func() (bool, string) {
-			if err := frr.VtyshJSON(ctx, "show bgp "+family+" unicast json", &routes); err != nil {
+		eventually(pp.waitCtx, t, "FRR learns "+p.String(), func() (bool, string) {
+			if err := pp.frr.VtyshJSON(pp.ctx, "show bgp "+family+" unicast json", &routes); err != nil {
 				return false, err.Error()
 			}
 			paths := routes.Routes[p.String()]
 			return len(paths) > 0 && paths[0].Valid, fmt.Sprintf("%+v", routes.Routes)
 		})
-		eventually(waitCtx, t, p.String()+" in "+frrNS+"'s kernel table", func() (bool, string) {
+		eventually(pp.waitCtx, t, p.String()+" in "+frrNS+"'s kernel table", func() (bool, string) {
 			return kernelRoute(frrNS, p, "bgp")
 		})
 	}
 	// BIRD learns FRR's route, and only that one: FRR does not send BIRD's
 	// own routes back.
-	eventually(waitCtx, t, "BIRD learns "+frrRoute4.String(), func() (bool, string) {
-		out, err := bird.Birdc(ctx, "show route protocol frr4")
+	eventually(pp.waitCtx, t, "BIRD learns "+frrRoute4.String(), func() (bool, string) {
+		out, err := pp.bird.Birdc(pp.ctx, "show route protocol frr4")
 		if err != nil {
 			return false, err.Error()
 		}
 		return strings.Contains(out, frrRoute4.String()) && !strings.Contains(out, birdRoute4.String()), out
 	})
-	eventually(waitCtx, t, frrRoute4.String()+" in "+birdNS+"'s kernel table", func() (bool, string) {
+	eventually(pp.waitCtx, t, frrRoute4.String()+" in "+birdNS+"'s kernel table", func() (bool, string) {
 		return kernelRoute(birdNS, frrRoute4, "bird")
 	})
+}
 
-	bfdUp := eventually(waitCtx, t, "BFD session up in FRR and BIRD", func() (bool, string) {
+// checkBFD waits for the BFD session up on both sides and checks that the
+// IPv4 session then stays up; it returns how often it was established.
+func (pp *peerPair) checkBFD(t *testing.T) int {
+	bfdUp := eventually(pp.waitCtx, t, "BFD session up in FRR and BIRD", func() (bool, string) {
 		var peers []struct {
 			Peer             string `json:"peer"`
 			Status           string `json:"status"`
 			ReceiveInterval  int    `json:"receive-interval"`
 			TransmitInterval int    `json:"transmit-interval"`
 		}
-		if err := frr.VtyshJSON(ctx, "show bfd peers json", &peers); err != nil {
+		if err := pp.frr.VtyshJSON(pp.ctx, "show bfd peers json", &peers); err != nil {
 			return false, err.Error()
 		}
 		up := false
 		for _, p := range peers {
 			up = up || (p.Peer == birdV4.String() && p.Status == "up" && p.ReceiveInterval == 100 && p.TransmitInterval == 100)
 		}
-		out, err := bird.Birdc(ctx, "show bfd sessions")
+		out, err := pp.bird.Birdc(pp.ctx, "show bfd sessions")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -330,54 +374,53 @@ func TestFRRAndBIRDPeer(t *testing.T) {
 
 	// The sessions stay up: BFD at 100ms intervals agrees between the two
 	// implementations (a mismatch would flap within 300ms).
-	established := func() (int, string) {
-		var n map[string]struct {
-			BGPState               string `json:"bgpState"`
-			ConnectionsEstablished int    `json:"connectionsEstablished"`
-		}
-		if err := frr.VtyshJSON(ctx, "show bgp neighbors "+birdV4.String()+" json", &n); err != nil {
-			t.Fatal(err)
-		}
-		return n[birdV4.String()].ConnectionsEstablished, n[birdV4.String()].BGPState
-	}
-	before, _ := established()
+	before, _ := pp.established(t)
 	time.Sleep(2 * time.Second)
-	if after, state := established(); after != before || state != "Established" {
+	if after, state := pp.established(t); after != before || state != "Established" {
 		t.Errorf("IPv4 session not stable: %s, established %d times, %d times 2s earlier", state, after, before)
 	}
 	// With BFD on, FRR 8.4 resets a new session once (see Neighbor.BFD).
 	t.Logf("IPv4 session (BFD on) established %d times", before)
+	return before
+}
 
+// checkReconfigure checks that BIRD keeps its configuration when it
+// rejects a new one, and takes a good one without resetting the session.
+func (pp *peerPair) checkReconfigure(t *testing.T, before int) {
 	// BIRD takes a new configuration at run time, and keeps running the
 	// old one when it rejects the new.
-	if err := bird.Reconfigure(ctx, "protocol bogus {}\n"); err == nil || !strings.Contains(err.Error(), "syntax error") {
+	if err := pp.bird.Reconfigure(pp.ctx, "protocol bogus {}\n"); err == nil || !strings.Contains(err.Error(), "syntax error") {
 		t.Errorf("Reconfigure with a bad config: error %v, want bird's syntax error", err)
 	}
 	extra := netip.MustParsePrefix("203.0.113.130/32")
-	if err := bird.Reconfigure(ctx, birdConf(birdRoute4, birdRoute6, extra)); err != nil {
+	if err := pp.bird.Reconfigure(pp.ctx, pp.birdConf(birdRoute4, birdRoute6, extra)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(waitCtx, t, "FRR learns "+extra.String()+" after BIRD's reconfiguration", func() (bool, string) {
+	eventually(pp.waitCtx, t, "FRR learns "+extra.String()+" after BIRD's reconfiguration", func() (bool, string) {
 		return kernelRoute(frrNS, extra, "bgp")
 	})
-	if after, state := established(); after != before || state != "Established" {
+	if after, state := pp.established(t); after != before || state != "Established" {
 		t.Errorf("reconfiguring BIRD's static routes reset the session: %s, established %d times, %d before", state, after, before)
 	}
+}
 
+// checkRestartAndStop restarts FRR, then stops it by its process records
+// and checks that nothing of it is left.
+func (pp *peerPair) checkRestartAndStop(t *testing.T, tmpErrBefore error) {
 	// A restart: new daemons, the old ones gone, the sessions and routes
 	// back with the configuration FRR started with.
-	start = time.Now()
-	if err := frr.Restart(ctx); err != nil {
+	start := time.Now()
+	if err := pp.frr.Restart(pp.ctx); err != nil {
 		t.Fatal(err)
 	}
 	restarted := time.Since(start)
-	for _, r := range frrRecords {
+	for _, r := range pp.frrRecords {
 		if r.Alive() {
 			t.Errorf("%s (pid %d) alive after Restart", r.Name, r.PID)
 		}
 	}
-	frrRecords = frr.Records()
-	restartCtx, restartCancel := context.WithTimeout(ctx, 60*time.Second)
+	pp.frrRecords = pp.frr.Records()
+	restartCtx, restartCancel := context.WithTimeout(pp.ctx, 60*time.Second)
 	defer restartCancel()
 	eventually(restartCtx, t, "FRR learns "+birdRoute4.String()+" again after its restart", func() (bool, string) {
 		return kernelRoute(frrNS, birdRoute4, "bgp")
@@ -385,23 +428,36 @@ func TestFRRAndBIRDPeer(t *testing.T) {
 	t.Logf("FRR restarted in %v; BIRD's route back in its kernel table %v after the restart began", restarted.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
 	// The path a lab takes after a crash: stop by record, not by handle.
-	if err := StopRecorded(frrRecords, 0); err != nil {
+	if err := StopRecorded(pp.frrRecords, 0); err != nil {
 		t.Errorf("StopRecorded: %v", err)
 	}
-	for _, r := range frrRecords {
+	for _, r := range pp.frrRecords {
 		if r.Alive() {
 			t.Errorf("%s (pid %d) alive after StopRecorded", r.Name, r.PID)
 		}
 	}
-	if l := frrLeftovers("hlrt-frr", frrRecords); len(l) > 0 {
+	if l := frrLeftovers("hlrt-frr", pp.frrRecords); len(l) > 0 {
 		t.Errorf("FRR left %v behind", l)
 	}
 	if _, err := os.Stat(frrTmpDir); err == nil && tmpErrBefore != nil {
 		t.Errorf("%s did not exist before the test and still does", frrTmpDir)
 	}
 	// BIRD sees the session go down (FRR's NOTIFICATION at shutdown).
-	eventually(waitCtx, t, "BIRD notices FRR stopped", func() (bool, string) {
-		out, err := bird.Birdc(ctx, "show protocols frr4")
+	eventually(pp.waitCtx, t, "BIRD notices FRR stopped", func() (bool, string) {
+		out, err := pp.bird.Birdc(pp.ctx, "show protocols frr4")
 		return err == nil && !strings.Contains(out, "Established"), out
 	})
+}
+
+// established is how often FRR established the IPv4 session, and its
+// state.
+func (pp *peerPair) established(t *testing.T) (int, string) {
+	var n map[string]struct {
+		BGPState               string `json:"bgpState"`
+		ConnectionsEstablished int    `json:"connectionsEstablished"`
+	}
+	if err := pp.frr.VtyshJSON(pp.ctx, "show bgp neighbors "+birdV4.String()+" json", &n); err != nil {
+		t.Fatal(err)
+	}
+	return n[birdV4.String()].ConnectionsEstablished, n[birdV4.String()].BGPState
 }
