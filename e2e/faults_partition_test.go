@@ -127,8 +127,8 @@ func TestFaultsNetworkPartition(t *testing.T) {
 	t.Logf("FIGURE partition %d|%d of %d nodes (memberlist 7946 dropped between the groups, LAN working), %d L2 VIPs, one ARP request each every ~%ds from the LAN client (two MACs = one request answered twice)", len(groupA), len(groupB), nodes, count, arpWait)
 	t.Logf("FIGURE onset of the partition (first %s): VIPs answered by two MACs: %d of %d %v; longest double answer %s; double-answer rounds %d",
 		onset, len(oIPs), count, oIPs, oLong, oRounds)
-	t.Logf("FIGURE rest of the partition (%s): VIPs answered by two MACs: %d of %d %v; longest double answer %s; double-answer rounds %d; unanswered VIP-rounds %d; moves %d",
-		healAt.Sub(settled).Round(time.Second), len(dIPs), count, dIPs, dLong, dRounds, log.unanswered(start, healAt), mPart)
+	t.Logf("FIGURE rest of the partition (%s): VIPs answered by two MACs: %d of %d %v; longest double answer %s; double-answer rounds %d; unanswered VIP-rounds %d (%d from the cut); moves %d",
+		healAt.Sub(settled).Round(time.Second), len(dIPs), count, dIPs, dLong, dRounds, log.unanswered(settled, healAt), log.unanswered(start, healAt), mPart)
 	t.Logf("FIGURE after healing (%s): VIPs answered by two MACs: %d %v; longest double answer %s; double-answer rounds %d; unanswered VIP-rounds %d; moves %d",
 		end.Sub(healAt).Round(time.Second), len(hIPs), hIPs, hLong, hRounds, log.unanswered(healAt, end), mHeal)
 	t.Logf("moves during the partition: %v", mPartDetail)
@@ -148,6 +148,11 @@ func TestFaultsNetworkPartition(t *testing.T) {
 		if strings.HasPrefix(n, "?") {
 			t.Errorf("%s: not exactly one answer at the end: %s", ip, n)
 		}
+	}
+	// And every address stays answered (issue #36's target): from the
+	// end of the onset on, through the partition and after healing.
+	if n, m := log.unanswered(settled, healAt), log.unanswered(healAt, end); n > 0 || m > 0 {
+		t.Errorf("unanswered VIP-rounds: %d during the partition after its first %s, %d after healing; want every address answered by exactly one MAC", n, onset, m)
 	}
 }
 

@@ -60,7 +60,24 @@ type l2FailoverResult struct {
 // readiness alone would let a trial fail the one remaining candidate.
 func TestBenchL2Failover(t *testing.T) {
 	harness.Bench(t)
-	trials := harness.Trials(t, 20)
+	runL2Failover(t, harness.Trials(t, 20), []string{"hard", "graceful", "restart"}, false)
+}
+
+// TestL2FailoverTarget is TestBenchL2Failover's short version in make
+// test: 5 hard failovers (SIGKILL and link down), whose p99 outage (with
+// 5 trials, the longest) must be within l2HardFailoverTarget.
+func TestL2FailoverTarget(t *testing.T) {
+	runL2Failover(t, 5, []string{"hard"}, true)
+}
+
+// l2HardFailoverTarget is the hard failover's target outage at p99 (issue
+// #36, docs/concepts.md's "about 0.5 s").
+const l2HardFailoverTarget = time.Second
+
+// runL2Failover runs trials of each kind of failure and prints the
+// figures; with assert, it fails the test when the hard failover's p99
+// misses l2HardFailoverTarget (the benchmark prints PASS or FAIL).
+func runL2Failover(t *testing.T, trials int, kinds []string, assert bool) {
 	h := harness.Start(t)
 	s := l2{h}
 	const name = "bl2"
@@ -96,7 +113,7 @@ func TestBenchL2Failover(t *testing.T) {
 	// node cordoned, then its pod deleted (the hand-over of a node being
 	// taken down); restart: its pod deleted on a healthy node (a rolling
 	// update: a restart in place, the address must stay).
-	for _, kind := range []string{"hard", "graceful", "restart"} {
+	for _, kind := range kinds {
 		for i := range trials {
 			results = append(results, lb.trial(t, kind, i))
 		}
@@ -113,7 +130,7 @@ func TestBenchL2Failover(t *testing.T) {
 		podStarts[len(podStarts)/2].Round(time.Millisecond), podStarts[len(podStarts)-1].Round(time.Millisecond), roundAll(podStarts))
 	fmt.Fprintf(&b, "BENCH Service create -> first successful request: p50 %s over %d Services (all: %v); create -> IP in status: p50 %s\n",
 		createToCurl[len(createToCurl)/2].Round(time.Millisecond), len(createToCurl), roundAll(createToCurl), createToIP[len(createToIP)/2].Round(time.Millisecond))
-	for _, kind := range []string{"hard", "graceful", "restart"} {
+	for _, kind := range kinds {
 		var ds []time.Duration
 		for _, r := range results {
 			if r.kind == kind {
@@ -127,6 +144,16 @@ func TestBenchL2Failover(t *testing.T) {
 		p := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
 		fmt.Fprintf(&b, "BENCH %-8s outage over %d trials: p50 %s  p99 %s  max %s  (all: %v)\n", kind, len(ds),
 			p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond), roundAll(ds))
+		if kind == "hard" {
+			verdict := "PASS"
+			if p(0.99) > l2HardFailoverTarget {
+				verdict = "FAIL"
+				if assert {
+					t.Errorf("hard failover p99 %s over %d trials, target %s", p(0.99).Round(time.Millisecond), len(ds), l2HardFailoverTarget)
+				}
+			}
+			fmt.Fprintf(&b, "BENCH target: hard failover p99 <= %s: %s\n", l2HardFailoverTarget, verdict)
+		}
 	}
 	nodes := ""
 	if v := os.Getenv("HERALD_LAB_NODES"); v != "" {
@@ -141,7 +168,11 @@ func TestBenchL2Failover(t *testing.T) {
 	if h.Lab.RealNodes {
 		real = "HERALD_LAB_REAL_NODES=1 "
 	}
-	fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 %s%s%sHERALD_BENCH_TRIALS=%d go test -count=1 -timeout 90m -run 'TestBenchL2Failover$' -v .\n", real, nodes, args, trials)
+	if assert {
+		fmt.Fprintf(&b, "BENCH reproduce: cd e2e && %s%sgo test -count=1 -timeout 30m -run 'TestL2FailoverTarget$' -v .\n", real, nodes)
+	} else {
+		fmt.Fprintf(&b, "BENCH reproduce: cd e2e && HERALD_BENCH=1 %s%s%sHERALD_BENCH_TRIALS=%d go test -count=1 -timeout 90m -run 'TestBenchL2Failover$' -v .\n", real, nodes, args, trials)
+	}
 	t.Log("\n" + b.String())
 }
 
