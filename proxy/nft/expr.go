@@ -73,6 +73,12 @@ const (
 // MatchCtState matches packets in any of the conntrack states.
 type MatchCtState struct{ States []CtState }
 
+// MatchCtDNAT matches packets of connections conntrack has DNATed (ct
+// status dnat): a Service's traffic, as opposed to traffic that only
+// looks like it (a node reaching its own address, which is also a
+// hostNetwork endpoint's).
+type MatchCtDNAT struct{}
+
 // Counter counts the packets and bytes that reach it.
 type Counter struct{}
 
@@ -213,6 +219,9 @@ func (m MatchMark) Text(ipfamily.Family) string {
 	}
 	return fmt.Sprintf("meta mark & 0x%08x %s 0x00000000", m.Bit, op)
 }
+
+// Text implements Expr.
+func (MatchCtDNAT) Text(ipfamily.Family) string { return "ct status dnat" }
 
 // Text implements Expr.
 func (m MatchCtState) Text(ipfamily.Family) string {

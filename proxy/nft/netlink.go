@@ -468,6 +468,9 @@ func (b *batch) load(k KeyType) []expr.Any {
 	return out
 }
 
+// ctStatusDstNAT is conntrack's IPS_DST_NAT status bit.
+const ctStatusDstNAT = 1 << 5
+
 func native32(v uint32) []byte { return binaryutil.NativeEndian.PutUint32(v) }
 
 func (b *batch) rule(r Rule) ([]expr.Any, error) {
@@ -543,6 +546,10 @@ func (b *batch) match(e Expr) (out []expr.Any, ok bool, err error) {
 		out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(x.Bit), Xor: native32(0)},
 			&expr.Cmp{Op: op, Register: reg1, Data: native32(0)})
+	case MatchCtDNAT:
+		out = append(out, &expr.Ct{Key: expr.CtKeySTATUS, Register: reg1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(ctStatusDstNAT), Xor: native32(0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: native32(0)})
 	case MatchCtState:
 		var bits uint32
 		for _, s := range x.States {

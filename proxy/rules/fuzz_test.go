@@ -431,16 +431,7 @@ func FuzzRenderIPTables(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(bytes.Repeat([]byte{250, 199, 7, 255, 13}, 40))
 	f.Add([]byte("herald fuzz: odd names \"quoted\" and\nnewlines -A X -j ACCEPT"))
-	// Random bytes decode to worlds of mostly valid Services (pick
-	// prefers the ordinary choices) with odd values among them.
-	for seed := range uint64(12) {
-		rng := rand.New(rand.NewPCG(seed, 17))
-		b := make([]byte, 64+rng.IntN(400))
-		for i := range b {
-			b[i] = byte(rng.Uint32())
-		}
-		f.Add(b)
-	}
+	addRandomWorlds(f, 12, 17)
 	iptTestSetup()
 	if iptTestTools == nil {
 		f.Logf("iptables-restore --test is skipped (%s); the rendered text is still checked with herald's own parser", iptTestWhy)
@@ -484,6 +475,20 @@ func FuzzRenderIPTables(f *testing.F) {
 			}
 		}
 	})
+}
+
+// addRandomWorlds adds n seeds of random bytes (stream picks the
+// sequence). They decode to worlds of mostly valid Services (pick prefers
+// the ordinary choices) with odd values among them.
+func addRandomWorlds(f *testing.F, n, stream uint64) {
+	for seed := range n {
+		rng := rand.New(rand.NewPCG(seed, stream))
+		b := make([]byte, 64+rng.IntN(400))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		f.Add(b)
+	}
 }
 
 func hasDuplicates(svcs []rules.Service) bool {

@@ -449,7 +449,10 @@ func (r *nftRenderer) static() {
 	// Unmarked packets leave untouched; marked ones lose the mark and are
 	// masqueraded.
 	r.chain(NFTChainMasquerading, nil).Rules = []nft.Rule{
-		rule("hairpin: an endpoint reaching itself through its Service", nft.MatchSet{Key: nft.KeyType{nft.Saddr, nft.Daddr}, Set: NFTSetHairpin}, nft.MarkOr{Bit: n.markBit}),
+		// Only DNATed packets: a node reaching its own address, which a
+		// hostNetwork endpoint shares, is no hairpin (iptables marks in
+		// the endpoint chain, after the DNAT decision, alike).
+		rule("hairpin: an endpoint reaching itself through its Service", nft.MatchCtDNAT{}, nft.MatchSet{Key: nft.KeyType{nft.Saddr, nft.Daddr}, Set: NFTSetHairpin}, nft.MarkOr{Bit: n.markBit}),
 		rule("", nft.MatchMark{Bit: n.markBit, Not: true}, nft.Verdict{Kind: nft.Return}),
 		rule("", nft.MarkXor{Bit: n.markBit}),
 		rule("herald service traffic requiring SNAT", nft.Masquerade{FullyRandom: n.random}),

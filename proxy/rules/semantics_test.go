@@ -458,6 +458,27 @@ func TestHairpin(t *testing.T) {
 	}
 }
 
+// TestHairpinOnlyThroughTheService: a hostNetwork endpoint shares the
+// node's address, so the node reaching its own address on another port
+// looks like a hairpin by its addresses alone. Only traffic that went
+// through the Service (DNATed) is SNATed; found by FuzzModesAgree, where
+// the nftables mode masqueraded such a packet and iptables did not.
+func TestHairpinOnlyThroughTheService(t *testing.T) {
+	for _, m := range modes {
+		for _, l := range []lab{lab4, lab6} {
+			t.Run(fmt.Sprintf("%s/%s", m, l.family), func(t *testing.T) {
+				svc := l.web()
+				tr := l.loadMode(t, m, []rules.Service{svc}, epMap(svc, ready(l.nodeIP, nodeA)))
+				direct := tracer.Flow{Origin: tracer.Node, Src: l.nodeIP, Proto: "tcp", Dst: l.nodeIP, Port: 53, DstLocal: true}
+				check(t, trace(t, tr, direct), want{verdict: tracer.Accept})
+				f := l.flow(fromNode, toClusterIP)
+				f.Src = l.nodeIP
+				check(t, trace(t, tr, f), want{verdict: tracer.Accept, endpoints: []string{ep(l.nodeIP)}, masq: true})
+			})
+		}
+	}
+}
+
 func TestMasqueradeAllAndMissingClusterCIDR(t *testing.T) {
 	l := lab4
 	svc := l.web()

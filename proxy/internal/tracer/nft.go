@@ -203,6 +203,10 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 			if (p.mark&x.Bit != 0) == x.Not {
 				return []nftBranch{{p, nftNext}}, nil
 			}
+		case nft.MatchCtDNAT:
+			if !p.dnat {
+				return []nftBranch{{p, nftNext}}, nil
+			}
 		case nft.MatchCtState:
 			// Every traced packet opens a new connection.
 			if !slices.Contains(x.States, nft.CtNew) {
