@@ -81,11 +81,15 @@ type soakRun struct {
 	nodes []string
 	svcs  []soakSvc
 	// ipOf is each Service's IP; winners, the announcements after setup.
-	ipOf                     map[string]string
-	winners                  map[string]map[string][]string
-	probes                   *soakProbes
-	resets                   *harness.RSTCapture
-	macOf, bridges, baseline map[string]string
+	ipOf    map[string]string
+	winners map[string]map[string][]string
+	probes  *soakProbes
+	resets  *harness.RSTCapture
+	// speakerLogs follows the speakers' logs; changesBefore/After are
+	// each speaker's election changes at the start and end of the churn.
+	speakerLogs                 *harness.LogFollower
+	changesBefore, changesAfter map[string]float64
+	macOf, bridges, baseline    map[string]string
 	// How long after the apply the setup reached each point.
 	tIPs, tAnn, tFRR, tReach time.Duration
 
@@ -231,6 +235,8 @@ func (sr *soakRun) soak(t *testing.T) {
 		defer wg.Done()
 		sr.during = soakCheckL2(s, sr.l2ips, sr.winners["layer2"], sr.macOf, done, 1)
 	}()
+	sr.speakerLogs = h.FollowLogs(heraldNS, speakerSel, "speaker")
+	sr.changesBefore = sr.electionChanges(t)
 	sr.probes.start()
 	// Usage is sampled every 15 s from the end of the warm-up; each end
 	// of the comparison is the median of a window of samples, because one
@@ -266,9 +272,37 @@ func (sr *soakRun) soak(t *testing.T) {
 	now := time.Since(begin)
 	sr.endUsage, sr.nEnd = usage.median(now-sr.win, now)
 	sr.probes.stop()
+	sr.changesAfter = sr.electionChanges(t)
 	sr.elapsed = time.Since(begin)
 	sr.maxLag, sr.late = lag.result()
 	sr.changes, sr.ipLog = w.end()
+}
+
+// electionChanges reads each speaker's count of election changes.
+func (sr *soakRun) electionChanges(t *testing.T) map[string]float64 {
+	out := map[string]float64{}
+	for _, n := range sr.nodes {
+		v, err := sr.s.speakerMetric(n, "herald_speaker_election_changes_total")
+		if err != nil {
+			t.Logf("%s: election changes unreadable: %v", n, err)
+			continue
+		}
+		out[n] = v
+	}
+	return out
+}
+
+// electionDelta is the most election changes any speaker counted during
+// the churn (each counts the changes it saw), and each one's count.
+func (sr *soakRun) electionDelta() (float64, map[string]float64) {
+	per := map[string]float64{}
+	most := 0.0
+	for n, after := range sr.changesAfter {
+		d := after - sr.changesBefore[n]
+		per[n] = d
+		most = max(most, d)
+	}
+	return most, per
 }
 
 // checkEnd lets the endpoints settle and reads the end state.
@@ -333,6 +367,8 @@ func (sr *soakRun) report(t *testing.T) {
 	row("deleted pod out of all its Services' endpoints", fmt.Sprintf("within %s", sr.maxLag.Round(time.Millisecond)), fmt.Sprintf("< preStop %s", soakPreStop), sr.maxLag < soakPreStop)
 	row(fmt.Sprintf("probes: %d VIPs, GET every 20 ms", len(sr.probes.targets)), fmt.Sprintf("%d sent, %d failed, longest gap %s", sr.sent, sr.failed, sr.maxGap.Round(time.Millisecond)), "0 failed", sr.failed == 0)
 	row("Service IP changes", strconv.Itoa(len(sr.ipLog)), "0", len(sr.ipLog) == 0)
+	changes, perNode := sr.electionDelta()
+	row("election changes during the churn (no node failed)", fmt.Sprintf("%v %v", changes, perNode), "0", changes == 0)
 	row("L2 winner changes (no node failed)", strconv.Itoa(len(sr.moved)), "0", len(sr.moved) == 0)
 	row("pod bridge MAC changes", strconv.Itoa(len(sr.bridgeMoved)), "0", len(sr.bridgeMoved) == 0)
 	row("announcements at the end", fmt.Sprintf("%d problems", len(sr.annProblems)), "0", len(sr.annProblems) == 0)
@@ -385,6 +421,10 @@ func (sr *soakRun) report(t *testing.T) {
 	details("failed requests", sr.failures)
 	if sr.failed > 0 {
 		t.Logf("TCP resets (tcpdump -e in the client's, the remote client's and every node's namespace):\n  %s", strings.Join(sr.resets.Near(sr.probes.failedAt()), "\n  "))
+		t.Logf("the speakers' logs within 3 s of a failed request:\n  %s", strings.Join(sr.speakerLogs.Near(sr.probes.failedAt(), 3*time.Second), "\n  "))
+	}
+	if changes > 0 {
+		t.Logf("the speakers' election and membership lines:\n  %s", strings.Join(sr.speakerLogs.Matching("election", "member", "isolat", "recover", "took over", "takeover"), "\n  "))
 	}
 	details("deleted pods still ready in a Service after the preStop sleep", sr.late)
 	details("Service IP changes", sr.ipLog)

@@ -106,6 +106,22 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // each prefixed with its pod: what the components said when a request
 // failed.
 func (f *LogFollower) Near(times []time.Time, window time.Duration) []string {
+	return f.lines(func(line string) bool {
+		at, ok := slogTime(line)
+		return ok && slices.ContainsFunc(times, func(t time.Time) bool { return at.Sub(t).Abs() <= window })
+	})
+}
+
+// Matching returns the lines logged so far that hold any of words, each
+// prefixed with its pod: a component's story of one kind of event.
+func (f *LogFollower) Matching(words ...string) []string {
+	return f.lines(func(line string) bool {
+		return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(line, w) })
+	})
+}
+
+// lines returns the lines keep accepts, by pod, in each pod's order.
+func (f *LogFollower) lines(keep func(string) bool) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	keys := make([]string, 0, len(f.logs))
@@ -117,8 +133,7 @@ func (f *LogFollower) Near(times []time.Time, window time.Duration) []string {
 	for _, k := range keys {
 		pod, _, _ := strings.Cut(k, " ")
 		for _, line := range strings.Split(f.logs[k].String(), "\n") {
-			at, ok := slogTime(line)
-			if ok && slices.ContainsFunc(times, func(t time.Time) bool { return at.Sub(t).Abs() <= window }) {
+			if keep(line) {
 				out = append(out, pod+": "+line)
 			}
 		}
