@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -66,7 +67,11 @@ func neighMAC(ns, ip string) string {
 // lower-case ("" when there is none or it is unresolved), and its state
 // (REACHABLE, STALE, ...; on a failure to read it, why).
 func Neighbor(ns, ip string) (mac, state string) {
-	out, err := exec.Command("ip", "-j", "-n", ns, "neigh", "show", ip).CombinedOutput()
+	// Bounded: one such ip once hung for 15 minutes under load, and a
+	// probe that waits on it waits forever.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", "-j", "-n", ns, "neigh", "show", ip).CombinedOutput()
 	if err != nil {
 		return "", fmt.Sprintf("ip neigh: %v: %s", err, strings.TrimSpace(string(out)))
 	}

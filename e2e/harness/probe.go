@@ -101,6 +101,12 @@ func StartProbePort(ns, ip string, port int) *Probe {
 			go func() {
 				defer p.wg.Done()
 				ok, err := EchoGetPort(p.NS, p.IP, p.Port, time.Second)
+				var failure string
+				if !ok {
+					// Read before taking the lock: the other requests'
+					// results wait on it.
+					failure = fmt.Sprintf("%s: %v (client's neighbor entry then: %s)", at.Round(time.Millisecond), err, neighbor(p.NS, p.IP))
+				}
 				p.mu.Lock()
 				defer p.mu.Unlock()
 				p.sent++
@@ -108,7 +114,7 @@ func StartProbePort(ns, ip string, port int) *Probe {
 					p.okAt = append(p.okAt, at)
 				} else {
 					p.failAt = append(p.failAt, p.start.Add(at))
-					p.failed = append(p.failed, fmt.Sprintf("%s: %v (client's neighbor entry then: %s)", at.Round(time.Millisecond), err, neighbor(p.NS, p.IP)))
+					p.failed = append(p.failed, failure)
 				}
 			}()
 		}
