@@ -553,6 +553,11 @@ spec: {myASN: %[2]d, peerASN: %[3]d, peerAddress: %[4]s, holdTime: 9s, keepalive
 `, helmNS, helmNodeASN, cluster.RouterASN, topology.RouterLANv4)
 }
 
+// echoYAML is the echo Deployment behind the probed Services. Its pods
+// request CPU, as a served workload does: as BestEffort pods (2 cpu
+// shares) they were starved during the upgrade's CPU spike, and the
+// captures of 2026-11-28 showed a request reaching the pod and acked by
+// its kernel, with no answer from the server within the probe's 1 s.
 func echoYAML(name string, replicas int) string {
 	return fmt.Sprintf(`---
 apiVersion: apps/v1
@@ -565,7 +570,7 @@ spec:
     metadata: {labels: {app: %[1]s}}
     spec:
       terminationGracePeriodSeconds: 5
-      containers: [{name: echo, image: registry.k8s.io/echoserver:1.4}]
+      containers: [{name: echo, image: registry.k8s.io/echoserver:1.4, resources: {requests: {cpu: 100m}}}]
 `, name, replicas)
 }
 
