@@ -406,13 +406,18 @@ func (r *Router) pathsToAdd(addr netip.Addr, want map[netip.Prefix]bgpplan.Route
 	}
 	add := map[netip.Prefix]ribPath{}
 	for pfx := range want {
-		if cur, ok := r.rib[pfx]; !ok || cur != wantPath(pfx) {
-			add[pfx] = wantPath(pfx)
+		w := wantPath(pfx)
+		if cur, ok := r.rib[pfx]; !ok || cur != w {
+			add[pfx] = w
 		}
 	}
 	for pfx, cur := range r.rib {
-		if _, ok := want[pfx]; !ok && cur != wantPath(pfx) {
-			add[pfx] = wantPath(pfx) // another peer's prefix, changed with this one's routes
+		if _, ok := want[pfx]; ok {
+			continue
+		}
+		// Another peer's prefix, changed with this one's routes.
+		if w := wantPath(pfx); cur != w {
+			add[pfx] = w
 		}
 	}
 	return add
