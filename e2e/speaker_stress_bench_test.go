@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,10 @@ import (
 	"time"
 
 	"github.com/herald-lb/herald/e2e/harness"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
 )
 
 // stressBench is what TestBenchL2UnderCPUStress's loads share: the lab,
@@ -60,11 +65,12 @@ type stressResult struct {
 //   - "cpu": 2 busy loops per CPU at nice 0 saturate the machine. They
 //     sit in the same cpu cgroup as the speakers (the lab kubelet makes
 //     none), so they compete with the speakers thread for thread;
-//   - "cpu+request-50m": the same busy loops in a cpu group of their own
+//   - "cpu+request": the same busy loops in a cpu group of their own
 //     with 2048 shares (a pod requesting 2 CPUs), and every speaker in
-//     a group of its own with 51 shares, as the kubelet places a
-//     container with requests.cpu 50m (the manifests' request) and no
-//     limit: the speaker's guaranteed share of a saturated machine;
+//     a group of its own with the shares the kubelet gives the
+//     speaker's requests.cpu in config/deploy/herald.yaml (100m: 102
+//     shares) and no limit: the speaker's guaranteed share of a
+//     saturated machine, as shipped;
 //   - "limit-100m": every speaker is put in a cgroup-v1 cpu group of its
 //     own limited to 10 ms per 100 ms, what the kubelet makes of
 //     limits.cpu 100m; whether that bites depends on what the speaker
@@ -101,7 +107,7 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 		}
 		dur = d
 	}
-	all := []string{"none", "cpu", "cpu+request-50m", "limit-100m", "limit-20m", "limit-100m+busy"}
+	all := []string{"none", "cpu", "cpu+request", "limit-100m", "limit-20m", "limit-100m+busy"}
 	loads := all
 	if v := os.Getenv("HERALD_BENCH_STRESS_LOADS"); v != "" {
 		loads = strings.Split(v, ",")
@@ -117,10 +123,10 @@ func TestBenchL2UnderCPUStress(t *testing.T) {
 // TestL2UnderCPUStressTarget is TestBenchL2UnderCPUStress's short
 // version in make test: the two loads a node really sees (the machine
 // saturated, with the speakers in the same group as the load and in
-// groups of their own with the manifests' 50m request), 60 s each; no
+// groups of their own with the manifests' request), 60 s each; no
 // node fails, so a single election change fails the test.
 func TestL2UnderCPUStressTarget(t *testing.T) {
-	runL2UnderCPUStress(t, time.Minute, []string{"cpu", "cpu+request-50m"}, true)
+	runL2UnderCPUStress(t, time.Minute, []string{"cpu", "cpu+request"}, true)
 }
 
 // runL2UnderCPUStress runs each load for dur and prints the table; with
@@ -161,10 +167,10 @@ func runL2UnderCPUStress(t *testing.T, dur time.Duration, loads []string, assert
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "BENCH L2 VIP %s under CPU stress, %d nodes, %d CPUs, %s per load, a new connection every 20 ms (1 s timeout):\n", ip, len(nodes), runtime.NumCPU(), dur)
-	fmt.Fprintf(&b, "  %-15s %5s %8s %8s %5s %7s %8s %10s %8s %6s %9s %7s %8s  %s\n", "load", "busy", "speakers", "election", "dead", "suspect", "refuted", "recovering", "min", "client", "requests", "failed", "longest", "throttling")
-	fmt.Fprintf(&b, "  %-15s %5s %8s %8s %5s %7s %8s %10s %8s %6s %9s %7s %8s\n", "", "CPUs", "CPU", "changes", "", "", "", "", "members", "MACs", "", "", "gap")
+	fmt.Fprintf(&b, "  %-16s %5s %8s %8s %5s %7s %8s %10s %8s %6s %9s %7s %8s  %s\n", "load", "busy", "speakers", "election", "dead", "suspect", "refuted", "recovering", "min", "client", "requests", "failed", "longest", "throttling")
+	fmt.Fprintf(&b, "  %-16s %5s %8s %8s %5s %7s %8s %10s %8s %6s %9s %7s %8s\n", "", "CPUs", "CPU", "changes", "", "", "", "", "members", "MACs", "", "", "gap")
 	for _, r := range results {
-		fmt.Fprintf(&b, "  %-15s %4.0f%% %7.1f%% %8v %5d %7d %8d %10d %8d %6d %9d %7d %8s  %s\n", r.load, 100*r.busy, 100*r.speakerCPU, r.changes,
+		fmt.Fprintf(&b, "  %-16s %4.0f%% %7.1f%% %8v %5d %7d %8d %10d %8d %6d %9d %7d %8s  %s\n", r.load, 100*r.busy, 100*r.speakerCPU, r.changes,
 			r.dead, r.suspect, r.refute, r.recovering, r.minMembers, len(r.macs), r.sent, r.failed, r.maxGap.Round(time.Millisecond), r.throttle)
 	}
 	fmt.Fprintf(&b, "  targets: 0 election changes, 0 members dead, 1 client MAC (no node failed), 0 failed requests\n")
@@ -291,7 +297,7 @@ func (sb *stressBench) runLoad(t *testing.T, load string) (stressResult, bool) {
 	for _, n := range sb.nodes {
 		delta = max(delta, after[n]-before[n])
 	}
-	res := stressResult{load: load, changes: delta, minMembers: minMembers, macs: macs, throttle: throttle,
+	res := stressResult{load: loadLabel(load), changes: delta, minMembers: minMembers, macs: macs, throttle: throttle,
 		busy: cpu1.busySince(cpu0), speakerCPU: (sp1 - sp0) / elapsed.Seconds(), maxGap: p.MaxGap()}
 	res.sent, res.failed = p.Result()
 	var events strings.Builder
@@ -382,11 +388,15 @@ func startLoad(load string, pids map[string]int) (stop func() string, err error)
 		if err := busy(2*runtime.NumCPU(), ""); err != nil {
 			return fail(err)
 		}
-	case "cpu+request-50m":
-		// What the kubelet makes of the speaker's requests.cpu 50m (51
+	case "cpu+request":
+		// What the kubelet makes of the speaker's requests.cpu (its
 		// shares, no quota) beside a pod requesting 2 CPUs that spins.
+		milli, err := speakerCPURequest()
+		if err != nil {
+			return fail(err)
+		}
 		for _, node := range slices.Sorted(maps.Keys(pids)) {
-			if _, err := group(node, []cgSetting{{"cpu.shares", 51}}, pids[node]); err != nil {
+			if _, err := group(node, []cgSetting{{"cpu.shares", int(milliCPUToShares(milli))}}, pids[node]); err != nil {
 				return fail(err)
 			}
 		}
@@ -628,4 +638,47 @@ func (s l2) speakerArgs(extra []string) {
 		s.T.T.Fatal(err)
 	}
 	s.speakersInCluster(3 * time.Minute)
+}
+
+// speakerCPURequest is the speaker container's requests.cpu in
+// millicores, from the manifests herald ships.
+func speakerCPURequest() (int64, error) {
+	const path = "../config/deploy/herald.yaml"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	for {
+		doc, err := r.Read()
+		if err != nil {
+			return 0, fmt.Errorf("%s: no DaemonSet herald-speaker with a container speaker requesting cpu (%v)", path, err)
+		}
+		var ds appsv1.DaemonSet
+		if yaml.Unmarshal(doc, &ds) != nil || ds.Kind != "DaemonSet" || ds.Name != "herald-speaker" {
+			continue
+		}
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok && c.Name == "speaker" {
+				return q.MilliValue(), nil
+			}
+		}
+	}
+}
+
+// milliCPUToShares is the kubelet's cgroup v1 cpu.shares for a
+// container's requests.cpu: 1024 per CPU, at least 2.
+func milliCPUToShares(milli int64) int64 {
+	return max(milli*1024/1000, 2)
+}
+
+// loadLabel names a load as printed: cpu+request with the request.
+func loadLabel(load string) string {
+	if load != "cpu+request" {
+		return load
+	}
+	if milli, err := speakerCPURequest(); err == nil {
+		return fmt.Sprintf("cpu+request-%dm", milli)
+	}
+	return load
 }

@@ -160,21 +160,28 @@ func New(cfg Config) (*Memberlist, error) {
 	mc.DeadNodeReclaimTime = t.DeadNodeReclaimTime
 	mc.Keyring = keyring
 	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	// LZW on packets of a few hundred bytes saves little and costs a
+	// fresh compression table per message: garbage a CPU-starved speaker
+	// pays for in collections (see transport). Members still read
+	// compressed messages from older speakers.
+	mc.EnableCompression = false
 	mc.Label = label
 	mc.Delegate = delegate{m}
 	mc.Events = eventDelegate{m}
 	mc.Logger = log.New(logWriter{l: lg, declaredDead: cfg.OnDeclaredDead}, "", 0)
 
+	tr, err := newTransport(mc.BindAddr, mc.BindPort, mc.Logger)
+	if err != nil {
+		m.ev.close()
+		return nil, fmt.Errorf("starting memberlist's transport: %w", err)
+	}
+	mc.Transport = tr
 	if cfg.wrapTransport != nil {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
-		if err != nil {
-			m.ev.close()
-			return nil, fmt.Errorf("starting memberlist's transport on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
-		}
-		mc.Transport = cfg.wrapTransport(nt)
+		mc.Transport = cfg.wrapTransport(tr)
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = tr.Shutdown()
 		m.ev.close()
 		return nil, fmt.Errorf("starting memberlist on %s:%d: %w", mc.BindAddr, mc.BindPort, err)
 	}
