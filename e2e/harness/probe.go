@@ -122,10 +122,24 @@ func StartProbePort(ns, ip string, port int) *Probe {
 	return p
 }
 
+// neighborReads bounds the neighbor reads of failed requests in flight,
+// across every probe. Unbounded, a burst of failures (20 probes at 50
+// requests a second each in the churn soak) forked hundreds of `ip` at
+// once: the machine's load went past 20, the API server stopped
+// answering, more requests failed, and the test process ran out of file
+// descriptors. A lone failure, the case the read is for, always gets it.
+var neighborReads = make(chan struct{}, 4)
+
 // neighbor is the namespace's neighbor entry for ip, to tell a failed
 // request that went to a node's MAC from one that found none: which MAC,
 // and in which state, is the first question a rare lone failure raises.
 func neighbor(ns, ip string) string {
+	select {
+	case neighborReads <- struct{}{}:
+		defer func() { <-neighborReads }()
+	default:
+		return "not read: other failed requests' reads in flight"
+	}
 	mac, state := Neighbor(ns, ip)
 	if mac == "" {
 		return state
