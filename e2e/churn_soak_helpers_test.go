@@ -541,6 +541,7 @@ func soakUsages(h *harness.T) (map[string]soakUsage, []string) {
 // summed.
 type soakProbes struct {
 	targets [][2]string // netns, ip
+	every   time.Duration
 	mu      sync.Mutex
 	live    []*harness.Probe
 	done    []*harness.Probe
@@ -549,7 +550,7 @@ type soakProbes struct {
 func (p *soakProbes) start() {
 	var live []*harness.Probe
 	for _, t := range p.targets {
-		live = append(live, harness.StartProbe(t[0], t[1]))
+		live = append(live, harness.StartProbeEvery(t[0], t[1], 80, p.every))
 	}
 	p.mu.Lock()
 	p.live = live

@@ -82,13 +82,18 @@ type Probe struct {
 // StartProbe starts probing ip from ns.
 func StartProbe(ns, ip string) *Probe { return StartProbePort(ns, ip, 80) }
 
-// StartProbePort starts probing ip:port from ns.
+// StartProbePort starts probing ip:port from ns, a request every 20 ms.
 func StartProbePort(ns, ip string, port int) *Probe {
+	return StartProbeEvery(ns, ip, port, 20*time.Millisecond)
+}
+
+// StartProbeEvery starts probing ip:port from ns, a request every every.
+func StartProbeEvery(ns, ip string, port int, every time.Duration) *Probe {
 	p := &Probe{NS: ns, IP: ip, Port: port, start: time.Now(), done: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		tick := time.NewTicker(20 * time.Millisecond)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for time.Since(p.start) < 15*time.Minute {
 			select {
