@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -150,5 +151,97 @@ func benchReceive(b *testing.B, tr memberlist.Transport, addr string) {
 			b.Fatal(err)
 		}
 		<-tr.PacketCh()
+	}
+}
+
+// oldSpeaker is a member as herald's speakers were before they had their
+// own transport: memberlist's NetTransport, with LZW-compressed gossip.
+type oldSpeaker struct{ meta []byte }
+
+func (o *oldSpeaker) NodeMeta(int) []byte             { return o.meta }
+func (o *oldSpeaker) NotifyMsg([]byte)                {}
+func (o *oldSpeaker) GetBroadcasts(int, int) [][]byte { return nil }
+func (o *oldSpeaker) LocalState(bool) []byte          { return nil }
+func (o *oldSpeaker) MergeRemoteState([]byte, bool)   {}
+
+// During a rolling upgrade the speakers of both kinds form one cluster:
+// the wire format is memberlist's either way, and compressed messages
+// are still read.
+func TestJoinsASpeakerOfTheOldTransport(t *testing.T) {
+	keys, err := deriveKeys(testSecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyring, err := memberlist.NewKeyring(keys[1:], keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := EncodeMeta(Meta{Interfaces: []string{"eth0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &oldSpeaker{meta: meta}
+	oc := memberlist.DefaultLANConfig()
+	oc.Name, oc.BindAddr, oc.BindPort, oc.AdvertisePort = "old", "127.0.0.1", freePort(t), 0
+	oc.AdvertisePort = oc.BindPort
+	oc.Keyring, oc.Label, oc.GossipVerifyIncoming, oc.GossipVerifyOutgoing = keyring, label, true, true
+	oc.EnableCompression = true
+	oc.ProbeInterval, oc.GossipInterval = 100*time.Millisecond, 50*time.Millisecond
+	oc.Delegate = old
+	oc.Logger = log.New(io.Discard, "", 0)
+	ml, err := memberlist.Create(oc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ml.Shutdown() })
+
+	lg := &logs{}
+	n := mustStart(t, "new", freePort(t), lg, time.Hour)
+	if _, err := n.m.Join([]string{fmt.Sprintf("127.0.0.1:%d", oc.BindPort)}); err != nil {
+		t.Fatal(err)
+	}
+	// The old member's metadata update travels as compressed gossip.
+	old.meta, err = EncodeMeta(Meta{Interfaces: []string{"eth0", "eth1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ml.UpdateNode(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var seen []string
+		for _, m := range n.m.Members() {
+			if m.Name == "old" {
+				seen = m.Meta.Interfaces
+			}
+		}
+		if ml.NumMembers() == 2 && len(seen) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s: the old member sees %d members, the new one sees the old one's interfaces %v (want 2 members and [eth0 eth1]); log:\n%s", ml.NumMembers(), seen, lg)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// And the new member's update, sent uncompressed, reaches the old one.
+	if err := n.m.UpdateMeta(Meta{Interfaces: []string{"eth0", "eth2"}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var seen []string
+		for _, m := range ml.Members() {
+			if m.Name == "new" {
+				got, _ := DecodeMeta(m.Meta)
+				seen = got.Interfaces
+			}
+		}
+		if slices.Equal(seen, []string{"eth0", "eth2"}) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s the old member sees the new one's interfaces %v, want [eth0 eth2]; log:\n%s", seen, lg)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
