@@ -160,7 +160,7 @@ chart-test: helm ## helm lint and the golden helm template outputs of charts/her
 # and TestDrainBGP (herald drain) run in make e2e-all only until the reset
 # their second run saw at the L2 hand-over is explained (#36,
 # docs/testing.md).
-E2E_TESTS ?= ^(TestSpeakerL2|TestSpeakerBGP|TestProxyNFTables|TestController|TestFaultsNetworkPartition|TestMigrateFromMetalLB|TestPodSecurityAdmission|TestHelmPodSecurity|TestRules|TestPrometheusRuleIsRules|TestNamesExist|TestDashboard|TestL2FailoverTarget|TestL2UnderCPUStressTarget)$$
+E2E_TESTS ?= ^(TestSpeakerL2|TestSpeakerBGP|TestProxyNFTables|TestController|TestFaultsNetworkPartition|TestMigrateFromMetalLB|TestPodSecurityAdmission|TestHelmPodSecurity|TestRules|TestPrometheusRuleIsRules|TestNamesExist|TestDashboard|TestL2FailoverTarget|TestL2UnderCPUStressTarget|TestSpeakerCPURequest)$$
 E2E_PACKAGES ?= . ./lifecycle ./monitoring
 e2e-test: toolchain helm ## the e2e tests of make test, E2E_TESTS in E2E_PACKAGES (needs root; make e2e-all runs every one)
 	@if [ ! -f e2e/go.mod ]; then \

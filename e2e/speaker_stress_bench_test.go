@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -21,8 +20,6 @@ import (
 	"github.com/herald-lb/herald/e2e/harness"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 )
 
 // stressBench is what TestBenchL2UnderCPUStress's loads share: the lab,
@@ -37,6 +34,8 @@ type stressBench struct {
 	winner string
 	// dur is how long each load runs.
 	dur time.Duration
+	// request is the speaker's requests.cpu in millicores, as shipped.
+	request int64
 }
 
 // stressResult is what one load did.
@@ -158,7 +157,7 @@ func runL2UnderCPUStress(t *testing.T, dur time.Duration, loads []string, assert
 	})
 	nodeOf := s.macOwners()
 
-	sb := &stressBench{h: h, s: s, name: name, nodes: nodes, nodeOf: nodeOf, ip: ip, winner: winner, dur: dur}
+	sb := &stressBench{h: h, s: s, name: name, nodes: nodes, nodeOf: nodeOf, ip: ip, winner: winner, dur: dur, request: speakerCPURequest(t)}
 	var results []stressResult
 	for _, load := range loads {
 		if res, ok := sb.runLoad(t, load); ok {
@@ -224,7 +223,7 @@ func (sb *stressBench) runLoad(t *testing.T, load string) (stressResult, bool) {
 	for n, p := range s.speakers() {
 		pids[n] = s.speakerPID(p)
 	}
-	started, err := startLoad(load, pids)
+	started, err := startLoad(load, pids, sb.request)
 	if err != nil {
 		t.Logf("%s: not run: %v", load, err)
 		return stressResult{}, false
@@ -297,7 +296,11 @@ func (sb *stressBench) runLoad(t *testing.T, load string) (stressResult, bool) {
 	for _, n := range sb.nodes {
 		delta = max(delta, after[n]-before[n])
 	}
-	res := stressResult{load: loadLabel(load), changes: delta, minMembers: minMembers, macs: macs, throttle: throttle,
+	label := load
+	if load == "cpu+request" {
+		label = fmt.Sprintf("cpu+request-%dm", sb.request)
+	}
+	res := stressResult{load: label, changes: delta, minMembers: minMembers, macs: macs, throttle: throttle,
 		busy: cpu1.busySince(cpu0), speakerCPU: (sp1 - sp0) / elapsed.Seconds(), maxGap: p.MaxGap()}
 	res.sent, res.failed = p.Result()
 	var events strings.Builder
@@ -340,9 +343,10 @@ func (sb *stressBench) runLoad(t *testing.T, load string) (stressResult, bool) {
 	return res, true
 }
 
-// startLoad starts one kind of load on the speakers (pids by node) and
-// returns what stops it, which reports the throttling it saw.
-func startLoad(load string, pids map[string]int) (stop func() string, err error) {
+// startLoad starts one kind of load on the speakers (pids by node), the
+// speaker's CPU request being requestMilli, and returns what stops it,
+// which reports the throttling it saw.
+func startLoad(load string, pids map[string]int, requestMilli int64) (stop func() string, err error) {
 	var groups []*cpuGroup
 	var kills []func()
 	stop = func() string {
@@ -391,12 +395,8 @@ func startLoad(load string, pids map[string]int) (stop func() string, err error)
 	case "cpu+request":
 		// What the kubelet makes of the speaker's requests.cpu (its
 		// shares, no quota) beside a pod requesting 2 CPUs that spins.
-		milli, err := speakerCPURequest()
-		if err != nil {
-			return fail(err)
-		}
 		for _, node := range slices.Sorted(maps.Keys(pids)) {
-			if _, err := group(node, []cgSetting{{"cpu.shares", int(milliCPUToShares(milli))}}, pids[node]); err != nil {
+			if _, err := group(node, []cgSetting{{"cpu.shares", int(milliCPUToShares(requestMilli))}}, pids[node]); err != nil {
 				return fail(err)
 			}
 		}
@@ -642,28 +642,20 @@ func (s l2) speakerArgs(extra []string) {
 
 // speakerCPURequest is the speaker container's requests.cpu in
 // millicores, from the manifests herald ships.
-func speakerCPURequest() (int64, error) {
-	const path = "../config/deploy/herald.yaml"
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
-	for {
-		doc, err := r.Read()
-		if err != nil {
-			return 0, fmt.Errorf("%s: no DaemonSet herald-speaker with a container speaker requesting cpu (%v)", path, err)
-		}
-		var ds appsv1.DaemonSet
-		if yaml.Unmarshal(doc, &ds) != nil || ds.Kind != "DaemonSet" || ds.Name != "herald-speaker" {
+func speakerCPURequest(t *testing.T) int64 {
+	for _, obj := range decodeManifests(t, "../config/deploy/herald.yaml") {
+		ds, ok := obj.(*appsv1.DaemonSet)
+		if !ok || ds.Name != "herald-speaker" {
 			continue
 		}
 		for _, c := range ds.Spec.Template.Spec.Containers {
 			if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok && c.Name == "speaker" {
-				return q.MilliValue(), nil
+				return q.MilliValue()
 			}
 		}
 	}
+	t.Fatal("config/deploy/herald.yaml: no DaemonSet herald-speaker with a container speaker requesting cpu")
+	return 0
 }
 
 // milliCPUToShares is the kubelet's cgroup v1 cpu.shares for a
@@ -672,13 +664,11 @@ func milliCPUToShares(milli int64) int64 {
 	return max(milli*1024/1000, 2)
 }
 
-// loadLabel names a load as printed: cpu+request with the request.
-func loadLabel(load string) string {
-	if load != "cpu+request" {
-		return load
+// TestSpeakerCPURequest: the shipped manifests request at least the
+// 100m that TestL2UnderCPUStressTarget showed the speaker needs on a
+// saturated node (docs/concepts.md, "The speaker's CPU request").
+func TestSpeakerCPURequest(t *testing.T) {
+	if got := speakerCPURequest(t); got < 100 {
+		t.Errorf("the speaker requests %dm of CPU in config/deploy/herald.yaml, want at least 100m", got)
 	}
-	if milli, err := speakerCPURequest(); err == nil {
-		return fmt.Sprintf("cpu+request-%dm", milli)
-	}
-	return load
 }
