@@ -182,7 +182,7 @@ func TestJoinsASpeakerOfTheOldTransport(t *testing.T) {
 	}
 	old := &oldSpeaker{meta: meta}
 	oc := memberlist.DefaultLANConfig()
-	oc.Name, oc.BindAddr, oc.BindPort, oc.AdvertisePort = "old", "127.0.0.1", freePort(t), 0
+	oc.Name, oc.BindAddr, oc.BindPort = "old", "127.0.0.1", freePort(t)
 	oc.AdvertisePort = oc.BindPort
 	oc.Keyring, oc.Label, oc.GossipVerifyIncoming, oc.GossipVerifyOutgoing = keyring, label, true, true
 	oc.EnableCompression = true
