@@ -199,7 +199,7 @@ func diffElements(old, cur []Element, isMap bool) (del, add []Element) {
 			add = append(add, cur[j])
 			j++
 		default:
-			if isMap && (old[i].Verdict != cur[j].Verdict || old[i].To != cur[j].To) {
+			if isMap && (old[i].Verdict != cur[j].Verdict || old[i].To != cur[j].To || old[i].Mark != cur[j].Mark) {
 				del = append(del, old[i])
 				add = append(add, cur[j])
 			}

@@ -134,6 +134,25 @@ type DNATHash struct {
 	Map       string
 }
 
+// MarkHash sets the packet's mark to the value the marks map Map gives
+// for the flow's slot, computed as DNATHash computes it (same Mod and
+// Seed, same slot). A slot without an element leaves the mark alone and
+// the rule unmatched. It is how a node sends a flow whose endpoint runs
+// elsewhere into the tunnel to that endpoint's node (policy routing on
+// the mark), before conntrack sees it.
+type MarkHash struct {
+	Mod, Seed uint32
+	Map       string
+}
+
+// NoTrack exempts the packet from connection tracking: a flow a node
+// only forwards into the tunnel is tracked by the endpoint's node, which
+// sees both of its directions; this node sees one.
+type NoTrack struct{}
+
+// MarkAnd keeps only the mark bits in Mask.
+type MarkAnd struct{ Mask uint32 }
+
 // UpdateSet adds the source or destination address to a dynamic set, or
 // refreshes its timeout (session affinity).
 type UpdateSet struct {
@@ -297,6 +316,19 @@ var FlowKey = KeyType{Saddr, Sport, Daddr, Dport}
 // Text implements Expr.
 func (d DNATHash) Text(f ipfamily.Family) string {
 	return fmt.Sprintf("dnat %s to jhash %s mod %d seed 0x%08x map @%s", addrKeyword(f), keyText(f, FlowKey), d.Mod, d.Seed, d.Map)
+}
+
+// Text implements Expr.
+func (m MarkHash) Text(f ipfamily.Family) string {
+	return fmt.Sprintf("meta mark set jhash %s mod %d seed 0x%08x map @%s", keyText(f, FlowKey), m.Mod, m.Seed, m.Map)
+}
+
+// Text implements Expr.
+func (NoTrack) Text(ipfamily.Family) string { return "notrack" }
+
+// Text implements Expr.
+func (m MarkAnd) Text(ipfamily.Family) string {
+	return fmt.Sprintf("meta mark set meta mark & 0x%08x", m.Mask)
 }
 
 // Text implements Expr.

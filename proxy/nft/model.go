@@ -46,6 +46,8 @@ const (
 
 // Priorities of base chains, as nft names them.
 const (
+	PriorityRaw    = -300
+	PriorityMangle = -150
 	PriorityDstNAT = -100
 	PriorityFilter = 0
 	PrioritySrcNAT = 100
@@ -179,15 +181,19 @@ type Element struct {
 	Key     Key
 	Verdict Verdict
 	To      netip.AddrPort
+	// Mark is the value of a marks map's element.
+	Mark uint32
 }
 
 // Set is a named set or, with Map, a verdict map, or with Endpoints a
-// map from Slot to address . port (DNATMap's) for protocol Proto.
+// map from Slot to address . port (DNATMap's) for protocol Proto, or
+// with Marks a map from Slot to a packet mark (MarkHash's).
 type Set struct {
 	Name      string
 	Key       KeyType
 	Map       bool
 	Endpoints bool
+	Marks     bool
 	Proto     Proto
 	// Timeout and Dynamic make a set the packet path adds to (session
 	// affinity): elements expire Timeout after their last update.

@@ -328,6 +328,9 @@ func (b *batch) kernelSet(s *Set) (*nftables.Set, error) {
 		// The slots are numgen's host-order numbers; told so, nft lists
 		// them as numbers.
 		ks.KeyByteOrder = binaryutil.NativeEndian
+	case s.Marks:
+		ks.IsMap, ks.DataType = true, nftables.TypeMark
+		ks.KeyByteOrder = binaryutil.NativeEndian
 	}
 	if s.Timeout > 0 {
 		ks.HasTimeout, ks.Timeout = true, s.Timeout
@@ -394,6 +397,8 @@ func (b *batch) elements(s *Set, els []Element, withVerdict bool) ([]nftables.Se
 			}
 			// address . port, the port padded to a register.
 			out[i].Val = append(append(a.AsSlice(), binaryutil.BigEndian.PutUint16(e.To.Port())...), 0, 0)
+		case s.Marks:
+			out[i].Val = native32(e.Mark)
 		}
 	}
 	return out, nil
@@ -656,6 +661,28 @@ func (b *batch) action(e Expr) ([]expr.Any, error) {
 		out = append(out, &expr.Hash{SourceRegister: reg1, DestRegister: reg1, Length: keyLen, Modulus: x.Mod, Seed: x.Seed, Type: expr.HashTypeJenkins},
 			&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID},
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: port, Specified: true})
+	case MarkHash:
+		s := b.sets[x.Map]
+		if s == nil || !s.IsMap {
+			return nil, fmt.Errorf("mark through unknown map %s", x.Map)
+		}
+		if x.Seed == 0 {
+			return nil, fmt.Errorf("jhash for map %s has seed 0", x.Map)
+		}
+		keyLen := uint32(16)
+		if b.f == ipfamily.IPv6 {
+			keyLen = 40
+		}
+		out = append(out, b.load(FlowKey)...)
+		out = append(out, &expr.Hash{SourceRegister: reg1, DestRegister: reg1, Length: keyLen, Modulus: x.Mod, Seed: x.Seed, Type: expr.HashTypeJenkins},
+			&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID},
+			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
+	case NoTrack:
+		out = append(out, &expr.Notrack{})
+	case MarkAnd:
+		out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(x.Mask), Xor: native32(0)},
+			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
 	case NumgenMatch:
 		out = append(out, &expr.Numgen{Register: reg1, Modulus: x.Mod, Type: unix.NFT_NG_RANDOM},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: native32(0)})

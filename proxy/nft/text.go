@@ -213,6 +213,8 @@ func (s *Set) declaration(f ipfamily.Family) (kind, typ string, props []string) 
 		// is the protocol's: nft 1.0.6 refuses "th dport" with a DNAT
 		// after "meta l4proto tcp" once the map is in the kernel.
 		kind, typ = "map", "typeof numgen random mod 1 : "+addrKeyword(f)+" daddr . "+s.Proto.String()+" dport"
+	case s.Marks:
+		kind, typ = "map", "typeof numgen random mod 1 : meta mark"
 	}
 	var flags []string
 	if s.Dynamic {
@@ -237,6 +239,8 @@ func (s *Set) elementText(e Element) string {
 		return KeyText(s.Key, e.Key) + " : " + e.Verdict.String()
 	case s.Endpoints:
 		return KeyText(s.Key, e.Key) + " : " + e.To.Addr().String() + " . " + strconv.Itoa(int(e.To.Port()))
+	case s.Marks:
+		return KeyText(s.Key, e.Key) + " : " + fmt.Sprintf("0x%08x", e.Mark)
 	}
 	return KeyText(s.Key, e.Key)
 }

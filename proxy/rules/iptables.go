@@ -171,6 +171,7 @@ func RenderWith(f Family, services []Service, endpoints map[ServicePortName][]En
 	r.static()
 
 	rs.Problems = eachServicePort(f, services, endpoints, np, rs.Problems, r.service)
+	rs.Problems = append(rs.Problems, r.dsrProblems...)
 
 	r.finish()
 	return rs
@@ -205,6 +206,8 @@ type renderer struct {
 	node nodeParams
 	opts Options
 	rs   *Ruleset
+	// dsrProblems: ports asking for ForwardingDSR, which this mode has not.
+	dsrProblems []Problem
 
 	filterChains, filterRules lines
 	natChains, natRules       lines
@@ -399,6 +402,10 @@ func sortLines(b []byte) []byte {
 // service writes everything for one Service port. The structure follows
 // kube-proxy's iptables mode; see the package documentation for the layout.
 func (r *renderer) service(s *svcPort, eps []epInfo) {
+	if s.dsr && len(s.lbVIPs) > 0 {
+		r.dsrProblems = append(r.dsrProblems, Problem{Service: s.id, Field: "forwarding",
+			Message: "dsr: the consistent backend choice needs the nftables mode (--proxy-mode=nftables); forwarding stays SNAT"})
+	}
 	pl := planService(s, eps)
 	pl.record(&r.rs.Stats, &r.rs.Health, s, eps)
 	n := iptNames{

@@ -76,6 +76,24 @@ const (
 	IPModeProxy
 )
 
+// Forwarding is how traffic to a Service port's load-balancer addresses
+// reaches an endpoint on another node; the zero value is kube-proxy's.
+type Forwarding int
+
+const (
+	// ForwardingSNAT: the receiving node DNATs to any endpoint and, under
+	// externalTrafficPolicy Cluster, SNATs to its own address, so the
+	// reply comes back through it.
+	ForwardingSNAT Forwarding = iota
+	// ForwardingDSR (annotation herald.io/forwarding: dsr): every node
+	// picks a flow's endpoint by the same consistent hash; the receiving
+	// node tunnels the packet, unchanged, to the endpoint's node, which
+	// DNATs it and answers the client directly. The client's address is
+	// kept, and a node that takes over the address mid-connection sends
+	// the flow to the same endpoint. nftables mode only (docs/dsr.md).
+	ForwardingDSR
+)
+
 // Ingress is one load-balancer ingress IP.
 type Ingress struct {
 	IP   netip.Addr
@@ -135,6 +153,9 @@ type Service struct {
 	SessionAffinity Affinity
 	// AffinityTimeout is in seconds; 0 means DefaultAffinityTimeout.
 	AffinityTimeout int
+
+	// Forwarding applies to LoadBalancerIngress addresses only.
+	Forwarding Forwarding
 }
 
 // ID returns the Service port's name.
@@ -206,6 +227,28 @@ type NodeConfig struct {
 	// on every local address but loopback. Loopback addresses in it are
 	// left out (reported): herald never serves NodePorts on loopback.
 	NodePortAddresses map[Family][]netip.Addr
+	// DSR is what ForwardingDSR needs on this node; without a Seed the
+	// Services asking for it keep ForwardingSNAT (reported).
+	DSR DSRConfig
+}
+
+// DSRConfig is a node's share of direct server return (ForwardingDSR).
+type DSRConfig struct {
+	// Seed is the jhash seed of the consistent backend choice. It must be
+	// the same on every node of the cluster, and not 0 (the kernel would
+	// draw a random one).
+	Seed uint32
+	// Tunnel is the interface the packets other nodes tunnel to this one
+	// arrive on: they are DNATed to a local endpoint, never sent on.
+	Tunnel string
+	// MarkMask holds the bits of the packet mark that route a packet into
+	// the tunnel to a peer (policy routing, proxy/tunnel); the proxy
+	// clears them after routing. It must not overlap the masquerade bit.
+	MarkMask uint32
+	// Peers gives, per family, the mark that routes to each other node
+	// whose endpoints this node can tunnel to, by node name. A Service
+	// with an endpoint on a node missing here keeps ForwardingSNAT.
+	Peers map[Family]map[string]uint32
 }
 
 // Interface names a network interface, or with Prefix every interface

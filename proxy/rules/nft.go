@@ -97,7 +97,8 @@ const nftMaxBlocks = 1 << 32 / NFTSlotBlock
 // IsNFTServiceChain reports whether an nft chain or set belongs to one
 // Service port (and is deleted with it).
 func IsNFTServiceChain(name string) bool {
-	for _, p := range []string{NFTPrefixService, NFTPrefixLocal, NFTPrefixExternal, NFTPrefixFirewall, NFTPrefixEndpoint, NFTPrefixAffinity} {
+	for _, p := range []string{NFTPrefixService, NFTPrefixLocal, NFTPrefixExternal, NFTPrefixFirewall, NFTPrefixEndpoint, NFTPrefixAffinity,
+		NFTPrefixDSR, NFTPrefixDSRRaw, NFTPrefixDSRMarks, NFTPrefixDSREndpts} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
@@ -169,6 +170,7 @@ func RenderNFTWith(f Family, services []Service, endpoints map[ServicePortName][
 	r.static()
 
 	rs.Problems = eachServicePort(f, services, endpoints, np, rs.Problems, r.recordService)
+	rs.Problems = append(rs.Problems, r.dsrProblems...)
 	r.finish()
 	rs.NextSlot = r.next
 	t.Sort()
@@ -208,6 +210,8 @@ type nftRenderer struct {
 	records map[ServiceKey][]*nftPortRecord
 	// conflicts counts map keys two Service ports wanted (the first won).
 	conflicts int
+	// dsrProblems are the ports whose ForwardingDSR was refused.
+	dsrProblems []Problem
 }
 
 func newNFTRenderer(f Family, np nodeParams, rs *NFTRuleset, opts NFTOptions) *nftRenderer {
@@ -441,6 +445,7 @@ func (r *nftRenderer) static() {
 		// be answered with a RST that kills the connection.
 		fwdRules = append(fwdRules, rule("", nft.MatchCtState{States: []nft.CtState{nft.CtInvalid}}, nft.Verdict{Kind: nft.Drop}))
 	}
+	fwdRules = append(fwdRules, r.dsrForwardRules()...)
 	fwdRules = append(fwdRules,
 		rule("herald forwarding rules", nft.MatchMark{Bit: n.markBit}, nft.Verdict{Kind: nft.Accept}),
 		rule("herald forwarding conntrack rule", nft.MatchCtState{States: []nft.CtState{nft.CtEstablished, nft.CtRelated}}, nft.Verdict{Kind: nft.Accept}))
@@ -458,6 +463,7 @@ func (r *nftRenderer) static() {
 		rule("herald service traffic requiring SNAT", nft.Masquerade{FullyRandom: n.random}),
 	}
 	r.chain(NFTChainMarkMasq, nil).Rules = []nft.Rule{rule("", nft.MarkOr{Bit: n.markBit})}
+	r.dsrStatic()
 }
 
 // nodePortDst is the destination match of NodePort rules: the
@@ -512,6 +518,17 @@ func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
 		svc: NFTPrefixService + s.hash + "-" + readable, svl: NFTPrefixLocal + s.hash + "-" + readable,
 		ext: NFTPrefixExternal + s.hash + "-" + readable, fw: NFTPrefixFirewall + s.hash + "-" + readable,
 	}
+	dsr, refused := r.planDSR(s, pl)
+	if refused != nil {
+		r.dsrProblems = append(r.dsrProblems, *refused)
+	}
+	if s.dsr && r.cur != nil {
+		r.cur.dsr = true
+	}
+	if dsr != nil {
+		n.dsr = dsr
+		r.dsrDispatch(s, dsr)
+	}
 	r.dispatch(s, pl, n)
 	if s.affinity == 0 {
 		for _, e := range pl.reachable {
@@ -531,8 +548,12 @@ func (r *nftRenderer) service(s *svcPort, eps []epInfo) {
 	r.serviceChains(s, pl, n)
 }
 
-// nftNames are a Service port's chains in the nftables mode.
-type nftNames struct{ svc, svl, ext, fw string }
+// nftNames are a Service port's chains in the nftables mode, and its
+// direct server return when it has it.
+type nftNames struct {
+	svc, svl, ext, fw string
+	dsr               *dsrPlan
+}
 
 // sep and aff are an endpoint's chain and affinity set.
 func nftSep(e epInfo) string { return NFTPrefixEndpoint + strings.TrimPrefix(e.chain, PrefixEndpoint) }
@@ -551,8 +572,11 @@ func blockVerdict(b block) nft.Verdict {
 func (r *nftRenderer) dispatch(s *svcPort, pl servicePlan, n nftNames) {
 	intV, extV := blockVerdict(pl.internalBlock), blockVerdict(pl.externalBlock)
 	lbChain := n.ext
-	if pl.fwChain {
+	switch {
+	case pl.fwChain:
 		lbChain = n.fw
+	case n.dsr != nil:
+		lbChain = n.dsr.nat
 	}
 	p := nftProto(s.proto)
 	port, _ := strconv.Atoi(s.port)
@@ -614,6 +638,9 @@ func (r *nftRenderer) serviceChains(s *svcPort, pl servicePlan, n nftNames) {
 	}
 	if pl.localChain {
 		svl = mk(n.svl)
+	}
+	if n.dsr != nil {
+		owned = append(owned, r.dsrChains(s, n.dsr, n.ext)...)
 	}
 	seps := make([]*nft.Chain, len(pl.reachable))
 	for i, e := range pl.reachable {

@@ -31,6 +31,8 @@ type nftPatchState struct {
 	// conflicts are map keys two Service ports wanted: the first by
 	// name won, which only a walk in name order can decide again.
 	conflicts int
+	// dsr: some port has direct server return (nftPortRecord.dsr).
+	dsr bool
 }
 
 // nftPortRecord is one Service port's share of a render.
@@ -42,6 +44,9 @@ type nftPortRecord struct {
 	health *ServiceHealth
 	// noLocalInt and noLocalExt are its Stats.NoLocalEndpoints*.
 	noLocalInt, noLocalExt int
+	// dsr: it has direct server return, whose maps a patch does not
+	// handle (a render with such a port is full).
+	dsr bool
 }
 
 type nftElemRef struct {
@@ -51,6 +56,11 @@ type nftElemRef struct {
 
 func (r *nftRenderer) patchState() *nftPatchState {
 	ps := &nftPatchState{node: r.node, services: r.records, counts: map[string][]int32{}, conflicts: r.conflicts}
+	for _, recs := range r.records {
+		for _, rec := range recs {
+			ps.dsr = ps.dsr || rec.dsr
+		}
+	}
 	for _, s := range r.t.Sets {
 		if s.Map || s.Endpoints || s.Dynamic || len(s.Elements) == 0 {
 			continue
@@ -78,7 +88,7 @@ func patchNFT(f Family, services []Service, endpoints map[ServicePortName][]Endp
 		return NFTRuleset{}, false
 	}
 	ps := prev.patch
-	if ps.conflicts > 0 || len(opts.Changed)*nftPatchShare > len(ps.services)+nftPatchShare || !reflect.DeepEqual(ps.node, np) {
+	if ps.conflicts > 0 || ps.dsr || len(opts.Changed)*nftPatchShare > len(ps.services)+nftPatchShare || !reflect.DeepEqual(ps.node, np) {
 		return NFTRuleset{}, false
 	}
 
@@ -112,6 +122,13 @@ func patchNFT(f Family, services []Service, endpoints map[ServicePortName][]Endp
 	probs := eachServicePort(f, subset, endpoints, np, nil, r.recordService)
 	if r.conflicts > 0 {
 		return NFTRuleset{}, false
+	}
+	for _, recs := range r.records {
+		for _, rec := range recs {
+			if rec.dsr {
+				return NFTRuleset{}, false
+			}
+		}
 	}
 
 	var old []*nftPortRecord

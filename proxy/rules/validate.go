@@ -30,6 +30,10 @@ type svcPort struct {
 	affinity           int // seconds; 0 = no affinity
 
 	hash string // shared suffix of SVC/SVL/EXT/FW chain names
+
+	// dsr: the Service asks for ForwardingDSR (nft_dsr.go decides
+	// whether it gets it).
+	dsr bool
 }
 
 // externallyAccessible mirrors kube-proxy: anything besides the cluster IP.
@@ -205,6 +209,14 @@ func normalize(f Family, in *Service) (out svcPort, ok bool, probs []Problem) {
 		drop("sessionAffinity", "unknown affinity %d; using None", in.SessionAffinity)
 	}
 
+	switch in.Forwarding {
+	case ForwardingSNAT:
+	case ForwardingDSR:
+		out.dsr = true
+	default:
+		drop("forwarding", "unknown forwarding %d; using SNAT", in.Forwarding)
+	}
+
 	out.hash = serviceHash(out.name, proto)
 	return out, true, probs
 }
@@ -225,6 +237,7 @@ type nodeParams struct {
 	// on every local address.
 	npRestricted bool
 	npIPs        []netip.Addr
+	dsr          dsrParams
 }
 
 func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
@@ -267,6 +280,7 @@ func normalizeNode(f Family, n *NodeConfig) (nodeParams, []Problem) {
 		}
 	}
 	np.npRestricted, np.npIPs, probs = nodePortIPs(f, n.NodePortAddresses, probs)
+	np.dsr, probs = normalizeDSR(f, n, probs)
 	mark := n.MasqueradeMark
 	if mark == 0 {
 		mark = DefaultMasqueradeMark
@@ -338,6 +352,7 @@ type epInfo struct {
 	str                         string // "ip:port" / "[ip]:port"
 	ready, serving, terminating bool
 	local                       bool
+	node                        string // the node it runs on, "" if unknown
 	hints                       epHints
 	chain                       string
 }
@@ -365,7 +380,7 @@ func normalizeEndpoints(f Family, s *svcPort, node, zone string, in []Endpoint) 
 		}
 		ap := netip.AddrPortFrom(a, uint16(e.Port))
 		ep := epInfo{addr: ap, ready: e.Ready, serving: e.Serving, terminating: e.Terminating, local: node != "" && e.NodeName == node,
-			hints: hintsFor(e, node, zone)}
+			node: e.NodeName, hints: hintsFor(e, node, zone)}
 		if j, dup := idx[ap]; dup {
 			// Two slices listing one address: keep the more usable copy.
 			if rank(ep) > rank(out[j]) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/herald-lb/herald/proxy/maglev"
 	"github.com/herald-lb/herald/proxy/nft"
@@ -60,17 +61,22 @@ func (n *NFT) Trace(f Flow) (Result, error) {
 		return res, fmt.Errorf("flow %v: protocol must be tcp, udp or sctp", f)
 	}
 	p := packet{src: src, dst: dst, proto: f.Proto, sport: f.SrcPort, dport: f.Port, prob: 1,
-		srcLocal: f.Origin == Node || n.local[src], dstLocal: f.DstLocal}
+		srcLocal: f.Origin == Node || n.local[src], dstLocal: f.DstLocal, iface: f.InIface}
 	var pre []nft.Hook
 	var types []nft.ChainType
 	if f.Origin == Node {
 		pre, types = []nft.Hook{nft.HookOutput, nft.HookOutput, nft.HookPostrouting}, []nft.ChainType{nft.TypeNAT, nft.TypeFilter, nft.TypeNAT}
 	} else {
-		pre, types = []nft.Hook{nft.HookPrerouting}, []nft.ChainType{nft.TypeNAT}
+		// The filter chains of prerouting herald has run before conntrack
+		// (raw priority), so before its nat chain.
+		pre, types = []nft.Hook{nft.HookPrerouting, nft.HookPrerouting}, []nft.ChainType{nft.TypeFilter, nft.TypeNAT}
 	}
 	pkts, err := n.run([]packet{p}, pre, types, &res)
 	if err != nil {
 		return res, err
+	}
+	for i := range pkts {
+		pkts[i].routeMark = pkts[i].mark
 	}
 	var locals, fwd []packet
 	for _, q := range pkts {
@@ -116,6 +122,10 @@ func (n *NFT) run(pkts []packet, hooks []nft.Hook, types []nft.ChainType, res *R
 		for _, c := range bases {
 			var next []packet
 			for _, q := range pkts {
+				if q.notrack && c.Base.Type == nft.TypeNAT {
+					next = append(next, q) // nat sees tracked packets only
+					continue
+				}
 				outs, err := n.walk(c, q, 0)
 				if err != nil {
 					return nil, err
@@ -203,6 +213,11 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 			if (p.mark&x.Bit != 0) == x.Not {
 				return []nftBranch{{p, nftNext}}, nil
 			}
+		case nft.MatchIifname:
+			in := p.iface == x.Name || (x.Prefix && strings.HasPrefix(p.iface, x.Name))
+			if in == x.Not {
+				return []nftBranch{{p, nftNext}}, nil
+			}
 		case nft.MatchCtDNAT:
 			if !p.dnat {
 				return []nftBranch{{p, nftNext}}, nil
@@ -265,6 +280,21 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 			return n.dnatMap(c, idx, r, x, p)
 		case nft.DNATHash:
 			return n.dnatHash(c, idx, r, x, p)
+		case nft.MarkHash:
+			el, ok, err := n.hashElement(c, idx, x.Map, false, x.Mod, x.Seed, p)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return []nftBranch{{p, nftNext}}, nil
+			}
+			p.mark = el.Mark
+			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s -> 0x%08x", c.Name, idx+1, r.Text(n.t.Family), el.Mark))
+		case nft.MarkAnd:
+			p.mark &= x.Mask
+		case nft.NoTrack:
+			p.notrack = true
+			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s", c.Name, idx+1, r.Text(n.t.Family)))
 		case nft.Masquerade:
 			p.masq = true
 			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s", c.Name, idx+1, r.Text(n.t.Family)))
@@ -320,24 +350,44 @@ func (n *NFT) dnatMap(c *nft.Chain, idx int, r nft.Rule, x nft.DNATMap, p packet
 // dnatHash is the kernel's own pick for DNATHash, computed: one branch,
 // no chance; a slot without an element leaves the rule unmatched.
 func (n *NFT) dnatHash(c *nft.Chain, idx int, r nft.Rule, x nft.DNATHash, p packet) ([]nftBranch, error) {
-	m := n.t.Set(x.Map)
-	if m == nil || !m.Endpoints {
-		return nil, fmt.Errorf("%s rule %d: dnat through missing endpoints map %q", c.Name, idx+1, x.Map)
+	el, ok, err := n.hashElement(c, idx, x.Map, true, x.Mod, x.Seed, p)
+	if err != nil {
+		return nil, err
 	}
-	if x.Mod == 0 || x.Seed == 0 {
-		return nil, fmt.Errorf("%s rule %d: jhash mod %d seed %d", c.Name, idx+1, x.Mod, x.Seed)
-	}
-	h, ok := maglev.FlowHash(netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport), x.Seed)
-	if !ok {
-		return nil, fmt.Errorf("%s rule %d: jhash over addresses of two families", c.Name, idx+1)
-	}
-	el, ok := n.element(m, nft.Key{Slot: maglev.Scale(h, x.Mod)})
 	if !ok {
 		return []nftBranch{{p, nftNext}}, nil
 	}
 	p.dst, p.dport, p.dnat = el.To.Addr(), el.To.Port(), true
 	p.trail = append(p.trail, fmt.Sprintf("%s#%d %s -> %s", c.Name, idx+1, r.Text(n.t.Family), el.To))
 	return []nftBranch{{p, nftNAT}}, nil
+}
+
+// hashElement is the element of the endpoints map (endpoints) or marks
+// map named name for p's flow slot; ok is false without one.
+func (n *NFT) hashElement(c *nft.Chain, idx int, name string, endpoints bool, mod, seed uint32, p packet) (nft.Element, bool, error) {
+	m := n.t.Set(name)
+	if m == nil || (endpoints && !m.Endpoints) || (!endpoints && !m.Marks) {
+		return nft.Element{}, false, fmt.Errorf("%s rule %d: missing map %q (endpoints %v)", c.Name, idx+1, name, endpoints)
+	}
+	slot, err := n.flowSlot(c, idx, mod, seed, p)
+	if err != nil {
+		return nft.Element{}, false, err
+	}
+	el, ok := n.element(m, nft.Key{Slot: slot})
+	return el, ok, nil
+}
+
+// flowSlot is the slot the kernel's jhash of p's flow, with seed and
+// mod, picks (DNATHash and MarkHash).
+func (n *NFT) flowSlot(c *nft.Chain, idx int, mod, seed uint32, p packet) (uint32, error) {
+	if mod == 0 || seed == 0 {
+		return 0, fmt.Errorf("%s rule %d: jhash mod %d seed %d", c.Name, idx+1, mod, seed)
+	}
+	h, ok := maglev.FlowHash(netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport), seed)
+	if !ok {
+		return 0, fmt.Errorf("%s rule %d: jhash over addresses of two families", c.Name, idx+1)
+	}
+	return maglev.Scale(h, mod), nil
 }
 
 // verdict applies v met at expression i of a rule. A jump's target that

@@ -49,6 +49,9 @@ type Flow struct {
 	// DstLocal says the destination is one of the node's own addresses
 	// (addrtype --dst-type LOCAL), e.g. a node IP for NodePort traffic.
 	DstLocal bool
+	// InIface is the interface the packet arrives on (iifname); only
+	// the nftables tracer reads it.
+	InIface string
 }
 
 func (f Flow) String() string {
@@ -98,6 +101,12 @@ type Outcome struct {
 	Affinity      bool
 	RecentChecked []string
 	RecentSet     []string
+	// RouteMark is the packet mark when the node routed it (after
+	// prerouting), NoTrack that a raw chain exempted it from conntrack:
+	// how the nftables mode's direct server return sends a flow into the
+	// tunnel to its endpoint's node (nftables tracer only).
+	RouteMark uint32
+	NoTrack   bool
 	// Trail lists the rules that matched, for debugging.
 	Trail []string
 }
@@ -204,13 +213,20 @@ func (r Result) Explain() string {
 
 // packet is the state of one branch.
 type packet struct {
-	src, dst      netip.Addr
-	proto         string
-	sport, dport  uint16
-	mark          uint32
-	srcLocal      bool
-	dstLocal      bool
-	dnat, masq    bool
+	src, dst     netip.Addr
+	proto        string
+	sport, dport uint16
+	mark         uint32
+	srcLocal     bool
+	dstLocal     bool
+	dnat, masq   bool
+	// notrack: a raw chain exempted the packet from conntrack, so the
+	// nat chains do not see it.
+	notrack bool
+	// routeMark is mark when the packet was routed; iface the
+	// interface it came in on.
+	routeMark     uint32
+	iface         string
 	prob          float64
 	affinity      bool
 	recentChecked []string
@@ -619,6 +635,8 @@ func outcome(p packet, v Verdict, local bool) Outcome {
 		RecentChecked: p.recentChecked,
 		RecentSet:     p.recentSet,
 		Trail:         p.trail,
+		RouteMark:     p.routeMark,
+		NoTrack:       p.notrack,
 	}
 }
 
