@@ -20,6 +20,11 @@ const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 // LabelHeadless marks the EndpointSlices of headless Services.
 const LabelHeadless = "service.kubernetes.io/headless"
 
+// AnnotationForwarding asks for a Service's load-balancer traffic to be
+// forwarded by direct server return ("dsr"; rules.ForwardingDSR) instead
+// of kube-proxy's SNAT ("snat", the default).
+const AnnotationForwarding = "herald.io/forwarding"
+
 // Skipped tells why a Service gets no rules, or "" when it gets some.
 func Skipped(svc *corev1.Service) string {
 	switch {
@@ -112,6 +117,14 @@ func ServicePorts(svc *corev1.Service) ([]rules.Service, []error) {
 		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
 			base.AffinityTimeout = int(*c.ClientIP.TimeoutSeconds)
 		}
+	}
+	switch v, set := svc.Annotations[AnnotationForwarding]; {
+	case !set:
+	case strings.EqualFold(strings.TrimSpace(v), "dsr"):
+		base.Forwarding = rules.ForwardingDSR
+	case strings.EqualFold(strings.TrimSpace(v), "snat"):
+	default:
+		bad("metadata.annotations["+AnnotationForwarding+"]", "%q is not dsr or snat; forwarding stays SNAT", v)
 	}
 	out := make([]rules.Service, 0, len(svc.Spec.Ports))
 	for _, p := range svc.Spec.Ports {

@@ -135,3 +135,44 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("duplicate endpoint: the ready copy must win: %+v", e)
 	}
 }
+
+// TestForwardingAnnotation: herald.io/forwarding picks DSR or SNAT; any
+// other value is reported, naming the Service and the annotation, and
+// the Service keeps SNAT and its rules.
+func TestForwardingAnnotation(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		set   bool
+		want  rules.Forwarding
+		bad   bool
+	}{
+		{set: false, want: rules.ForwardingSNAT},
+		{value: "dsr", set: true, want: rules.ForwardingDSR},
+		{value: " DSR ", set: true, want: rules.ForwardingDSR},
+		{value: "snat", set: true, want: rules.ForwardingSNAT},
+		{value: "direct", set: true, want: rules.ForwardingSNAT, bad: true},
+	} {
+		svc := lbService()
+		svc.Spec.ExternalIPs = nil
+		svc.Spec.LoadBalancerSourceRanges = nil
+		if tc.set {
+			svc.Annotations = map[string]string{AnnotationForwarding: tc.value}
+		}
+		ports, probs := ServicePorts(svc)
+		if len(ports) != 2 {
+			t.Fatalf("%q: %d ports", tc.value, len(ports))
+		}
+		for _, p := range ports {
+			if p.Forwarding != tc.want {
+				t.Errorf("%q: forwarding %d, want %d", tc.value, p.Forwarding, tc.want)
+			}
+		}
+		msg := ""
+		for _, p := range probs {
+			msg += p.Error()
+		}
+		if got := strings.Contains(msg, "service default/web: metadata.annotations[herald.io/forwarding]: \"direct\""); got != tc.bad {
+			t.Errorf("%q: problems %q", tc.value, msg)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/herald-lb/herald/internal/logging"
 	"github.com/herald-lb/herald/proxy/conntrack"
 	"github.com/herald-lb/herald/proxy/iptables"
+	"github.com/herald-lb/herald/proxy/tunnel"
 )
 
 // Mode is --proxy-mode.
@@ -98,6 +99,9 @@ type Options struct {
 	// PodInterfaceNamePrefix name the interfaces of its interface modes.
 	DetectLocalMode                            LocalMode
 	PodBridgeInterface, PodInterfaceNamePrefix string
+	// DSR is --dsr and its settings: the tunnel of direct server return
+	// for Services annotated herald.io/forwarding: dsr.
+	DSR DSROptions
 	// ConfigFile is --config, kube-proxy's KubeProxyConfiguration; its
 	// fields fill in the flags the command line leaves out.
 	ConfigFile string
@@ -109,6 +113,20 @@ type Options struct {
 	// configDigest is the hash of the file's contents as read, so that a
 	// running proxy can tell when they change (watchConfig).
 	configDigest [sha256.Size]byte
+}
+
+// DSROptions are the flags of direct server return (docs/dsr.md).
+type DSROptions struct {
+	// Enabled makes the tunnel, and lets annotated Services use it.
+	Enabled bool
+	// Seed is the cluster-wide seed of the consistent backend choice; 0
+	// derives it from the kube-system namespace's UID, which every node
+	// reads alike.
+	Seed uint32
+	// Port is the tunnel's VXLAN UDP port; MarkMask the packet mark bits
+	// that route into it (one id per peer node).
+	Port     int
+	MarkMask uint32
 }
 
 // DefaultOptions are the flag defaults, kube-proxy's where it has the flag.
@@ -130,6 +148,7 @@ func DefaultOptions() Options {
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 		Conntrack:          conntrack.DefaultTuning(),
+		DSR:                DSROptions{Port: tunnel.DefaultPort, MarkMask: tunnel.DefaultMarkMask},
 		APIFlags:           daemon.APIFlags{QPS: 50, Burst: 100},
 	}
 }
@@ -195,6 +214,10 @@ func bindFlags(fs *pflag.FlagSet, o *Options, more ...string) (finish func() err
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", o.HealthzBindAddress, "address serving /healthz and /livez")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address serving /metrics and /proxyMode")
 	bindConntrackFlags(fs, &o.Conntrack)
+	fs.BoolVar(&o.DSR.Enabled, "dsr", o.DSR.Enabled, "direct server return for Services annotated herald.io/forwarding: dsr (nftables mode): a VXLAN tunnel to the other nodes, a consistent backend choice, the client's address kept (docs/dsr.md)")
+	fs.Uint32Var(&o.DSR.Seed, "dsr-seed", o.DSR.Seed, "the consistent backend choice's seed, the same on every node (0: derived from the kube-system namespace's UID)")
+	fs.IntVar(&o.DSR.Port, "dsr-port", o.DSR.Port, "the DSR tunnel's VXLAN UDP port, the same on every node")
+	fs.Uint32Var(&o.DSR.MarkMask, "dsr-mark-mask", o.DSR.MarkMask, "the packet mark bits that route flows into the DSR tunnel, one value per peer node (must leave the masquerade bit alone)")
 	bind := ""
 	fs.StringVar(&bind, "bind-address", bind, "kube-proxy's: this node's primary IP of its family, instead of the Node's (for --nodeport-addresses=primary and the node's own addresses in loadBalancerSourceRanges); no socket binds it; 0.0.0.0 or :: means the Node's")
 	fs.TextVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "how pod traffic is told apart (the `mode`): ClusterCIDR (--cluster-cidr; the default, the Node's spec.podCIDRs without it), NodeCIDR (the Node's spec.podCIDRs), BridgeInterface (arriving on --pod-bridge-interface) or InterfaceNamePrefix (on interfaces named --pod-interface-name-prefix...)")
@@ -303,8 +326,26 @@ func (o Options) Validate() error {
 	if err := o.Conntrack.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	o.validateDSR(bad)
 	errs = append(errs, o.APIFlags.Validate()...)
 	return errors.Join(o.attribute(errs)...)
+}
+
+func (o Options) validateDSR(bad func(flag, format string, args ...any)) {
+	if !o.DSR.Enabled {
+		return
+	}
+	if o.ProxyMode != ModeNFTables {
+		bad("dsr", "needs --proxy-mode=nftables (the iptables mode has no consistent hash)")
+	}
+	if o.DSR.Port < 1 || o.DSR.Port > 65535 {
+		bad("dsr-port", "%d is out of range 1-65535", o.DSR.Port)
+	}
+	if o.DSR.MarkMask == 0 {
+		bad("dsr-mark-mask", "must have bits set")
+	} else if o.MasqueradeBit >= 0 && o.MasqueradeBit < 32 && o.DSR.MarkMask&(1<<uint(o.MasqueradeBit)) != 0 {
+		bad("dsr-mark-mask", "%#x holds the masquerade bit %d (--iptables-masquerade-bit)", o.DSR.MarkMask, o.MasqueradeBit)
+	}
 }
 
 // ParseConntrackFlags reads the command line of `herald conntrack`

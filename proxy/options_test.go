@@ -58,6 +58,10 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--cluster-cidr=10.0.0.0/8,10.1.0.0/16"}, "one CIDR per address family"},
 		{[]string{"--min-sync-period=1m", "--sync-period=30s"}, "--min-sync-period"},
 		{[]string{"--sync-period=0"}, "--sync-period"},
+		{[]string{"--dsr"}, "--dsr: needs --proxy-mode=nftables"},
+		{[]string{"--dsr", "--proxy-mode=nftables", "--dsr-port=70000"}, "--dsr-port"},
+		{[]string{"--dsr", "--proxy-mode=nftables", "--dsr-mark-mask=0x4000"}, "--dsr-mark-mask: 0x4000 holds the masquerade bit 14"},
+		{[]string{"--dsr", "--proxy-mode=nftables", "--dsr-mark-mask=0"}, "--dsr-mark-mask"},
 		{[]string{"--iptables-masquerade-bit=32"}, "--iptables-masquerade-bit"},
 		{[]string{"--healthz-bind-address=:99999"}, "--healthz-bind-address"},
 		{[]string{"--metrics-bind-address=localhost:10249"}, "--metrics-bind-address"},
@@ -99,5 +103,16 @@ func TestFamilies(t *testing.T) {
 		if got := Families(c.node, c.cidrs); !slices.Equal(got, c.want) {
 			t.Errorf("Families(%v, %v) = %v, want %v", c.node.IPs, c.cidrs, got, c.want)
 		}
+	}
+}
+
+func TestDSRFlags(t *testing.T) {
+	t.Setenv("NODE_NAME", "node1")
+	o, err := ParseFlags([]string{"--proxy-mode=nftables", "--dsr", "--dsr-seed=0x1234", "--dsr-mark-mask=0x0f000000"}, io.Discard)
+	if err != nil || !o.DSR.Enabled || o.DSR.Seed != 0x1234 || o.DSR.MarkMask != 0x0f000000 || o.DSR.Port != 8475 {
+		t.Errorf("%+v %v", o.DSR, err)
+	}
+	if a, b := DSRSeed("8a3f2c1e-uid"), DSRSeed("8a3f2c1e-uid"); a != b || a == 0 || a == DSRSeed("another") {
+		t.Errorf("seeds %#x %#x", a, b)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -31,6 +32,7 @@ import (
 	"github.com/herald-lb/herald/proxy/iptables"
 	"github.com/herald-lb/herald/proxy/nft"
 	"github.com/herald-lb/herald/proxy/rules"
+	"github.com/herald-lb/herald/proxy/tunnel"
 )
 
 // informerSelector leaves out what no proxy programs: Services another
@@ -177,7 +179,7 @@ func (p *Proxy) runOnce(ctx context.Context, log *slog.Logger) error {
 		log.Warn("service input the proxy cannot use", "service", svc.Namespace+"/"+svc.Name, "problem", msg)
 		rec.Event(svc, corev1.EventTypeWarning, "ProxyInvalidService", msg)
 	}
-	synced, stopInformers, err := watchCluster(ctx, kube, o.NodeName, tracker, warn)
+	synced, stopInformers, err := watchCluster(ctx, kube, o.NodeName, o.DSR.Enabled, tracker, warn)
 	if err != nil {
 		return err
 	}
@@ -216,6 +218,9 @@ func (p *Proxy) runOnce(ctx context.Context, log *slog.Logger) error {
 		ConntrackLiberal:  conntrackLiberal(sysctls),
 		FullSyncPeriod:    o.FullSyncPeriod,
 		NodePortAddresses: o.NodePortAddresses,
+	}
+	if o.DSR.Enabled {
+		cfg.DSR = dsrSetup(ctx, kube, o.DSR, log)
 	}
 	syncer := NewSyncer(cfg, tracker, fams, hc, health, conntrack.Netlink{}, m, log)
 	current.Store(syncer)
@@ -315,10 +320,42 @@ func serverHandlers(o Options, health *healthcheck.ProxyHealth, m *Metrics) map[
 	return handlers
 }
 
+// dsrSetup makes direct server return's tunnel manager and finds the
+// seed; nil (the mode off, annotated Services keep SNAT and say why) when
+// the seed cannot be had.
+func dsrSetup(ctx context.Context, kube kubernetes.Interface, o DSROptions, log *slog.Logger) *DSRSetup {
+	seed := o.Seed
+	if seed == 0 {
+		ns, err := kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+		if err != nil {
+			log.Error("--dsr: reading the kube-system namespace for the seed failed; set --dsr-seed. DSR is off", "err", err)
+			return nil
+		}
+		seed = DSRSeed(string(ns.UID))
+	}
+	m := tunnel.NewManager(tunnel.Config{Port: o.Port, MarkMask: o.MarkMask}, tunnel.Netlink{})
+	c := m.Config()
+	log.Info("--dsr: direct server return", "device", c.Device, "port", c.Port, "vni", c.VNI, "markMask", fmt.Sprintf("%#x", c.MarkMask), "maxPeers", m.MaxPeers())
+	return &DSRSetup{Tunnel: m, Device: c.Device, Seed: seed, MarkMask: c.MarkMask}
+}
+
+// DSRSeed derives the consistent backend choice's seed from a cluster-wide
+// identity (the kube-system namespace's UID): never 0, which the kernel
+// would replace by a random seed.
+func DSRSeed(identity string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(identity))
+	if s := h.Sum32(); s != 0 {
+		return s
+	}
+	return 1
+}
+
 // watchCluster starts the informers that feed the tracker: Services
 // (without other proxies' and headless ones), EndpointSlices, and this
-// node's Node. It returns their HasSynced and a stop.
-func watchCluster(ctx context.Context, kube kubernetes.Interface, nodeName string, tracker *Tracker, warn func(*corev1.Service, string)) ([]cache.InformerSynced, func(), error) {
+// node's Node, or with allNodes every Node (the DSR tunnel's peers). It
+// returns their HasSynced and a stop.
+func watchCluster(ctx context.Context, kube kubernetes.Interface, nodeName string, allNodes bool, tracker *Tracker, warn func(*corev1.Service, string)) ([]cache.InformerSynced, func(), error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = informerSelector }))
 	svcInf := factory.Core().V1().Services().Informer()
@@ -347,15 +384,20 @@ func watchCluster(ctx context.Context, kube kubernetes.Interface, nodeName strin
 	}
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
+			if !allNodes {
+				lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
+			}
 		}))
 	nodeInf := nodeFactory.Core().V1().Nodes().Informer()
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { nodeEvent(tracker, obj) },
-		UpdateFunc: func(_, obj any) { nodeEvent(tracker, obj) },
+		AddFunc:    func(obj any) { nodeEvent(tracker, obj, allNodes) },
+		UpdateFunc: func(_, obj any) { nodeEvent(tracker, obj, allNodes) },
 		DeleteFunc: func(obj any) {
 			if n, ok := tombstone[*corev1.Node](obj); ok {
 				tracker.DeleteNode(n.Name)
+				if allNodes {
+					tracker.DeletePeer(n.Name)
+				}
 			}
 		},
 	}); err != nil {
@@ -482,6 +524,9 @@ func (p *Proxy) RemoveRules(ctx context.Context, log *slog.Logger) error {
 // herald's nftables tables.
 func runCleanup(ctx context.Context, backend iptables.Mode, log *slog.Logger) error {
 	err := cleanupIPTables(ctx, backend, log)
+	if terr := (tunnel.Netlink{}).Remove(tunnel.Config{}); terr != nil {
+		log.Info("cleanup: the DSR tunnel not removed", "err", terr)
+	}
 	if nerr := cleanupNFT(); nerr != nil {
 		// A kernel without nf_tables has no such table to remove.
 		log.Info("cleanup: nftables tables not removed", "err", nerr)
@@ -545,9 +590,12 @@ func sliceEvent(t *Tracker, obj any) {
 	}
 }
 
-func nodeEvent(t *Tracker, obj any) {
+func nodeEvent(t *Tracker, obj any, peers bool) {
 	if n, ok := obj.(*corev1.Node); ok {
 		t.UpdateNode(n)
+		if peers {
+			t.UpdatePeer(n)
+		}
 	}
 }
 

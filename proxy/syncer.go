@@ -43,11 +43,30 @@ type Config struct {
 	NoRandomFully bool
 	// NodePortAddresses is --nodeport-addresses.
 	NodePortAddresses NodePortAddresses
+	// DSR, when set, is direct server return's tunnel and seed (--dsr).
+	DSR *DSRSetup
 	// FullSyncPeriod is how long a family may go without a full sync;
 	// periodic syncs in between are partial (after the canary check), as
 	// kube-proxy's are: a full restore of a large ruleset costs seconds
 	// of CPU on every node. 0 means DefaultFullSyncPeriod.
 	FullSyncPeriod time.Duration
+}
+
+// DSRSetup is what direct server return needs besides the Services.
+type DSRSetup struct {
+	Tunnel DSRTunnel
+	// Device is the tunnel interface, Seed the cluster-wide jhash seed,
+	// MarkMask the mark bits of the peers' routes.
+	Device   string
+	Seed     uint32
+	MarkMask uint32
+}
+
+// DSRTunnel is the kernel side of the tunnel (tunnel.Manager; a fake in
+// tests): it reaches the peers from local and returns each reachable
+// peer's mark.
+type DSRTunnel interface {
+	Sync(local netip.Addr, peers map[string][]netip.Addr) (map[string]uint32, error)
 }
 
 // DefaultFullSyncPeriod is kube-proxy's interval between full syncs.
@@ -131,6 +150,11 @@ type Syncer struct {
 	local   []netip.Addr
 	npLast  map[rules.Family][]netip.Addr
 	npKnown bool
+	// dsrMarks are the tunnel's peers as last synced (nil before the
+	// first success), from dsrLocal; dsrRetry after a failure.
+	dsrMarks map[string]uint32
+	dsrLocal netip.Addr
+	dsrRetry bool
 	// Report is told about each problem in the input once, when it first
 	// shows; Run adds an event on the Service. It must not block.
 	Report func(rules.Problem)
@@ -202,9 +226,10 @@ type SyncResult struct {
 func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 	start := s.now()
 	snap := s.tracker.Snapshot()
+	var res SyncResult
+	dsrChanged := s.syncTunnel(snap, &res)
 	node := s.nodeConfig(snap.Node)
 	npChanged := s.nodePorts(&node, snap.Node)
-	var res SyncResult
 
 	anyFull := false
 	for _, f := range s.fams {
@@ -217,6 +242,8 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 			reason = "the previous restore failed"
 		case snap.NodeChanged:
 			full, reason = true, "the node's addresses, pod CIDRs or zone changed"
+		case dsrChanged:
+			full, reason = true, "the nodes the DSR tunnel reaches changed"
 		case periodic && s.now().Sub(f.lastFull) >= s.fullSyncPeriod():
 			full, reason = true, "periodic full resync"
 		default:
@@ -339,7 +366,59 @@ func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
 	if s.cfg.MasqueradeBit >= 0 && s.cfg.MasqueradeBit < 32 {
 		nc.MasqueradeMark = 1 << uint(s.cfg.MasqueradeBit)
 	}
+	if d := s.cfg.DSR; d != nil && s.dsrMarks != nil {
+		nc.DSR = rules.DSRConfig{Seed: d.Seed, Tunnel: d.Device, MarkMask: d.MarkMask,
+			Peers: map[rules.Family]map[string]uint32{rules.IPv4: s.dsrMarks, rules.IPv6: s.dsrMarks}}
+	}
 	return nc
+}
+
+// syncTunnel brings the DSR tunnel up to date with the peers when they,
+// or this node's address, changed (or the last try failed), and reports
+// whether the marks the rules use changed.
+func (s *Syncer) syncTunnel(snap Snapshot, res *SyncResult) bool {
+	d := s.cfg.DSR
+	if d == nil {
+		return false
+	}
+	local := underlayAddr(withPrimary(snap.Node.PrimaryIPs, s.cfg.BindAddress))
+	if s.dsrMarks != nil && !snap.PeersChanged && !s.dsrRetry && local == s.dsrLocal {
+		return false
+	}
+	marks, err := d.Tunnel.Sync(local, snap.Peers)
+	s.dsrRetry = err != nil
+	if err != nil {
+		res.Retry = true
+		s.log.Error("DSR tunnel: some peers are not reachable; their Services keep SNAT forwarding", "err", err)
+	}
+	if marks == nil && s.dsrMarks == nil {
+		return false
+	}
+	if marks == nil {
+		marks = map[string]uint32{}
+	}
+	changed := s.dsrMarks == nil || !maps.Equal(marks, s.dsrMarks)
+	s.dsrMarks, s.dsrLocal = marks, local
+	if changed {
+		s.log.Info("DSR tunnel", "device", d.Device, "from", local, "peers", len(marks))
+	}
+	return changed
+}
+
+// underlayAddr is the address the tunnel runs from: the node's primary
+// IPv4 address, else its IPv6 one. Every node picks alike, so peers agree
+// on the family.
+func underlayAddr(primary []netip.Addr) netip.Addr {
+	var v6 netip.Addr
+	for _, a := range primary {
+		if a.Is4() {
+			return a
+		}
+		if !v6.IsValid() {
+			v6 = a
+		}
+	}
+	return v6
 }
 
 // nodePorts fills node.NodePortAddresses from --nodeport-addresses and

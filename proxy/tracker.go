@@ -107,6 +107,11 @@ type Tracker struct {
 
 	node        NodeInfo
 	nodeChanged bool
+	// peers are the other nodes' primary addresses (with --dsr, which
+	// watches every Node), replaced whole on each change; peersChanged
+	// since the last snapshot.
+	peers        map[string][]netip.Addr
+	peersChanged bool
 
 	// triggers are the trigger times of the endpoint changes since the
 	// last snapshot; svcPending the Services whose object changed then.
@@ -348,6 +353,44 @@ func (t *Tracker) UpdateNode(n *corev1.Node) (eligibilityChanged bool) {
 	return old.Eligible != info.Eligible
 }
 
+// UpdatePeer takes any Node for direct server return's tunnel: its
+// primary addresses, by name. A change needs a full sync.
+func (t *Tracker) UpdatePeer(n *corev1.Node) {
+	if n.Name == t.nodeName {
+		return
+	}
+	ips := nodeInfoFrom(n).PrimaryIPs
+	t.mu.Lock()
+	changed := !slices.Equal(t.peers[n.Name], ips)
+	if changed {
+		p := maps.Clone(t.peers)
+		if p == nil {
+			p = map[string][]netip.Addr{}
+		}
+		p[n.Name] = ips
+		t.peers, t.peersChanged = p, true
+	}
+	t.mu.Unlock()
+	if changed {
+		t.notify()
+	}
+}
+
+// DeletePeer forgets a Node gone.
+func (t *Tracker) DeletePeer(name string) {
+	t.mu.Lock()
+	_, had := t.peers[name]
+	if had {
+		p := maps.Clone(t.peers)
+		delete(p, name)
+		t.peers, t.peersChanged = p, true
+	}
+	t.mu.Unlock()
+	if had {
+		t.notify()
+	}
+}
+
 // DeleteNode records that this node's object is gone: it is not eligible
 // for traffic any more; the rules stay as they are.
 func (t *Tracker) DeleteNode(name string) {
@@ -375,6 +418,10 @@ type Snapshot struct {
 	Node    NodeInfo
 	// NodeChanged: the node's addresses, pod CIDRs or zone changed.
 	NodeChanged bool
+	// Peers are the other nodes' primary addresses (UpdatePeer), shared:
+	// read only; PeersChanged says they changed since the last snapshot.
+	Peers        map[string][]netip.Addr
+	PeersChanged bool
 	// Triggers are the trigger times of the endpoint changes in Changed
 	// (those from before the tracker started, or unreadable, left out).
 	Triggers []Trigger
@@ -412,15 +459,17 @@ func (t *Tracker) Snapshot() Snapshot {
 	}
 	clear(t.epsDirty)
 	s := Snapshot{
-		Changed:     t.changed,
-		Node:        t.node,
-		NodeChanged: t.nodeChanged,
-		Services:    t.flatSvcs,
-		Endpoints:   t.flatEps,
-		Triggers:    t.triggers,
+		Changed:      t.changed,
+		Node:         t.node,
+		NodeChanged:  t.nodeChanged,
+		Peers:        t.peers,
+		PeersChanged: t.peersChanged,
+		Services:     t.flatSvcs,
+		Endpoints:    t.flatEps,
+		Triggers:     t.triggers,
 	}
 	t.changed = map[rules.ServiceKey]bool{}
-	t.nodeChanged = false
+	t.nodeChanged, t.peersChanged = false, false
 	t.triggers = nil
 	clear(t.svcPending)
 	t.Metrics.checkedOut()

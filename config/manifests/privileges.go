@@ -108,16 +108,20 @@ func checkRule(name string, r rbacv1.PolicyRule) []string {
 	}
 	// Namespaces: the controller lists and watches them (their labels feed
 	// serviceAllocation.namespaceSelectors); only the chart's Pod Security
-	// hook gets and patches one, its own, by name, while it runs.
+	// hook gets and patches one, its own, by name, while it runs; the node
+	// agents get kube-system, by name (its UID seeds --dsr's backend
+	// choice).
 	if slices.Contains(r.Resources, "namespaces") {
 		hookNS, isHook := strings.CutSuffix(strings.TrimPrefix(name, "Role "), "/"+LabelNamespaceHook)
 		switch {
 		case name == "ClusterRole herald-controller" && slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"namespaces"}) &&
 			len(r.ResourceNames) == 0 && slices.Equal(r.Verbs, []string{"list", "watch"}):
+		case (name == "ClusterRole herald-speaker" || name == "ClusterRole herald-proxy") && slices.Equal(r.APIGroups, []string{""}) &&
+			slices.Equal(r.Resources, []string{"namespaces"}) && slices.Equal(r.ResourceNames, []string{"kube-system"}) && slices.Equal(r.Verbs, []string{"get"}):
 		case isHook && strings.HasPrefix(name, "Role ") && slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"namespaces"}) &&
 			slices.Equal(r.ResourceNames, []string{hookNS}) && slices.Equal(r.Verbs, []string{"get", "patch"}):
 		default:
-			add("%s: namespaces beyond the controller's list and watch, and the Pod Security hook's get and patch of its own: %+v", name, r)
+			add("%s: namespaces beyond the controller's list and watch, the node agents' get of kube-system, and the Pod Security hook's get and patch of its own: %+v", name, r)
 		}
 	}
 	if !slices.Contains(r.Resources, "secrets") {

@@ -3,12 +3,14 @@ package tunnel
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,13 +60,38 @@ func (n Netlink) EnsureDevice(d Device) error {
 	if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: prefixNet(d.RPAddr), Scope: unix.RT_SCOPE_LINK}); err != nil {
 		return fmt.Errorf("address %s on %s: %w", d.RPAddr, d.Name, err)
 	}
-	if err := n.sysctl("net/ipv4/conf/"+d.Name+"/rp_filter", "2"); err != nil {
-		return fmt.Errorf("loose rp_filter on %s: %w", d.Name, err)
+	if err := looseRPFilter(l.Attrs().Index); err != nil {
+		// A kernel that refuses devconf over netlink: the file.
+		if ferr := n.sysctl("net/ipv4/conf/"+d.Name+"/rp_filter", "2"); ferr != nil {
+			return fmt.Errorf("loose rp_filter on %s: %w; %w", d.Name, err, ferr)
+		}
 	}
 	if err := netlink.LinkSetUp(l); err != nil {
 		return fmt.Errorf("setting %s up: %w", d.Name, err)
 	}
 	return nil
+}
+
+// Netlink attributes of an interface's IPv4 settings (linux/if_link.h,
+// linux/ip.h), which set them without /proc/sys, read-only in an
+// unprivileged container.
+const (
+	iflaInetConf        = 1
+	ipv4DevconfRPFilter = 8
+)
+
+// looseRPFilter sets rp_filter=2 on the interface over netlink.
+func looseRPFilter(index int) error {
+	req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(index)
+	req.AddData(msg)
+	spec := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
+	conf := spec.AddRtAttr(unix.AF_INET, nil).AddRtAttr(iflaInetConf, nil)
+	conf.AddRtAttr(ipv4DevconfRPFilter, nl.Uint32Attr(2))
+	req.AddData(spec)
+	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	return err
 }
 
 // linkWithAddr is the index of the interface that holds a.
@@ -192,4 +219,33 @@ func (n Netlink) DeleteDevice(name string) error {
 		return err
 	}
 	return nil
+}
+
+// Remove deletes what any Manager with cfg's device and tables left:
+// the device (with its neighbours, FDB and routes) and every policy
+// rule that looks up one of the peers' tables. It is the cleanup of an
+// uninstall, which knows no peer ids.
+func (n Netlink) Remove(cfg Config) error {
+	cfg = cfg.WithDefaults()
+	max := uint32(1)<<bits.OnesCount32(cfg.MarkMask) - 1
+	var errs []error
+	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+		rs, err := netlink.RuleList(fam)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, r := range rs {
+			if t := uint32(r.Table); t > cfg.TableBase && t <= cfg.TableBase+max {
+				r := r
+				if err := netlink.RuleDel(&r); !gone(err) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	if err := n.DeleteDevice(cfg.Device); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

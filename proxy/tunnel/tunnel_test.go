@@ -180,7 +180,7 @@ func TestNetlinkInKernel(t *testing.T) {
 		l, _ := netlink.LinkByName(n)
 		_ = netlink.LinkSetUp(l)
 	}
-	m := NewManager(Config{}, Netlink{})
+	m := NewManager(Config{}, Netlink{Sysctl: t.TempDir()}) // rp_filter must be set over netlink
 	marks, err := m.Sync(netip.MustParseAddr("192.0.2.11"), map[string][]netip.Addr{
 		"node2": addrs("192.0.2.12", "2001:db8::12"), "node3": addrs("192.0.2.13"),
 	})
@@ -232,6 +232,21 @@ func TestNetlinkInKernel(t *testing.T) {
 	}
 	if n := rulesWithMark(t, marks["node2"]); n != 0 {
 		t.Errorf("%d rules of node2 left after Close", n)
+	}
+	// An uninstall's cleanup knows no ids: Remove finds the rules by
+	// their tables.
+	m = NewManager(Config{}, Netlink{})
+	if _, err := m.Sync(netip.MustParseAddr("192.0.2.11"), map[string][]netip.Addr{"node2": addrs("192.0.2.12")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := (Netlink{}).Remove(Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netlink.LinkByName(DefaultDevice); err == nil {
+		t.Error("the device stays after Remove")
+	}
+	if n := rulesWithMark(t, marks["node2"]); n != 0 {
+		t.Errorf("%d rules left after Remove", n)
 	}
 }
 

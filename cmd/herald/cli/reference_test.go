@@ -336,6 +336,7 @@ func referenceKeys() []keyDoc {
 		{lbapi.AnnotationAddressPool, "annotation", "Service", "read by the controller: the pool to assign from"},
 		{lbapi.AnnotationAllowSharedIP, "annotation", "Service", "read by the controller: the sharing key; Services with the same key may share an address"},
 		{lbapi.AnnotationAllocatedFromPool, "annotation", "Service", "written by the controller (with `status.loadBalancer.ingress`): the pool of the Service's addresses; read by the speakers and `herald status`"},
+		{proxy.AnnotationForwarding, "annotation", "Service", "read by the proxy: `dsr` forwards the Service's load-balancer traffic by direct server return (nftables mode with `--dsr`; docs/dsr.md), `snat` (the default) as kube-proxy does"},
 		{lbapi.AnnotationDrain, "annotation", "Node", "written by `herald drain` (`" + lbapi.DrainValue + "`; removed by `--undo`), read by the node's speaker: hand the node's addresses over before maintenance"},
 		{speaker.LabelServiceNamespace, "label", "ServiceAnnouncement", "written by the speaker: the Service's namespace"},
 		{speaker.LabelServiceName, "label", "ServiceAnnouncement", "written by the speaker: the Service's name"},
