@@ -12,6 +12,7 @@ import (
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/internal/lbapi"
+	"github.com/herald-lb/herald/proxy"
 )
 
 // Report is `herald status -o json|yaml`.
@@ -142,6 +143,10 @@ type ServiceStatus struct {
 	// Pool is the herald.io/ip-allocated-from-pool annotation.
 	Pool   string `json:"pool,omitempty"`
 	Policy string `json:"externalTrafficPolicy"`
+	// Forwarding is "dsr" when the Service asks for direct server return
+	// (herald.io/forwarding; the proxies report, as Events on the
+	// Service, a node that cannot give it), else "snat".
+	Forwarding string `json:"forwarding"`
 	// Pending says why the Service has no address yet.
 	Pending   string    `json:"pending,omitempty"`
 	Addresses []Address `json:"addresses,omitempty"`
@@ -227,6 +232,10 @@ func BuildWith(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement, facts 
 			Policy: string(s.Spec.ExternalTrafficPolicy)}
 		if st.Policy == "" {
 			st.Policy = string(corev1.ServiceExternalTrafficPolicyCluster)
+		}
+		st.Forwarding = "snat"
+		if strings.EqualFold(strings.TrimSpace(s.Annotations[proxy.AnnotationForwarding]), "dsr") {
+			st.Forwarding = "dsr"
 		}
 		for _, in := range s.Status.LoadBalancer.Ingress {
 			if in.IP == "" {

@@ -173,11 +173,18 @@ func TestReportJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"services":[{"namespace":"shop","name":"web","pool":"lan","externalTrafficPolicy":"Cluster","addresses":[` +
+	want := `{"services":[{"namespace":"shop","name":"web","pool":"lan","externalTrafficPolicy":"Cluster","forwarding":"snat","addresses":[` +
 		`{"ip":"198.51.100.200","announcedBy":[{"node":"node1","protocol":"layer2","interfaces":["eth0"]}]},` +
 		`{"ip":"198.51.100.201","announcedBy":[],"problem":"nobody announces it (no speaker published a reason: see the speakers' logs)"}]}]}`
 	if string(data) != want {
 		t.Errorf("got  %s\nwant %s", data, want)
+	}
+	// herald.io/forwarding: dsr shows in both forms.
+	svc.Annotations["herald.io/forwarding"] = "dsr"
+	sts := Build([]corev1.Service{svc}, []v1beta1.ServiceAnnouncement{ann})
+	var text strings.Builder
+	if err := renderText(&text, sts); err != nil || sts[0].Forwarding != "dsr" || !strings.Contains(text.String(), "Cluster+dsr") {
+		t.Errorf("dsr: %+v\n%s", sts[0], text.String())
 	}
 	if _, err := ParseFlags([]string{"-o", "xml"}, io.Discard); err == nil || !strings.Contains(err.Error(), `-o "xml"`) {
 		t.Errorf("-o xml: %v", err)

@@ -47,6 +47,9 @@ func renderText(out io.Writer, sts []ServiceStatus) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tSERVICE\tIP\tPOOL\tPOLICY\tANNOUNCED BY")
 	for _, s := range sts {
+		if s.Forwarding == "dsr" {
+			s.Policy += "+dsr"
+		}
 		pool := s.Pool
 		if pool == "" {
 			pool = "-"
