@@ -111,6 +111,11 @@ func TestSyncDSR(t *testing.T) {
 	if tun.syncs != 4 {
 		t.Errorf("the retry did not sync the tunnel: %d", tun.syncs)
 	}
+	// The periodic sync checks the tunnel (a device deleted by hand).
+	e.sync(true)
+	if tun.syncs != 5 {
+		t.Errorf("the periodic sync did not check the tunnel: %d", tun.syncs)
+	}
 	if k.table.Chain(rules.NFTChainDSRPrerouting) == nil || len(k.applied) == 0 || k.applied[0].Mode != nft.Recreate {
 		t.Error("the table lost the DSR chains")
 	}

@@ -227,7 +227,7 @@ func (s *Syncer) Sync(ctx context.Context, periodic bool) SyncResult {
 	start := s.now()
 	snap := s.tracker.Snapshot()
 	var res SyncResult
-	dsrChanged := s.syncTunnel(snap, &res)
+	dsrChanged := s.syncTunnel(snap, periodic, &res)
 	node := s.nodeConfig(snap.Node)
 	npChanged := s.nodePorts(&node, snap.Node)
 
@@ -374,15 +374,16 @@ func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
 }
 
 // syncTunnel brings the DSR tunnel up to date with the peers when they,
-// or this node's address, changed (or the last try failed), and reports
-// whether the marks the rules use changed.
-func (s *Syncer) syncTunnel(snap Snapshot, res *SyncResult) bool {
+// or this node's address, changed, when the last try failed, and on the
+// periodic sync (which repairs a device deleted behind herald's back); it
+// reports whether the marks the rules use changed.
+func (s *Syncer) syncTunnel(snap Snapshot, periodic bool, res *SyncResult) bool {
 	d := s.cfg.DSR
 	if d == nil {
 		return false
 	}
 	local := underlayAddr(withPrimary(snap.Node.PrimaryIPs, s.cfg.BindAddress))
-	if s.dsrMarks != nil && !snap.PeersChanged && !s.dsrRetry && local == s.dsrLocal {
+	if s.dsrMarks != nil && !snap.PeersChanged && !s.dsrRetry && local == s.dsrLocal && !periodic {
 		return false
 	}
 	marks, err := d.Tunnel.Sync(local, snap.Peers)

@@ -32,10 +32,10 @@ func (n Netlink) sysctl(path, value string) error {
 // EnsureDevice implements Kernel: the VXLAN device, made anew when one
 // of that name differs, up, with its reverse-path address and loose
 // rp_filter.
-func (n Netlink) EnsureDevice(d Device) error {
+func (n Netlink) EnsureDevice(d Device) (created bool, err error) {
 	parent, err := linkWithAddr(d.Underlay)
 	if err != nil {
-		return err
+		return false, err
 	}
 	want := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: d.Name, HardwareAddr: d.MAC}, VxlanId: int(d.VNI), Port: d.Port,
 		SrcAddr: net.IP(d.Underlay.AsSlice()), VtepDevIndex: parent}
@@ -44,32 +44,36 @@ func (n Netlink) EnsureDevice(d Device) error {
 		same := ok && v.VxlanId == want.VxlanId && v.Port == want.Port && v.SrcAddr.Equal(want.SrcAddr) && v.HardwareAddr.String() == d.MAC.String() && !v.Learning
 		if !same {
 			if err := netlink.LinkDel(l); err != nil {
-				return fmt.Errorf("removing the old %s: %w", d.Name, err)
+				return false, fmt.Errorf("removing the old %s: %w", d.Name, err)
 			}
 		}
 	}
 	if _, err := netlink.LinkByName(d.Name); err != nil {
 		if err := netlink.LinkAdd(want); err != nil {
-			return fmt.Errorf("creating vxlan %s (vni %d, port %d, from %s): %w", d.Name, d.VNI, d.Port, d.Underlay, err)
+			return false, fmt.Errorf("creating vxlan %s (vni %d, port %d, from %s): %w", d.Name, d.VNI, d.Port, d.Underlay, err)
 		}
+		created = true
 	}
 	l, err := netlink.LinkByName(d.Name)
 	if err != nil {
-		return err
+		return created, err
+	}
+	if !created && l.Attrs().Flags&net.FlagUp != 0 {
+		return false, nil
 	}
 	if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: prefixNet(d.RPAddr), Scope: unix.RT_SCOPE_LINK}); err != nil {
-		return fmt.Errorf("address %s on %s: %w", d.RPAddr, d.Name, err)
+		return created, fmt.Errorf("address %s on %s: %w", d.RPAddr, d.Name, err)
 	}
 	if err := looseRPFilter(l.Attrs().Index); err != nil {
 		// A kernel that refuses devconf over netlink: the file.
 		if ferr := n.sysctl("net/ipv4/conf/"+d.Name+"/rp_filter", "2"); ferr != nil {
-			return fmt.Errorf("loose rp_filter on %s: %w; %w", d.Name, err, ferr)
+			return created, fmt.Errorf("loose rp_filter on %s: %w; %w", d.Name, err, ferr)
 		}
 	}
 	if err := netlink.LinkSetUp(l); err != nil {
-		return fmt.Errorf("setting %s up: %w", d.Name, err)
+		return created, fmt.Errorf("setting %s up: %w", d.Name, err)
 	}
-	return nil
+	return created, nil
 }
 
 // Netlink attributes of an interface's IPv4 settings (linux/if_link.h,

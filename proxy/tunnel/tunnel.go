@@ -113,7 +113,10 @@ type Route struct {
 // Kernel makes the device and the routes; Netlink is the real one, a
 // fake in tests. Every call is idempotent.
 type Kernel interface {
-	EnsureDevice(d Device) error
+	// EnsureDevice makes the device as d says, or leaves it when it is
+	// so already; created reports that it was made (anew), without
+	// routes.
+	EnsureDevice(d Device) (created bool, err error)
 	EnsureRoute(dev string, r Route) error
 	DeleteRoute(dev string, r Route) error
 	DeleteDevice(name string) error
@@ -148,7 +151,9 @@ func (m *Manager) MaxPeers() int {
 // reach) and a route for every peer with an address of local's family,
 // and removes the routes of peers gone. It returns each reachable peer's
 // mark. Peers beyond MaxPeers (by name) get none; what failed is in the
-// error, and the marks returned are those whose routes are in place.
+// error, and the marks returned are those whose routes are in place. It
+// checks the device every time: one deleted or changed behind herald's
+// back is made again, with its routes.
 func (m *Manager) Sync(local netip.Addr, peers map[string][]netip.Addr) (map[string]uint32, error) {
 	local = local.Unmap()
 	if !local.IsValid() {
@@ -159,13 +164,16 @@ func (m *Manager) Sync(local netip.Addr, peers map[string][]netip.Addr) (map[str
 	}
 	dev := Device{Name: m.cfg.Device, Port: m.cfg.Port, VNI: m.cfg.VNI, MAC: MAC(local), Underlay: local,
 		RPAddr: netip.MustParsePrefix("169.254.75.1/32")}
-	if m.dev == nil || m.dev.Underlay != dev.Underlay {
-		if err := m.kernel.EnsureDevice(dev); err != nil {
-			return nil, fmt.Errorf("tunnel %s: %w", dev.Name, err)
-		}
-		m.dev = &dev
-		clear(m.routes) // a device made anew has no routes
+	created, err := m.kernel.EnsureDevice(dev)
+	if err != nil {
+		m.dev = nil
+		return nil, fmt.Errorf("tunnel %s: %w", dev.Name, err)
 	}
+	if created || m.dev == nil || m.dev.Underlay != dev.Underlay {
+		// A device made anew has no routes; the rules may be left.
+		clear(m.routes)
+	}
+	m.dev = &dev
 	want := map[string]netip.Addr{}
 	for name, addrs := range peers {
 		for _, a := range addrs {

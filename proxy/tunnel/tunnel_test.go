@@ -22,11 +22,14 @@ type fakeKernel struct {
 	fail   map[string]bool // peer names whose EnsureRoute fails
 }
 
-func (k *fakeKernel) EnsureDevice(d Device) error {
+func (k *fakeKernel) EnsureDevice(d Device) (bool, error) {
+	if k.dev != nil && k.dev.Underlay == d.Underlay {
+		return false, nil
+	}
 	k.dev = &d
 	k.routes = map[string]Route{}
 	k.calls = append(k.calls, "device "+d.MAC.String())
-	return nil
+	return true, nil
 }
 
 func (k *fakeKernel) EnsureRoute(_ string, r Route) error {
@@ -103,6 +106,16 @@ func TestManagerMarks(t *testing.T) {
 	}
 	if !slices.Contains(k.calls, "delete node3") || k.routes["node3"].Underlay.String() != "192.0.2.23" {
 		t.Errorf("node3 moved: calls %v", k.calls)
+	}
+	// The device deleted behind herald's back: the next sync makes it
+	// and every route again.
+	k.dev = nil
+	k.calls = nil
+	if _, err := m.Sync(local, map[string][]netip.Addr{"node3": addrs("192.0.2.23"), "node4": addrs("192.0.2.15")}); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.routes) != 2 || len(k.calls) != 3 {
+		t.Errorf("after the device went: routes %v, calls %v", k.routes, k.calls)
 	}
 }
 
@@ -216,6 +229,22 @@ func TestNetlinkInKernel(t *testing.T) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + DefaultDevice + "/rp_filter")
 	if err != nil || strings.TrimSpace(string(b)) != "2" {
 		t.Errorf("rp_filter %q %v", b, err)
+	}
+	// The device deleted by hand: the next sync repairs it and the routes.
+	if err := netlink.LinkDel(dev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Sync(netip.MustParseAddr("192.0.2.11"), map[string][]netip.Addr{
+		"node2": addrs("192.0.2.12", "2001:db8::12"), "node3": addrs("192.0.2.13"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dev, err = netlink.LinkByName(DefaultDevice)
+	if err != nil {
+		t.Fatal("not made again:", err)
+	}
+	if routes, err := netlink.RouteGetWithOptions(netIP("198.51.100.10"), &netlink.RouteGetOptions{Mark: marks["node3"]}); err != nil || len(routes) != 1 || routes[0].LinkIndex != dev.Attrs().Index {
+		t.Errorf("after the repair, node3's mark: %v %+v", err, routes)
 	}
 	// node3 leaves.
 	if _, err := m.Sync(netip.MustParseAddr("192.0.2.11"), map[string][]netip.Addr{"node2": addrs("192.0.2.12")}); err != nil {
