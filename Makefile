@@ -154,15 +154,16 @@ chart-test: helm ## helm lint and the golden helm template outputs of charts/her
 # the MetalLB migration, Pod Security, the monitoring files, and the
 # benchmarks' short versions that fail on their targets (5 hard L2
 # failovers, p99 <= 1 s; CPU stress, 0 election changes), and direct
-# server return's failover (TestDSRFailover: >= 99 % of 200 connections
-# survive the announcer's loss, none reset, the pods see the client). The
+# server return's (TestDSRFailover, TestDSRBGP: >= 99 % of 200 connections
+# survive the L2 announcer's loss, a BGP node's drain and its hard loss,
+# none reset, the pods see the client). The
 # 5-minute churn soak (TestChurnSoak) runs in make e2e-all only until its
 # failures of 2026-11-28 are explained (docs/testing.md); the walkthrough,
 # TestProxy and TestHelm run on real nodes (e2e-real-test). TestDrainL2
 # and TestDrainBGP (herald drain) run in make e2e-all only until the reset
 # their second run saw at the L2 hand-over is explained (#36,
 # docs/testing.md).
-E2E_TESTS ?= ^(TestSpeakerL2|TestSpeakerBGP|TestProxyNFTables|TestController|TestFaultsNetworkPartition|TestMigrateFromMetalLB|TestPodSecurityAdmission|TestHelmPodSecurity|TestRules|TestPrometheusRuleIsRules|TestNamesExist|TestDashboard|TestL2FailoverTarget|TestL2UnderCPUStressTarget|TestSpeakerCPURequest|TestDSRFailover)$$
+E2E_TESTS ?= ^(TestSpeakerL2|TestSpeakerBGP|TestProxyNFTables|TestController|TestFaultsNetworkPartition|TestMigrateFromMetalLB|TestPodSecurityAdmission|TestHelmPodSecurity|TestRules|TestPrometheusRuleIsRules|TestNamesExist|TestDashboard|TestL2FailoverTarget|TestL2UnderCPUStressTarget|TestSpeakerCPURequest|TestDSRFailover|TestDSRBGP)$$
 E2E_PACKAGES ?= . ./lifecycle ./monitoring
 e2e-test: toolchain helm ## the e2e tests of make test, E2E_TESTS in E2E_PACKAGES (needs root; make e2e-all runs every one)
 	@if [ ! -f e2e/go.mod ]; then \

@@ -27,6 +27,22 @@ func (s l2) heraldDrain(node string, undo bool) string {
 	return out
 }
 
+// ecmpByPorts makes the router hash ECMP next hops on ports too (the
+// layer-4 policy), so that one client's connections spread over the
+// nodes, until the test ends.
+func ecmpByPorts(h *harness.T) {
+	h.T.Helper()
+	const hashKey = "net.ipv4.fib_multipath_hash_policy"
+	old, err := h.Exec("router", "sysctl", "-n", hashKey)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	if _, err := h.Exec("router", "sysctl", "-w", hashKey+"=1"); err != nil {
+		h.T.Fatal(err)
+	}
+	h.T.Cleanup(func() { _, _ = h.Exec("router", "sysctl", "-w", hashKey+"="+strings.TrimSpace(old)) })
+}
+
 // probeResult checks a probe's figures: no failed request, and logs
 // what it measured.
 func probeResult(t *testing.T, what string, p *harness.Probe) {
@@ -196,16 +212,8 @@ func TestDrainBGP(t *testing.T) {
 	// Every connection its own next hop: with the default L3 hash all of
 	// the remote client's requests would go to one node, maybe not the
 	// drained one.
-	const hashKey = "net.ipv4.fib_multipath_hash_policy"
-	oldHash, err := h.Exec("router", "sysctl", "-n", hashKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.Exec("router", "sysctl", "-w", hashKey+"=1"); err != nil {
-		t.Fatal(err)
-	}
+	ecmpByPorts(h)
 	t.Cleanup(func() {
-		_, _ = h.Exec("router", "sysctl", "-w", hashKey+"="+strings.TrimSpace(oldHash))
 		if drained {
 			_, _ = runOut(b.Lab.Bins.Path(labbin.Herald), "drain", victim, "--undo", "--kubeconfig", b.Lab.Kubeconfig)
 		}

@@ -62,23 +62,31 @@ func TestDSRFailover(t *testing.T) {
 		h.Kubectl("annotate", "--overwrite", "service", dsrName, "herald.io/forwarding="+mode)
 		results = append(results, dsrTrial(t, s, ip, mode))
 	}
+	reportDSR(t, fmt.Sprintf("DSR failover (L2, hard loss of the announcer, %d keep-alive connections to pods on %s, a request each every %s)", dsrConns, dsrEndNode, dsrEvery),
+		"go test -count=1 -timeout 20m -run '^TestDSRFailover$' -v .", results)
+}
+
+// reportDSR prints the trials' table and its command, and fails the DSR
+// trials (mode dsr, or dsr/...) that miss the target or in which the pods
+// did not see the client's own address.
+func reportDSR(t *testing.T, title, cmd string, results []dsrResult) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "BENCH DSR failover (L2, hard loss of the announcer, %d keep-alive connections to pods on %s, a request each every %s):\n", dsrConns, dsrEndNode, dsrEvery)
-	fmt.Fprintf(&b, "  %-5s %-9s %-9s %-10s %-9s %s\n", "mode", "survived", "reset", "other err", "outage", "pods saw")
+	fmt.Fprintf(&b, "BENCH %s:\n", title)
+	fmt.Fprintf(&b, "  %-14s %-9s %-6s %-10s %-12s %s\n", "mode", "survived", "reset", "other err", "longest wait", "pods saw")
 	for _, r := range results {
-		fmt.Fprintf(&b, "  %-5s %-9s %-9d %-10d %-9s %s\n", r.mode, fmt.Sprintf("%d/%d", r.survived, r.conns), r.reset, r.other, r.outage.Round(time.Millisecond), r.seen)
+		fmt.Fprintf(&b, "  %-14s %-9s %-6d %-10d %-12s %s\n", r.mode, fmt.Sprintf("%d/%d", r.survived, r.conns), r.reset, r.other, r.outage.Round(time.Millisecond), r.seen)
 	}
-	b.WriteString("BENCH reproduce: cd e2e && go test -count=1 -timeout 20m -run '^TestDSRFailover$' -v .\n")
+	b.WriteString("BENCH reproduce: cd e2e && " + cmd + "\n")
 	t.Log("\n" + b.String())
 	for _, r := range results {
-		if r.mode != "dsr" {
+		if r.mode != "dsr" && !strings.HasPrefix(r.mode, "dsr/") {
 			continue
 		}
 		if float64(r.survived) < dsrTarget*float64(r.conns) || r.reset > 0 {
-			t.Errorf("dsr: %d of %d connections survived the failover, %d reset; the target is %.0f %% and none reset", r.survived, r.conns, r.reset, 100*dsrTarget)
+			t.Errorf("%s: %d of %d connections survived, %d reset; the target is %.0f %% and none reset", r.mode, r.survived, r.conns, r.reset, 100*dsrTarget)
 		}
 		if r.seen != "the client" {
-			t.Errorf("dsr: the pods saw %s, want the client's own address", r.seen)
+			t.Errorf("%s: the pods saw %s, want the client's own address", r.mode, r.seen)
 		}
 	}
 }
@@ -109,60 +117,98 @@ func dsrTrial(t *testing.T, s l2, ip, mode string) dsrResult {
 	})
 	// The rules of the annotation reach every node within a sync.
 	time.Sleep(3 * time.Second)
-	conns, err := dialDSR(h.Layout.Client, ip, dsrConns)
+	load := openDSRLoad(t, h.Layout.Client, ip, mode)
+	defer load.close()
+	if err := bigBodyThrough(h.Layout.Client, ip); err != nil {
+		t.Errorf("%s: a request larger than the path's MTU: %v", mode, err)
+	}
+	var restore func()
+	res := load.through(func() { restore = s.loseHard(t, w) }, 8*time.Second, 12*time.Second, 5*time.Second)
+	restore()
+	t.Logf("%s: %s announced %s and was lost: %d of %d connections answered 5 s after and later; first errors: %s",
+		mode, w, ip, res.survived, res.conns, firstErrors(load.conns, 3))
+	return res
+}
+
+// loseHard loses node as a pulled cable would, with its speaker killed at
+// once (SIGKILL); the returned func brings the link and its routes back.
+func (s l2) loseHard(t *testing.T, node string) (restore func()) {
+	v4, v6 := s.routes(node)
+	_ = syscallKill(s.speakerPID(s.speakers()[node]))
+	if _, err := s.Exec(node, "ip", "link", "set", "eth0", "down"); err != nil {
+		t.Error(err)
+	}
+	return func() {
+		if err := s.restoreLink(node, v4, v6); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// dsrLoad is the long-lived connections of one trial.
+type dsrLoad struct {
+	t     *testing.T
+	mode  string
+	conns []*dsrConn
+	seen  string
+}
+
+// openDSRLoad opens dsrConns connections from the namespace ns to ip
+// and asks once on each: seen says whether the pods saw the client's own
+// address.
+func openDSRLoad(t *testing.T, ns, ip, mode string) *dsrLoad {
+	conns, err := dialDSR(ns, ip, dsrConns)
 	if err != nil {
 		t.Fatalf("%s: %v", mode, err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		for _, c := range conns {
 			c.c.Close()
 		}
-	}()
+	})
 	clientIP := conns[0].c.LocalAddr().(*net.TCPAddr).IP.String()
 	seen := map[string]int{}
 	for _, c := range conns {
 		addr, err := c.ask(5 * time.Second)
 		if err != nil {
-			t.Fatalf("%s: before the failover: %v", mode, err)
+			t.Fatalf("%s: before the event: %v", mode, err)
 		}
 		seen[addr]++
 	}
-	res := dsrResult{mode: mode, conns: len(conns)}
+	l := &dsrLoad{t: t, mode: mode, conns: conns}
 	if len(seen) == 1 && seen[clientIP] == len(conns) {
-		res.seen = "the client"
+		l.seen = "the client"
 	} else {
-		res.seen = fmt.Sprintf("%v (client %s)", seen, clientIP)
+		l.seen = fmt.Sprintf("%v (client %s)", seen, clientIP)
 	}
+	return l
+}
 
-	v4, v6 := s.routes(w)
-	start := time.Now()
+// through asks on every connection every dsrEvery (each request may take
+// reqTimeout, retransmissions included) while event happens 2 s in, for
+// settle after it; a connection survived when it had no error and was
+// answered later than after past the event.
+func (l *dsrLoad) through(event func(), reqTimeout, settle, after time.Duration) dsrResult {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	for i, c := range conns {
+	for i, c := range l.conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			time.Sleep(time.Duration(i) * dsrEvery / time.Duration(len(conns)))
-			c.run(stop)
+			time.Sleep(time.Duration(i) * dsrEvery / time.Duration(len(l.conns)))
+			c.run(stop, reqTimeout)
 		}()
 	}
 	time.Sleep(2 * time.Second)
-	killedAt := time.Now()
-	pid := s.speakerPID(s.speakers()[w])
-	_ = syscallKill(pid)
-	if _, err := h.Exec(w, "ip", "link", "set", "eth0", "down"); err != nil {
-		t.Error(err)
-	}
-	// Long enough for the failover and for TCP to retransmit through it.
-	time.Sleep(12 * time.Second)
+	at := time.Now()
+	event()
+	time.Sleep(settle)
 	close(stop)
 	wg.Wait()
-	if err := s.restoreLink(w, v4, v6); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range conns {
+	res := dsrResult{mode: l.mode, conns: len(l.conns), seen: l.seen}
+	for _, c := range l.conns {
 		switch {
-		case c.err == nil && c.lastOK.After(killedAt.Add(5*time.Second)):
+		case c.err == nil && c.lastOK.After(at.Add(after)):
 			res.survived++
 		case c.err != nil && errors.Is(c.err, syscall.ECONNRESET):
 			res.reset++
@@ -173,8 +219,6 @@ func dsrTrial(t *testing.T, s l2, ip, mode string) dsrResult {
 			res.outage = g
 		}
 	}
-	t.Logf("%s: %s announced %s; killed %s after the start; %d of %d connections answered 5 s after it and later; first errors: %s",
-		mode, w, ip, killedAt.Sub(start).Round(time.Millisecond), res.survived, res.conns, firstErrors(conns, 3))
 	return res
 }
 
@@ -212,24 +256,61 @@ func dialDSR(ns, ip string, n int) ([]*dsrConn, error) {
 
 // ask sends one request and returns the client address the page shows.
 func (c *dsrConn) ask(timeout time.Duration) (string, error) {
+	addr, _, err := c.post(timeout, "")
+	return addr, err
+}
+
+// post sends a request with body (a GET without one) and returns the
+// client address the page shows and the page.
+func (c *dsrConn) post(timeout time.Duration, body string) (string, string, error) {
 	_ = c.c.SetDeadline(time.Now().Add(timeout))
-	if _, err := c.c.Write([]byte("GET /dsr HTTP/1.1\r\nHost: dsr\r\n\r\n")); err != nil {
-		return "", err
+	req := "GET /dsr HTTP/1.1\r\nHost: dsr\r\n\r\n"
+	if body != "" {
+		req = fmt.Sprintf("POST /dsr HTTP/1.1\r\nHost: dsr\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	if _, err := c.c.Write([]byte(req)); err != nil {
+		return "", "", err
 	}
 	resp, err := http.ReadResponse(c.r, nil)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	body, err := readAllLimited(resp)
+	page, err := readAllLimited(resp)
 	if err != nil {
-		return "", err
+		return "", page, err
 	}
-	for _, l := range strings.Split(body, "\n") {
+	for _, l := range strings.Split(page, "\n") {
 		if v, ok := strings.CutPrefix(l, "client_address="); ok {
-			return strings.TrimSpace(v), nil
+			return strings.TrimSpace(v), page, nil
 		}
 	}
-	return "", fmt.Errorf("no client_address in the answer")
+	return "", page, fmt.Errorf("no client_address in the answer")
+}
+
+// bigBodyThrough sends a body of several full-sized segments on a
+// connection of its own: through the tunnel the client's 1500-byte
+// packets do not fit, and path MTU discovery must shrink them.
+func bigBodyThrough(ns, ip string) error {
+	conns, err := dialDSR(ns, ip, 1)
+	if err != nil {
+		return err
+	}
+	defer conns[0].c.Close()
+	body := strings.Repeat("0123456789abcdef", 600) // 9,600 bytes
+	_, page, err := conns[0].post(15*time.Second, body)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(page, body) {
+		return fmt.Errorf("the echo of a %d-byte body came back without it (%d bytes)", len(body), len(page))
+	}
+	return nil
+}
+
+func (l *dsrLoad) close() {
+	for _, c := range l.conns {
+		c.c.Close()
+	}
 }
 
 func readAllLimited(resp *http.Response) (string, error) {
@@ -250,8 +331,8 @@ func readAllLimited(resp *http.Response) (string, error) {
 }
 
 // run asks every dsrEvery until stop or the first error; a request may
-// take 8 s (retransmissions through the failover).
-func (c *dsrConn) run(stop <-chan struct{}) {
+// take timeout (retransmissions through the failover).
+func (c *dsrConn) run(stop <-chan struct{}, timeout time.Duration) {
 	tick := time.NewTicker(dsrEvery)
 	defer tick.Stop()
 	c.lastOK = time.Now()
@@ -261,7 +342,7 @@ func (c *dsrConn) run(stop <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
-		if _, err := c.ask(8 * time.Second); err != nil {
+		if _, err := c.ask(timeout); err != nil {
 			c.err = err
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -217,7 +218,7 @@ func bindFlags(fs *pflag.FlagSet, o *Options, more ...string) (finish func() err
 	fs.BoolVar(&o.DSR.Enabled, "dsr", o.DSR.Enabled, "direct server return for Services annotated herald.io/forwarding: dsr (nftables mode): a VXLAN tunnel to the other nodes, a consistent backend choice, the client's address kept (docs/dsr.md)")
 	fs.Uint32Var(&o.DSR.Seed, "dsr-seed", o.DSR.Seed, "the consistent backend choice's seed, the same on every node (0: derived from the kube-system namespace's UID)")
 	fs.IntVar(&o.DSR.Port, "dsr-port", o.DSR.Port, "the DSR tunnel's VXLAN UDP port, the same on every node")
-	fs.Uint32Var(&o.DSR.MarkMask, "dsr-mark-mask", o.DSR.MarkMask, "the packet mark bits that route flows into the DSR tunnel, one value per peer node (must leave the masquerade bit alone)")
+	fs.Var((*hexUint32)(&o.DSR.MarkMask), "dsr-mark-mask", "the packet mark bits that route flows into the DSR tunnel, one value per peer node (must leave the masquerade bit alone)")
 	bind := ""
 	fs.StringVar(&bind, "bind-address", bind, "kube-proxy's: this node's primary IP of its family, instead of the Node's (for --nodeport-addresses=primary and the node's own addresses in loadBalancerSourceRanges); no socket binds it; 0.0.0.0 or :: means the Node's")
 	fs.TextVar(&o.DetectLocalMode, "detect-local-mode", o.DetectLocalMode, "how pod traffic is told apart (the `mode`): ClusterCIDR (--cluster-cidr; the default, the Node's spec.podCIDRs without it), NodeCIDR (the Node's spec.podCIDRs), BridgeInterface (arriving on --pod-bridge-interface) or InterfaceNamePrefix (on interfaces named --pod-interface-name-prefix...)")
@@ -330,6 +331,22 @@ func (o Options) Validate() error {
 	errs = append(errs, o.APIFlags.Validate()...)
 	return errors.Join(o.attribute(errs)...)
 }
+
+// hexUint32 is a flag value shown in hex, as marks are.
+type hexUint32 uint32
+
+func (h *hexUint32) String() string { return fmt.Sprintf("%#08x", uint32(*h)) }
+
+func (h *hexUint32) Set(s string) error {
+	v, err := strconv.ParseUint(s, 0, 32)
+	if err != nil {
+		return fmt.Errorf("%q is not a 32-bit number (decimal, or hex with 0x)", s)
+	}
+	*h = hexUint32(v)
+	return nil
+}
+
+func (h *hexUint32) Type() string { return "mask" }
 
 func (o Options) validateDSR(bad func(flag, format string, args ...any)) {
 	if !o.DSR.Enabled {

@@ -111,7 +111,8 @@ func DiffWith(prev, want *Table, mode Mode, unchanged func(chain string) bool) C
 		}
 		switch {
 		case s.Dynamic:
-			// Entries are the packet path's (affinity); never touched.
+			// Entries are the packet path's (affinity, DSR's pinned
+			// flows); never touched.
 		case !had || mode == Full:
 			if had {
 				c.FlushSets = append(c.FlushSets, s.Name)
@@ -162,7 +163,7 @@ func DiffWith(prev, want *Table, mode Mode, unchanged func(chain string) bool) C
 }
 
 func sameSetType(a, b *Set) bool {
-	return slices.Equal(a.Key, b.Key) && a.Map == b.Map && a.Endpoints == b.Endpoints && a.Proto == b.Proto && a.Timeout == b.Timeout && a.Dynamic == b.Dynamic
+	return slices.Equal(a.Key, b.Key) && a.Map == b.Map && a.Endpoints == b.Endpoints && a.Marks == b.Marks && a.Proto == b.Proto && a.Timeout == b.Timeout && a.Dynamic == b.Dynamic && a.Size == b.Size
 }
 
 func sameBase(a, b *Base) bool {

@@ -145,6 +145,27 @@ type MarkHash struct {
 	Map       string
 }
 
+// MarkLookup sets the packet's mark to the value the marks map Map holds
+// for the packet's Key; no element, no match (the mark unchanged).
+type MarkLookup struct {
+	Key KeyType
+	Map string
+}
+
+// UpdateMap adds the packet's Key to the dynamic marks map Map, with the
+// packet's mark as its value, or refreshes its timeout.
+type UpdateMap struct {
+	Key KeyType
+	Map string
+}
+
+// MatchMarkValue matches packets whose mark, masked, is (or with Not is
+// not) Value.
+type MatchMarkValue struct {
+	Mask, Value uint32
+	Not         bool
+}
+
 // NoTrack exempts the packet from connection tracking: a flow a node
 // only forwards into the tunnel is tracked by the endpoint's node, which
 // sees both of its directions; this node sees one.
@@ -321,6 +342,25 @@ func (d DNATHash) Text(f ipfamily.Family) string {
 // Text implements Expr.
 func (m MarkHash) Text(f ipfamily.Family) string {
 	return fmt.Sprintf("meta mark set jhash %s mod %d seed 0x%08x map @%s", keyText(f, FlowKey), m.Mod, m.Seed, m.Map)
+}
+
+// Text implements Expr.
+func (m MarkLookup) Text(f ipfamily.Family) string {
+	return "meta mark set " + keyText(f, m.Key) + " map @" + m.Map
+}
+
+// Text implements Expr.
+func (u UpdateMap) Text(f ipfamily.Family) string {
+	return "update @" + u.Map + " { " + keyText(f, u.Key) + " : meta mark }"
+}
+
+// Text implements Expr.
+func (m MatchMarkValue) Text(ipfamily.Family) string {
+	op := "=="
+	if m.Not {
+		op = "!="
+	}
+	return fmt.Sprintf("meta mark & 0x%08x %s 0x%08x", m.Mask, op, m.Value)
 }
 
 // Text implements Expr.

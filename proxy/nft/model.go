@@ -187,7 +187,8 @@ type Element struct {
 
 // Set is a named set or, with Map, a verdict map, or with Endpoints a
 // map from Slot to address . port (DNATMap's) for protocol Proto, or
-// with Marks a map from Slot to a packet mark (MarkHash's).
+// with Marks a map from its key (a Slot, MarkHash's; or with Dynamic a
+// flow, MarkLookup's and UpdateMap's) to a packet mark.
 type Set struct {
 	Name      string
 	Key       KeyType
@@ -199,6 +200,8 @@ type Set struct {
 	// affinity): elements expire Timeout after their last update.
 	Timeout time.Duration
 	Dynamic bool
+	// Size bounds a dynamic set's elements (0: the kernel's default).
+	Size uint32
 	// Elements are sorted by key (Sort).
 	Elements []Element
 }

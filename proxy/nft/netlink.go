@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/google/nftables"
@@ -295,7 +296,7 @@ func (b *batch) keyType(k KeyType) (nftables.SetDatatype, bool, error) {
 			types = append(types, b.addrType())
 		case L4Proto:
 			types = append(types, nftables.TypeInetProto)
-		case Dport:
+		case Dport, Sport:
 			types = append(types, nftables.TypeInetService)
 		case Slot:
 			types = append(types, nftables.TypeInteger)
@@ -330,8 +331,11 @@ func (b *batch) kernelSet(s *Set) (*nftables.Set, error) {
 		ks.KeyByteOrder = binaryutil.NativeEndian
 	case s.Marks:
 		ks.IsMap, ks.DataType = true, nftables.TypeMark
-		ks.KeyByteOrder = binaryutil.NativeEndian
+		if slices.Equal(s.Key, KeyType{Slot}) {
+			ks.KeyByteOrder = binaryutil.NativeEndian
+		}
 	}
+	ks.Size = s.Size
 	if s.Timeout > 0 {
 		ks.HasTimeout, ks.Timeout = true, s.Timeout
 	}
@@ -353,7 +357,7 @@ func keyBytes(k KeyType, key Key) []byte {
 			addrs++
 		case L4Proto:
 			part = []byte{byte(key.Proto)}
-		case Dport:
+		case Dport, Sport:
 			part = binaryutil.BigEndian.PutUint16(key.Port)
 		case Slot:
 			// numgen writes its number in host order.
@@ -544,13 +548,10 @@ func (b *batch) match(e Expr) (out []expr.Any, ok bool, err error) {
 		}
 		out = append(out, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1}, &expr.Cmp{Op: op, Register: reg1, Data: data})
 	case MatchMark:
-		op := expr.CmpOpNeq
-		if x.Not {
-			op = expr.CmpOpEq
-		}
-		out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(x.Bit), Xor: native32(0)},
-			&expr.Cmp{Op: op, Register: reg1, Data: native32(0)})
+		// meta mark & bit != 0 (== 0 with Not)
+		out = append(out, markCmp(x.Bit, 0, !x.Not)...)
+	case MatchMarkValue:
+		out = append(out, markCmp(x.Mask, x.Value, x.Not)...)
 	case MatchCtDNAT:
 		out = append(out, &expr.Ct{Key: expr.CtKeySTATUS, Register: reg1},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(ctStatusDstNAT), Xor: native32(0)},
@@ -679,6 +680,25 @@ func (b *batch) action(e Expr) ([]expr.Any, error) {
 			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
 	case NoTrack:
 		out = append(out, &expr.Notrack{})
+	case MarkLookup:
+		s := b.sets[x.Map]
+		if s == nil || !s.IsMap {
+			return nil, fmt.Errorf("mark lookup in unknown map %s", x.Map)
+		}
+		out = append(out, b.load(x.Key)...)
+		// The value to a register past the longest key (40 bytes).
+		out = append(out, &expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg32_0 + 12, SetName: s.Name, SetID: s.ID},
+			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg32_0 + 12})
+	case UpdateMap:
+		s := b.sets[x.Map]
+		if s == nil || !s.IsMap {
+			return nil, fmt.Errorf("update of unknown map %s", x.Map)
+		}
+		// The key fills NFT_REG_1 and, for IPv6, the registers after it:
+		// the mark goes to a register past the longest key (40 bytes).
+		out = append(out, b.load(x.Key)...)
+		out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg32_0 + 12},
+			&expr.Dynset{SrcRegKey: reg1, SrcRegData: reg32_0 + 12, SetName: s.Name, SetID: s.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: s.Timeout})
 	case MarkAnd:
 		out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
 			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(x.Mask), Xor: native32(0)},
@@ -703,6 +723,17 @@ func (b *batch) action(e Expr) ([]expr.Any, error) {
 		return nil, fmt.Errorf("no netlink encoding for %T", e)
 	}
 	return out, nil
+}
+
+// markCmp compares the packet's mark, masked, with value (not: unequal).
+func markCmp(mask, value uint32, not bool) []expr.Any {
+	op := expr.CmpOpEq
+	if not {
+		op = expr.CmpOpNeq
+	}
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: native32(mask), Xor: native32(0)},
+		&expr.Cmp{Op: op, Register: reg1, Data: native32(value)}}
 }
 
 func prefixMask(bits, n int) []byte {

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -66,7 +67,7 @@ func typeText(f ipfamily.Family, k KeyType) string {
 			}
 		case L4Proto:
 			s[i] = "inet_proto"
-		case Dport:
+		case Dport, Sport:
 			s[i] = "inet_service"
 		case Slot:
 			s[i] = "integer"
@@ -86,7 +87,7 @@ func KeyText(k KeyType, key Key) string {
 			addrs++
 		case L4Proto:
 			s[i] = key.Proto.String()
-		case Dport:
+		case Dport, Sport:
 			s[i] = strconv.Itoa(int(key.Port))
 		case Slot:
 			s[i] = strconv.FormatUint(uint64(key.Slot), 10)
@@ -213,8 +214,10 @@ func (s *Set) declaration(f ipfamily.Family) (kind, typ string, props []string) 
 		// is the protocol's: nft 1.0.6 refuses "th dport" with a DNAT
 		// after "meta l4proto tcp" once the map is in the kernel.
 		kind, typ = "map", "typeof numgen random mod 1 : "+addrKeyword(f)+" daddr . "+s.Proto.String()+" dport"
-	case s.Marks:
+	case s.Marks && slices.Equal(s.Key, KeyType{Slot}):
 		kind, typ = "map", "typeof numgen random mod 1 : meta mark"
+	case s.Marks:
+		kind, typ = "map", typ+" : mark"
 	}
 	var flags []string
 	if s.Dynamic {
@@ -228,6 +231,9 @@ func (s *Set) declaration(f ipfamily.Family) (kind, typ string, props []string) 
 	}
 	if s.Timeout > 0 {
 		props = append(props, fmt.Sprintf("timeout %ds", int(s.Timeout.Seconds())))
+	}
+	if s.Size > 0 {
+		props = append(props, fmt.Sprintf("size %d", s.Size))
 	}
 	return kind, typ, props
 }

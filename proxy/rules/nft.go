@@ -98,7 +98,7 @@ const nftMaxBlocks = 1 << 32 / NFTSlotBlock
 // Service port (and is deleted with it).
 func IsNFTServiceChain(name string) bool {
 	for _, p := range []string{NFTPrefixService, NFTPrefixLocal, NFTPrefixExternal, NFTPrefixFirewall, NFTPrefixEndpoint, NFTPrefixAffinity,
-		NFTPrefixDSR, NFTPrefixDSRRaw, NFTPrefixDSRMarks, NFTPrefixDSREndpts} {
+		NFTPrefixDSR, NFTPrefixDSRRaw, NFTPrefixDSRMarks, NFTPrefixDSREndpts, NFTPrefixDSRPins} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/herald-lb/herald/proxy/maglev"
 	"github.com/herald-lb/herald/proxy/nft"
@@ -20,10 +21,18 @@ import (
 //
 //	raw-prerouting: from the tunnel or from a pod, leave
 //	    it; else daddr . proto . port vmap @dsr-services -> dsrr-<h>
-//	dsrr-<h>: meta mark set jhash ... map @dsrm-<h> (slots whose endpoint
-//	    runs on another node: the mark that routes to that node's
-//	    tunnel), and a marked packet is not tracked: this node only
-//	    forwards it, unchanged, and never sees the replies.
+//	dsrr-<h>: the flow's mark pinned in @dsrp-<h>, else meta mark set
+//	    jhash ... map @dsrm-<h> (per slot: the mark that routes to the
+//	    tunnel of the endpoint's node, or this node's own mark); the
+//	    mark pinned (or its timeout refreshed); this node's own flows
+//	    go on to conntrack and the nat chain, the others are not
+//	    tracked: this node only forwards them, unchanged, and never
+//	    sees the replies.
+//
+// Pinning keeps a flow where it went while the endpoints change: the
+// table then remaps some slots, and a flow sent elsewhere mid-connection
+// would be reset by a pod that never saw it. A node that takes over a
+// flow (failover, ECMP change) has no pin and uses the table.
 //
 // Policy routing sends marked packets into the tunnel (proxy/tunnel); the
 // mangle postrouting chain clears the mark bits so that the tunnel's own
@@ -42,6 +51,13 @@ const (
 	NFTPrefixDSRRaw    = "dsrr-" // raw: mark and untrack flows of other nodes' endpoints
 	NFTPrefixDSRMarks  = "dsrm-" // map slot : mark
 	NFTPrefixDSREndpts = "dsre-" // map slot : local endpoint
+	NFTPrefixDSRPins   = "dsrp-" // dynamic map flow : mark
+
+	// DSRPinTimeout is how long a pinned flow stays without a packet,
+	// DSRPinSize the most flows pinned per Service port (past it, new
+	// flows go by the table alone).
+	DSRPinTimeout = 10 * time.Minute
+	DSRPinSize    = 65536
 )
 
 // dsrParams is DSRConfig for one family; zero when the mode is off.
@@ -78,8 +94,8 @@ func normalizeDSR(f Family, n *NodeConfig, probs []Problem) (dsrParams, []Proble
 	}
 	d := dsrParams{seed: c.Seed, tunnel: c.Tunnel, mask: c.MarkMask, peers: map[string]uint32{}}
 	for name, m := range c.Peers[f] {
-		if m == 0 || m&^c.MarkMask != 0 {
-			probs = append(probs, Problem{Field: "dsr.peers[" + name + "]", Message: fmt.Sprintf("mark %#x is not within the mask %#x; the node is not reachable by DSR", m, c.MarkMask)})
+		if m == 0 || m&^c.MarkMask != 0 || m == c.MarkMask {
+			probs = append(probs, Problem{Field: "dsr.peers[" + name + "]", Message: fmt.Sprintf("mark %#x is not within the mask %#x, or is the mask itself (this node's own); the node is not reachable by DSR", m, c.MarkMask)})
 			continue
 		}
 		d.peers[name] = m
@@ -97,15 +113,18 @@ func cmpOr(a, b string) string {
 // dsrPlan is what one Service port in the mode renders.
 type dsrPlan struct {
 	mod uint32
-	// marks: slot -> mark, for slots whose endpoint runs on another node.
+	// marks: slot -> mark: the peer's for slots whose endpoint runs on
+	// another node, the mask itself for this node's (localMark).
 	marks []nft.Element
 	// local: slot -> endpoint on this node. A slot whose endpoint is
 	// remote gets a local endpoint too, so that a packet another node
 	// tunneled here by a table that disagrees with this node's (an
 	// endpoint change on its way) still finds one.
 	local []nft.Element
+	// remote: some slot's endpoint runs on another node.
+	remote bool
 	// names
-	nat, raw, marksMap, localMap string
+	nat, raw, marksMap, localMap, pins string
 }
 
 // planDSR decides whether s gets direct server return on this node, and
@@ -154,7 +173,8 @@ func (r *nftRenderer) planDSR(s *svcPort, pl servicePlan) (*dsrPlan, *Problem) {
 	readable := nftReadable(s)
 	p := &dsrPlan{mod: uint32(t.Size()),
 		nat: NFTPrefixDSR + s.hash + "-" + readable, raw: NFTPrefixDSRRaw + s.hash + "-" + readable,
-		marksMap: NFTPrefixDSRMarks + s.hash + "-" + readable, localMap: NFTPrefixDSREndpts + s.hash + "-" + readable}
+		marksMap: NFTPrefixDSRMarks + s.hash + "-" + readable, localMap: NFTPrefixDSREndpts + s.hash + "-" + readable,
+		pins: NFTPrefixDSRPins + s.hash + "-" + readable}
 	eps := t.Endpoints()
 	for i := range t.Size() {
 		owner := byAddr[eps[t.Owner(i)]]
@@ -162,7 +182,9 @@ func (r *nftRenderer) planDSR(s *svcPort, pl servicePlan) (*dsrPlan, *Problem) {
 		switch {
 		case owner.local:
 			p.local = append(p.local, nft.Element{Key: key, To: owner.addr})
+			p.marks = append(p.marks, nft.Element{Key: key, Mark: d.mask})
 		default:
+			p.remote = true
 			p.marks = append(p.marks, nft.Element{Key: key, Mark: d.peers[owner.node]})
 			if len(local) > 0 {
 				p.local = append(p.local, nft.Element{Key: key, To: local[i%len(local)]})
@@ -201,9 +223,6 @@ func (r *nftRenderer) dsrForwardRules() []nft.Rule {
 
 // dsrDispatch adds the raw dispatch of the port's LB addresses.
 func (r *nftRenderer) dsrDispatch(s *svcPort, p *dsrPlan) {
-	if len(p.marks) == 0 {
-		return // every endpoint is here: nothing to tunnel
-	}
 	proto := nftProto(s.proto)
 	port, _ := strconv.Atoi(s.port)
 	for _, ip := range s.lbVIPs {
@@ -214,17 +233,20 @@ func (r *nftRenderer) dsrDispatch(s *svcPort, p *dsrPlan) {
 // dsrChains makes the port's chains and maps; it returns their names.
 func (r *nftRenderer) dsrChains(s *svcPort, p *dsrPlan, ext string) []string {
 	proto := nft.MatchProto{Proto: nftProto(s.proto)}
-	var owned []string
-	if len(p.marks) > 0 {
-		m := r.set(&nft.Set{Name: p.marksMap, Key: nft.KeyType{nft.Slot}, Marks: true, Elements: p.marks})
-		raw := r.chain(p.raw, nil)
-		raw.Rules = []nft.Rule{
-			rule(s.name+" DSR: flows of other nodes' endpoints", nft.MarkHash{Mod: p.mod, Seed: r.node.dsr.seed, Map: m.Name}),
-			rule(s.name+" DSR: tunneled, tracked by the endpoint's node", nft.MatchMark{Bit: r.node.dsr.mask}, nft.NoTrack{}),
-		}
-		owned = append(owned, p.raw, p.marksMap)
-		r.trackSet(m)
+	mask := r.node.dsr.mask
+	m := r.set(&nft.Set{Name: p.marksMap, Key: nft.KeyType{nft.Slot}, Marks: true, Elements: p.marks})
+	pins := r.set(&nft.Set{Name: p.pins, Key: nft.FlowKey, Marks: true, Dynamic: true, Timeout: DSRPinTimeout, Size: DSRPinSize})
+	raw := r.chain(p.raw, nil)
+	raw.Rules = []nft.Rule{
+		rule(s.name+" DSR: a flow already seen goes where it went", nft.MarkLookup{Key: nft.FlowKey, Map: pins.Name}),
+		rule(s.name+" DSR: a new flow goes by the table", nft.MatchMarkValue{Mask: mask}, nft.MarkHash{Mod: p.mod, Seed: r.node.dsr.seed, Map: m.Name}),
+		rule(s.name+" DSR: pinned", nft.MatchMark{Bit: mask}, nft.UpdateMap{Key: nft.FlowKey, Map: pins.Name}),
+		rule(s.name+" DSR: this node's endpoint: conntrack and the nat chain", nft.MatchMarkValue{Mask: mask, Value: mask}, nft.MarkAnd{Mask: ^mask}, nft.Verdict{Kind: nft.Return}),
+		rule(s.name+" DSR: tunneled, tracked by the endpoint's node", nft.MatchMark{Bit: mask}, nft.NoTrack{}),
 	}
+	owned := []string{p.raw, p.marksMap, p.pins}
+	r.trackSet(m)
+	r.trackSet(pins)
 	nat := r.chain(p.nat, nil)
 	owned = append(owned, p.nat)
 	if r.node.pods.ok() {

@@ -40,7 +40,7 @@ const (
 	DefaultPort = 8475
 	// DefaultVNI is the VXLAN network identifier.
 	DefaultVNI = 0x4852
-	// DefaultMarkMask holds the peer ids: 255 peers.
+	// DefaultMarkMask holds the peer ids: 254 peers.
 	DefaultMarkMask = 0x00ff0000
 	// DefaultTableBase + id is a peer's routing table.
 	DefaultTableBase = 0x48520000
@@ -142,9 +142,11 @@ func NewManager(cfg Config, k Kernel) *Manager {
 // Config is the manager's configuration, defaults filled.
 func (m *Manager) Config() Config { return m.cfg }
 
-// MaxPeers is how many peers the mark mask holds ids for.
+// MaxPeers is how many peers the mark mask holds ids for: every value
+// but 0 and the mask itself, which the rules use for this node's own
+// flows.
 func (m *Manager) MaxPeers() int {
-	return 1<<bits.OnesCount32(m.cfg.MarkMask) - 1
+	return 1<<bits.OnesCount32(m.cfg.MarkMask) - 2
 }
 
 // Sync makes the device for this node (local is its address the peers

@@ -123,7 +123,7 @@ func TestManagerMarks(t *testing.T) {
 // and no local address are errors naming what; the rest still works.
 func TestManagerLimits(t *testing.T) {
 	k := &fakeKernel{fail: map[string]bool{"b": true}}
-	m := NewManager(Config{MarkMask: 0x3 << 20}, k) // 3 ids
+	m := NewManager(Config{MarkMask: 0x3 << 20}, k) // 2 ids: 0x3<<20 is this node's own
 	peers := map[string][]netip.Addr{}
 	for i, n := range []string{"a", "b", "c", "d", "e"} {
 		peers[n] = addrs(fmt.Sprintf("192.0.2.%d", 20+i))
@@ -132,11 +132,11 @@ func TestManagerLimits(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "peer b: refused") || !strings.Contains(err.Error(), "more peers than the mark mask") {
 		t.Errorf("error %v", err)
 	}
-	if len(marks) != 2 || marks["b"] != 0 {
-		t.Errorf("marks %v: want 2 peers (b failed, one of c..e out of ids)", marks)
+	if len(marks) != 1 || marks["a"] != 1<<20 {
+		t.Errorf("marks %v: want a alone (b failed, c..e out of ids)", marks)
 	}
 	for _, v := range marks {
-		if v&^(0x3<<20) != 0 || v == 0 {
+		if v&^(0x3<<20) != 0 || v == 0 || v == 0x3<<20 {
 			t.Errorf("mark %#x outside the mask", v)
 		}
 	}

@@ -213,6 +213,10 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 			if (p.mark&x.Bit != 0) == x.Not {
 				return []nftBranch{{p, nftNext}}, nil
 			}
+		case nft.MatchMarkValue:
+			if (p.mark&x.Mask == x.Value) == x.Not {
+				return []nftBranch{{p, nftNext}}, nil
+			}
 		case nft.MatchIifname:
 			in := p.iface == x.Name || (x.Prefix && strings.HasPrefix(p.iface, x.Name))
 			if in == x.Not {
@@ -292,6 +296,11 @@ func (n *NFT) rule(c *nft.Chain, idx int, r nft.Rule, p packet, i int, depth int
 			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s -> 0x%08x", c.Name, idx+1, r.Text(n.t.Family), el.Mark))
 		case nft.MarkAnd:
 			p.mark &= x.Mask
+		case nft.MarkLookup:
+			// The first packet of a flow: nothing pinned yet.
+			return []nftBranch{{p, nftNext}}, nil
+		case nft.UpdateMap:
+			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s", c.Name, idx+1, r.Text(n.t.Family)))
 		case nft.NoTrack:
 			p.notrack = true
 			p.trail = append(p.trail, fmt.Sprintf("%s#%d %s", c.Name, idx+1, r.Text(n.t.Family)))
