@@ -147,6 +147,9 @@ type ServiceStatus struct {
 	// (herald.io/forwarding; the proxies report, as Events on the
 	// Service, a node that cannot give it), else "snat".
 	Forwarding string `json:"forwarding"`
+	// ForwardingProblems are the nodes that keep SNAT forwarding for a
+	// DSR Service, and why (their proxies' Events, newest per node).
+	ForwardingProblems []string `json:"forwardingProblems,omitempty"`
 	// Pending says why the Service has no address yet.
 	Pending   string    `json:"pending,omitempty"`
 	Addresses []Address `json:"addresses,omitempty"`
@@ -184,6 +187,9 @@ type Facts struct {
 	// ReadyEndpoints counts each Service's ready endpoints
 	// ("namespace/name"), from its EndpointSlices; nil when unknown.
 	ReadyEndpoints map[string]int
+	// DSRProblems are, by "namespace/name", the nodes that keep SNAT
+	// forwarding for a Service that asks for DSR (DSRProblems).
+	DSRProblems map[string][]string
 }
 
 // nobodyBecause is why nobody announces the address of s, when the facts
@@ -236,6 +242,7 @@ func BuildWith(svcs []corev1.Service, anns []v1beta1.ServiceAnnouncement, facts 
 		st.Forwarding = "snat"
 		if strings.EqualFold(strings.TrimSpace(s.Annotations[proxy.AnnotationForwarding]), "dsr") {
 			st.Forwarding = "dsr"
+			st.ForwardingProblems = facts.DSRProblems[s.Namespace+"/"+s.Name]
 		}
 		for _, in := range s.Status.LoadBalancer.Ingress {
 			if in.IP == "" {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -215,6 +216,9 @@ func run(ctx context.Context, o Options, kube kubernetes.Interface, dyn dynamic.
 		eps = append(eps, l.Items...)
 	}
 	facts.ReadyEndpoints = readyEndpoints(eps)
+	if facts.DSRProblems, err = DSRProblems(ctx, kube, svcs, time.Now()); err != nil {
+		return err
+	}
 	cfg := ParseConfig(o.HeraldNamespace, cfgObjs, all.Items, o.LBClass)
 	facts.Cluster = ResolveCluster(cfg, ViewServices(sharing, o.LBClass, eps), sums)
 	report := Report{Services: BuildWith(svcs, anns, facts), Configuration: BuildConfig(objs)}

@@ -1,14 +1,18 @@
 package status
 
 import (
+	"context"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/herald-lb/herald/config/v1beta1"
 	"github.com/herald-lb/herald/internal/lbapi"
@@ -293,5 +297,32 @@ func TestParseFlagsBGP(t *testing.T) {
 	}
 	if _, err := ParseFlags([]string{"bgp", "shop/web"}, io.Discard); err == nil {
 		t.Error("bgp with a Service: no error")
+	}
+}
+
+// TestDSRProblems: the proxies' Events about a DSR Service that a node
+// keeps on SNAT show, newest per node, with their age; other Events and
+// Services without the annotation are left out.
+func TestDSRProblems(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	ev := func(name, node, msg string, ago time.Duration) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			InvolvedObject: corev1.ObjectReference{Kind: "Service", Namespace: "shop", Name: "web"},
+			Reason:         "ProxyInvalidService", Message: msg, Source: corev1.EventSource{Host: node},
+			LastTimestamp: metav1.NewTime(now.Add(-ago))}
+	}
+	msg := "service shop/web:http: forwarding: dsr: no tunnel to node node3 (endpoint 10.244.3.5:8080): is herald's proxy running there, with an address of this family?; forwarding stays SNAT"
+	kube := fake.NewSimpleClientset(
+		ev("a", "node1", msg, 2*time.Minute), ev("b", "node1", msg, 30*time.Minute),
+		ev("c", "node2", "service shop/web: spec.externalIPs[0]: \"x\" is not an IP address", time.Minute))
+	web := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", Annotations: map[string]string{"herald.io/forwarding": "dsr"}}}
+	plain := corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"}}
+	got, err := DSRProblems(context.Background(), kube, []corev1.Service{web, plain}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"node1: no tunnel to node node3 (endpoint 10.244.3.5:8080): is herald's proxy running there, with an address of this family?; forwarding stays SNAT (2m0s ago)"}
+	if !slices.Equal(got["shop/web"], want) || len(got) != 1 {
+		t.Errorf("got %q\nwant %q", got, want)
 	}
 }

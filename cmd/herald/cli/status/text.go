@@ -78,6 +78,13 @@ func renderText(out io.Writer, sts []ServiceStatus) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, s := range sts {
+		for _, p := range s.ForwardingProblems {
+			if _, err := fmt.Fprintf(out, "%s/%s: SNAT forwarding, not DSR, on %s\n", s.Namespace, s.Name, p); err != nil {
+				return err
+			}
+		}
+	}
 	if len(sts) == 0 {
 		_, err := fmt.Fprintln(out, "no LoadBalancer Services")
 		return err
