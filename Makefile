@@ -155,8 +155,9 @@ chart-test: helm ## helm lint and the golden helm template outputs of charts/her
 # benchmarks' short versions that fail on their targets (5 hard L2
 # failovers, p99 <= 1 s; CPU stress, 0 election changes), and direct
 # server return's (TestDSRFailover, TestDSRBGP: >= 99 % of 200 connections
-# survive the L2 announcer's loss, a BGP node's drain and its hard loss,
-# none reset, the pods see the client). The
+# survive the L2 announcer's loss, herald's restart, an endpoint change,
+# a BGP node's drain and its hard loss, none reset, the pods see the
+# client; make bench runs them with SNAT beside). The
 # 5-minute churn soak (TestChurnSoak) runs in make e2e-all only until its
 # failures of 2026-11-28 are explained (docs/testing.md); the walkthrough,
 # TestProxy and TestHelm run on real nodes (e2e-real-test). TestDrainL2

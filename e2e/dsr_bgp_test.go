@@ -22,8 +22,16 @@ import (
 // flows of the node gone to the others. With herald.io/forwarding: dsr
 // at least 99 % of the connections survive and none is reset, and the
 // pods see the remote client's own address; the same trials without the
-// annotation are printed beside them.
-func TestDSRBGP(t *testing.T) {
+// annotation run in TestBenchDSRBGP (make bench).
+func TestDSRBGP(t *testing.T) { runDSRBGP(t, []string{"dsr"}) }
+
+// TestBenchDSRBGP is TestDSRBGP with SNAT's trials beside DSR's.
+func TestBenchDSRBGP(t *testing.T) {
+	harness.Bench(t)
+	runDSRBGP(t, []string{"snat", "dsr"})
+}
+
+func runDSRBGP(t *testing.T, modes []string) {
 	h := harness.Start(t)
 	b := newBGPLab(h)
 	const name = "dsr-bgp"
@@ -50,7 +58,7 @@ func TestDSRBGP(t *testing.T) {
 	ip := ctl{h}.waitAnyIP("default", name)
 
 	var results []dsrResult
-	for _, mode := range []string{"snat", "dsr"} {
+	for _, mode := range modes {
 		h.Kubectl("annotate", "--overwrite", "service", name, "herald.io/forwarding="+mode)
 		for _, kind := range []string{"graceful", "hard"} {
 			r := dsrBGPTrial(t, b, ip, mode, kind, map[string]string{"graceful": graceful, "hard": hard}[kind], nodes, &drained)
@@ -59,7 +67,7 @@ func TestDSRBGP(t *testing.T) {
 		}
 	}
 	reportDSR(t, fmt.Sprintf("DSR over BGP ECMP (3 nodes, one leaves, %d keep-alive connections from the remote client %s to pods on %s, a request each every %s)", dsrConns, topology.RemoteV4IP, endNode, dsrEvery),
-		"go test -count=1 -timeout 30m -run '^TestDSRBGP$' -v .", results)
+		"go test -count=1 -timeout 30m -run '^"+t.Name()+"$' -v .", results)
 }
 
 // dsrBGPTrial: every node in the ECMP set, the connections open, then

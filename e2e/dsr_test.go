@@ -35,14 +35,43 @@ const (
 
 // TestDSRFailover: with herald.io/forwarding: dsr the pods see the
 // client's own address under externalTrafficPolicy Cluster, and the
-// connections survive the loss of the announcing node (at least 99 %,
-// no reset). The same run without the annotation is printed beside it:
-// SNAT forwarding shows a node's address and loses the connections,
+// connections (at least 99 %, none reset) survive, in turn: a rolling
+// restart of herald's speakers (its own upgrade), an endpoint added on
+// another node and removed again (the table changes under pinned flows),
+// and the hard loss of the announcing node. TestBenchDSRFailover runs
+// the same trials without the annotation beside them: SNAT forwarding
+// shows a node's address and loses the connections to the failover,
 // which is today's behaviour of every bare-metal load balancer.
-func TestDSRFailover(t *testing.T) {
+func TestDSRFailover(t *testing.T) { runDSRL2(t, []string{"dsr"}) }
+
+// TestBenchDSRFailover is TestDSRFailover with SNAT's trials beside
+// DSR's (make bench).
+func TestBenchDSRFailover(t *testing.T) {
+	harness.Bench(t)
+	runDSRL2(t, []string{"snat", "dsr"})
+}
+
+func runDSRL2(t *testing.T, modes []string) {
 	h := harness.Start(t)
 	s := l2{h}
 	s.readySpeakers(2 * time.Minute)
+	ip, ip6 := dsrSetupL2(t, s)
+
+	var results []dsrResult
+	for _, mode := range modes {
+		h.Kubectl("annotate", "--overwrite", "service", dsrName, "herald.io/forwarding="+mode)
+		results = append(results, dsrRestartTrial(t, s, ip, mode), dsrEndpointTrial(t, s, ip, mode), dsrIPv6Check(t, s, ip6, mode), dsrTrial(t, s, ip, mode))
+	}
+	reportDSR(t, fmt.Sprintf("DSR over L2 (%d keep-alive connections to pods on %s, announced by another node, a request each every %s, through: herald's rolling restart, an endpoint added and removed, the announcer's hard loss)", dsrConns, dsrEndNode, dsrEvery),
+		"go test -count=1 -timeout 20m -run '^"+t.Name()+"$' -v .", results)
+}
+
+// dsrSetupL2 runs the speakers' proxies in the nftables mode with --dsr
+// and makes the Service: two echo pods on dsrEndNode, its addresses (one
+// per family) announced over layer 2 by the other nodes only. It returns
+// the addresses.
+func dsrSetupL2(t *testing.T, s l2) (ip4, ip6 string) {
+	h := s.T
 	s.speakerArgs([]string{"--proxy-mode=nftables", "--dsr"})
 	t.Cleanup(func() {
 		_, _ = h.K.Run(h.Ctx, "delete", "service", dsrName, "--ignore-not-found")
@@ -54,16 +83,27 @@ func TestDSRFailover(t *testing.T) {
 	h.Kubectl("-n", heraldNS, "patch", "l2advertisement", dsrName, "--type=merge", "-p",
 		`{"spec":{"nodeSelectors":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":["`+dsrEndNode+`"]}]}]}}`)
 	h.ReadyPods("app="+dsrName, 2, 2*time.Minute)
-	h.Kubectl("expose", "deployment", dsrName, "--name="+dsrName, "--port=80", "--target-port=8080", "--type=LoadBalancer")
-	ip := ctl{h}.waitAnyIP("default", dsrName)
-
-	var results []dsrResult
-	for _, mode := range []string{"snat", "dsr"} {
-		h.Kubectl("annotate", "--overwrite", "service", dsrName, "herald.io/forwarding="+mode)
-		results = append(results, dsrTrial(t, s, ip, mode))
-	}
-	reportDSR(t, fmt.Sprintf("DSR failover (L2, hard loss of the announcer, %d keep-alive connections to pods on %s, a request each every %s)", dsrConns, dsrEndNode, dsrEvery),
-		"go test -count=1 -timeout 20m -run '^TestDSRFailover$' -v .", results)
+	h.Apply(fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: %[1]s, namespace: default}
+spec:
+  type: LoadBalancer
+  ipFamilyPolicy: PreferDualStack
+  selector: {app: %[1]s}
+  ports: [{port: 80, targetPort: 8080, protocol: TCP}]
+`, dsrName))
+	h.Poll(time.Minute, "an address of each family", func() (bool, string) {
+		ips := ctl{h}.ips("default", dsrName)
+		for _, a := range strings.Split(ips, ",") {
+			if strings.Contains(a, ":") {
+				ip6 = a
+			} else if a != "" {
+				ip4 = a
+			}
+		}
+		return ip4 != "" && ip6 != "", ips
+	})
+	return ip4, ip6
 }
 
 // reportDSR prints the trials' table and its command, and fails the DSR
@@ -72,9 +112,12 @@ func TestDSRFailover(t *testing.T) {
 func reportDSR(t *testing.T, title, cmd string, results []dsrResult) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "BENCH %s:\n", title)
-	fmt.Fprintf(&b, "  %-14s %-9s %-6s %-10s %-12s %s\n", "mode", "survived", "reset", "other err", "longest wait", "pods saw")
+	fmt.Fprintf(&b, "  %-14s %-9s %-6s %-10s %-7s %-12s %s\n", "mode", "survived", "reset", "other err", "silent", "longest wait", "pods saw")
 	for _, r := range results {
-		fmt.Fprintf(&b, "  %-14s %-9s %-6d %-10d %-12s %s\n", r.mode, fmt.Sprintf("%d/%d", r.survived, r.conns), r.reset, r.other, r.outage.Round(time.Millisecond), r.seen)
+		fmt.Fprintf(&b, "  %-14s %-9s %-6d %-10d %-7d %-12s %s\n", r.mode, fmt.Sprintf("%d/%d", r.survived, r.conns), r.reset, r.other, r.silent, r.outage.Round(time.Millisecond), r.seen)
+	}
+	if strings.HasPrefix(t.Name(), "TestBench") {
+		cmd = "HERALD_BENCH=1 " + cmd
 	}
 	b.WriteString("BENCH reproduce: cd e2e && " + cmd + "\n")
 	t.Log("\n" + b.String())
@@ -95,13 +138,16 @@ type dsrResult struct {
 	mode            string
 	conns, survived int
 	reset, other    int
-	outage          time.Duration
-	seen            string
+	// silent: no error, yet no answer in the end (a request still
+	// waiting, retransmitting).
+	silent int
+	outage time.Duration
+	seen   string
 }
 
-// dsrTrial opens the connections, checks what the pods see, fails the
-// announcer hard, and counts the connections that answer afterwards.
-func dsrTrial(t *testing.T, s l2, ip, mode string) dsrResult {
+// dsrAnnouncer waits for one announcer of ip that ARP agrees with (for
+// an IPv6 address, one announcer).
+func dsrAnnouncer(s l2, ip string) string {
 	h := s.T
 	s.speakersInCluster(3 * time.Minute)
 	nodeOf := s.macOwners()
@@ -112,11 +158,75 @@ func dsrTrial(t *testing.T, s l2, ip, mode string) dsrResult {
 			return false, fmt.Sprint(anns)
 		}
 		w = who[0]
+		if strings.Contains(ip, ":") {
+			return true, w // arping is IPv4's; the speaker tests check NDP
+		}
 		macs, _ := s.arping(ip, 1, 1)
 		return len(macs) == 1 && nodeOf[macs[0]] == w, fmt.Sprint(w, macs)
 	})
 	// The rules of the annotation reach every node within a sync.
 	time.Sleep(3 * time.Second)
+	return w
+}
+
+// dsrRestartTrial restarts every speaker (a rolling update of the
+// DaemonSet, as an upgrade) under the connections.
+func dsrRestartTrial(t *testing.T, s l2, ip, mode string) dsrResult {
+	w := dsrAnnouncer(s, ip)
+	load := openDSRLoad(t, s.Layout.Client, ip, mode)
+	defer load.close()
+	res := load.through(func() {
+		s.Kubectl("-n", heraldNS, "rollout", "restart", "daemonset/"+speakerDS)
+		s.Kubectl("-n", heraldNS, "rollout", "status", "--timeout=3m", "daemonset/"+speakerDS)
+	}, 8*time.Second, 5*time.Second, 3*time.Second)
+	res.mode = mode + "/restart"
+	t.Logf("%s: the speakers restarted (%s announced %s): %d of %d connections answered afterwards; first errors: %s",
+		res.mode, w, ip, res.survived, res.conns, firstErrors(load.conns, 3))
+	return res
+}
+
+// dsrEndpointTrial adds an endpoint on the announcer's node, then removes
+// it, under the connections.
+func dsrEndpointTrial(t *testing.T, s l2, ip, mode string) dsrResult {
+	w := dsrAnnouncer(s, ip)
+	load := openDSRLoad(t, s.Layout.Client, ip, mode)
+	defer load.close()
+	extra := dsrName + "-extra"
+	t.Cleanup(func() { _, _ = s.K.Run(s.Ctx, "delete", "pod", extra, "--ignore-not-found", "--wait=false") })
+	res := load.through(func() {
+		s.Apply(echoPodYAML(extra, dsrName, w))
+		s.ReadyPods("app="+dsrName, 3, 2*time.Minute)
+		time.Sleep(3 * time.Second)
+		s.Kubectl("delete", "pod", extra)
+		s.ReadyPods("app="+dsrName, 2, 2*time.Minute)
+	}, 8*time.Second, 6*time.Second, 3*time.Second)
+	res.mode = mode + "/endpoints"
+	t.Logf("%s: an endpoint added on %s and removed: %d of %d connections answered afterwards; first errors: %s",
+		res.mode, w, res.survived, res.conns, firstErrors(load.conns, 3))
+	return res
+}
+
+// dsrIPv6Check opens connections to the Service's IPv6 address (the
+// tunnel carries IPv6 inside the nodes' IPv4 VXLAN), checks what the pods
+// see, and sends a body larger than the path's MTU.
+func dsrIPv6Check(t *testing.T, s l2, ip6, mode string) dsrResult {
+	w6 := dsrAnnouncer(s, ip6)
+	load := openDSRLoad(t, s.Layout.Client, ip6, mode)
+	defer load.close()
+	if err := bigBodyThrough(s.Layout.Client, ip6); err != nil {
+		t.Errorf("%s: IPv6: a request larger than the path's MTU: %v", mode, err)
+	}
+	res := load.through(func() {}, 5*time.Second, 3*time.Second, time.Second)
+	res.mode = mode + "/ipv6"
+	t.Logf("%s: %s announces %s: the pods saw %s; %d of %d connections answered", res.mode, w6, ip6, load.seen, res.survived, res.conns)
+	return res
+}
+
+// dsrTrial opens the connections, checks what the pods see, fails the
+// announcer hard, and counts the connections that answer afterwards.
+func dsrTrial(t *testing.T, s l2, ip, mode string) dsrResult {
+	h := s.T
+	w := dsrAnnouncer(s, ip)
 	load := openDSRLoad(t, h.Layout.Client, ip, mode)
 	defer load.close()
 	if err := bigBodyThrough(h.Layout.Client, ip); err != nil {
@@ -125,6 +235,7 @@ func dsrTrial(t *testing.T, s l2, ip, mode string) dsrResult {
 	var restore func()
 	res := load.through(func() { restore = s.loseHard(t, w) }, 8*time.Second, 12*time.Second, 5*time.Second)
 	restore()
+	res.mode = mode + "/failover"
 	t.Logf("%s: %s announced %s and was lost: %d of %d connections answered 5 s after and later; first errors: %s",
 		mode, w, ip, res.survived, res.conns, firstErrors(load.conns, 3))
 	return res
@@ -185,10 +296,13 @@ func openDSRLoad(t *testing.T, ns, ip, mode string) *dsrLoad {
 }
 
 // through asks on every connection every dsrEvery (each request may take
-// reqTimeout, retransmissions included) while event happens 2 s in, for
-// settle after it; a connection survived when it had no error and was
-// answered later than after past the event.
+// reqTimeout, retransmissions included) while event runs, from 2 s in,
+// and for settle after it returned; a connection survived when it had no
+// error and was answered later than after past the event's return.
 func (l *dsrLoad) through(event func(), reqTimeout, settle, after time.Duration) dsrResult {
+	if after+2*dsrEvery > settle {
+		l.t.Fatalf("through: answers are counted from %s after the event, but the load stops %s after it", after, settle)
+	}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for i, c := range l.conns {
@@ -200,8 +314,8 @@ func (l *dsrLoad) through(event func(), reqTimeout, settle, after time.Duration)
 		}()
 	}
 	time.Sleep(2 * time.Second)
-	at := time.Now()
 	event()
+	at := time.Now() // the event done (a rollout, a pod ready) or begun (a kill)
 	time.Sleep(settle)
 	close(stop)
 	wg.Wait()
@@ -212,8 +326,10 @@ func (l *dsrLoad) through(event func(), reqTimeout, settle, after time.Duration)
 			res.survived++
 		case c.err != nil && errors.Is(c.err, syscall.ECONNRESET):
 			res.reset++
-		default:
+		case c.err != nil:
 			res.other++
+		default:
+			res.silent++
 		}
 		if g := c.maxGap; g > res.outage {
 			res.outage = g
