@@ -62,6 +62,7 @@ func runDSRL2(t *testing.T, modes []string) {
 		h.Kubectl("annotate", "--overwrite", "service", dsrName, "herald.io/forwarding="+mode)
 		results = append(results, dsrRestartTrial(t, s, ip, mode), dsrEndpointTrial(t, s, ip, mode), dsrIPv6Check(t, s, ip6, mode), dsrTrial(t, s, ip, mode))
 	}
+	dsrBlockedTunnel(t, s, ip)
 	reportDSR(t, fmt.Sprintf("DSR over L2 (%d keep-alive connections to pods on %s, announced by another node, a request each every %s, through: herald's rolling restart, an endpoint added and removed, the announcer's hard loss)", dsrConns, dsrEndNode, dsrEvery),
 		"go test -count=1 -timeout 20m -run '^"+t.Name()+"$' -v .", results)
 }
@@ -220,6 +221,76 @@ func dsrIPv6Check(t *testing.T, s l2, ip6, mode string) dsrResult {
 	res.mode = mode + "/ipv6"
 	t.Logf("%s: %s announces %s: the pods saw %s; %d of %d connections answered", res.mode, w6, ip6, load.seen, res.survived, res.conns)
 	return res
+}
+
+// dsrBlockedTunnel blocks the tunnel's UDP port on the endpoints' node
+// (a firewall): the other nodes' probes go unanswered, they give the
+// Service SNAT forwarding, say so in herald status, and new connections
+// work, through SNAT; unblocked, DSR comes back.
+func dsrBlockedTunnel(t *testing.T, s l2, ip string) {
+	h := s.T
+	dsrAnnouncer(s, ip)
+	const table = "hle-block-dsr"
+	rule := fmt.Sprintf("table inet %s { chain in { type filter hook input priority -400; policy accept; udp dport 8475 drop; }; }", table)
+	if _, err := h.Exec(dsrEndNode, "nft", rule); err != nil {
+		t.Fatal(err)
+	}
+	blocked := true
+	unblock := func() {
+		if blocked {
+			if _, err := h.Exec(dsrEndNode, "nft", "delete", "table", "inet", table); err != nil {
+				t.Error(err)
+			}
+			blocked = false
+		}
+	}
+	t.Cleanup(unblock)
+	start := time.Now()
+	var st string
+	h.Poll(90*time.Second, "herald status to show SNAT forwarding for "+dsrName+" with the tunnel to "+dsrEndNode+" blocked", func() (bool, string) {
+		st, _ = s.heraldStatus("default/" + dsrName)
+		return strings.Contains(st, "SNAT forwarding, not DSR, on") && strings.Contains(st, "no working tunnel to node "+dsrEndNode), st
+	})
+	fellBack := time.Since(start)
+	t.Logf("tunnel to %s blocked: SNAT %s later; herald status default/%s:\n%s", dsrEndNode, fellBack.Round(time.Second), dsrName, st)
+	// New connections work meanwhile, SNATed (a node's address).
+	var seen string
+	h.Poll(30*time.Second, "new connections answered through SNAT", func() (bool, string) {
+		conns, err := dialDSR(h.Layout.Client, ip, 20)
+		if err != nil {
+			return false, err.Error()
+		}
+		l := &dsrLoad{t: t, conns: conns}
+		defer l.close()
+		addrs := map[string]int{}
+		for _, c := range conns {
+			a, err := c.ask(3 * time.Second)
+			if err != nil {
+				return false, err.Error()
+			}
+			addrs[a]++
+		}
+		seen = fmt.Sprint(addrs)
+		_, fromClient := addrs[conns[0].c.LocalAddr().(*net.TCPAddr).IP.String()]
+		return !fromClient, seen
+	})
+	unblock()
+	start = time.Now()
+	h.Poll(90*time.Second, "DSR again once the tunnel passes", func() (bool, string) {
+		conns, err := dialDSR(h.Layout.Client, ip, 5)
+		if err != nil {
+			return false, err.Error()
+		}
+		l := &dsrLoad{t: t, conns: conns}
+		defer l.close()
+		for _, c := range conns {
+			if a, err := c.ask(3 * time.Second); err != nil || a != c.c.LocalAddr().(*net.TCPAddr).IP.String() {
+				return false, fmt.Sprint(a, err)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("blocked tunnel: 20 of 20 new connections answered through SNAT (the pods saw %s); DSR back %s after the tunnel passed again", seen, time.Since(start).Round(time.Second))
 }
 
 // dsrTrial opens the connections, checks what the pods see, fails the

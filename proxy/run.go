@@ -220,7 +220,12 @@ func (p *Proxy) runOnce(ctx context.Context, log *slog.Logger) error {
 		NodePortAddresses: o.NodePortAddresses,
 	}
 	if o.DSR.Enabled {
-		cfg.DSR = dsrSetup(ctx, kube, o.DSR, log)
+		if cfg.DSR = dsrSetup(ctx, kube, o.DSR, log); cfg.DSR != nil {
+			pr := tunnel.NewProber(cfg.DSR.Device, o.DSR.Port, log)
+			pr.OnChange = loop.Request
+			cfg.DSR.Prober = pr
+			go pr.Run(ctx, dsrProbeEvery)
+		}
 	}
 	syncer := NewSyncer(cfg, tracker, fams, hc, health, conntrack.Netlink{}, m, log)
 	current.Store(syncer)
@@ -338,6 +343,11 @@ func dsrSetup(ctx context.Context, kube kubernetes.Interface, o DSROptions, log 
 	log.Info("--dsr: direct server return", "device", c.Device, "port", c.Port, "vni", c.VNI, "markMask", fmt.Sprintf("%#x", c.MarkMask), "maxPeers", m.MaxPeers())
 	return &DSRSetup{Tunnel: m, Device: c.Device, Seed: seed, MarkMask: c.MarkMask}
 }
+
+// dsrProbeEvery is how often the peers are probed over the tunnel: a
+// peer whose proxy stopped, or whose tunnel is blocked, is taken out
+// after tunnel.ProbeRounds of these.
+const dsrProbeEvery = 5 * time.Second
 
 // DSRSeed derives the consistent backend choice's seed from a cluster-wide
 // identity (the kube-system namespace's UID): never 0, which the kernel

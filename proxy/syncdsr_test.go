@@ -37,6 +37,23 @@ func (f *fakeTunnel) Sync(local netip.Addr, peers map[string][]netip.Addr) (map[
 	return out, f.fail
 }
 
+func (f *fakeTunnel) Probes() (netip.Addr, map[string]netip.Addr) {
+	peers := map[string]netip.Addr{}
+	for n := range f.ids {
+		peers[n] = netip.AddrFrom4([4]byte{169, 254, 1, byte(f.ids[n] >> 16)})
+	}
+	return f.local, peers
+}
+
+// fakeProber reports the peers in down as down.
+type fakeProber struct {
+	peers map[string]netip.Addr
+	down  map[string]bool
+}
+
+func (f *fakeProber) SetPeers(_ netip.Addr, peers map[string]netip.Addr) { f.peers = peers }
+func (f *fakeProber) Down() map[string]bool                              { return f.down }
+
 func dsrService() *corev1.Service {
 	s := clusterIPService("shop", "web", "10.96.0.10")
 	s.Spec.Type = corev1.ServiceTypeLoadBalancer
@@ -53,7 +70,8 @@ func dsrService() *corev1.Service {
 func TestSyncDSR(t *testing.T) {
 	e, k := newNFTEnv(t)
 	tun := &fakeTunnel{}
-	e.s.cfg.DSR = &DSRSetup{Tunnel: tun, Device: "herald-dsr", Seed: DSRSeed("kube-system-uid"), MarkMask: 0x00ff0000}
+	pr := &fakeProber{down: map[string]bool{}}
+	e.s.cfg.DSR = &DSRSetup{Tunnel: tun, Device: "herald-dsr", Seed: DSRSeed("kube-system-uid"), MarkMask: 0x00ff0000, Prober: pr}
 	var reported []string
 	e.s.Report = func(p rules.Problem) { reported = append(reported, p.Error()) }
 	e.tracker.UpdateService(dsrService())
@@ -85,7 +103,7 @@ func TestSyncDSR(t *testing.T) {
 	e.tracker.UpdateSlice(slice("shop", "web", "web-1", 8080, "http", corev1.ProtocolTCP,
 		ep{"10.244.1.20", testNode, true}, ep{"10.244.3.20", "node3", true}))
 	e.sync(false)
-	if !strings.Contains(strings.Join(reported, "\n"), "no tunnel to node node3") {
+	if !strings.Contains(strings.Join(reported, "\n"), "no working tunnel to node node3") {
 		t.Errorf("reported %v, want node3 named", reported)
 	}
 	if strings.Contains(k.table.Text(), "dsrm-") {
@@ -115,6 +133,21 @@ func TestSyncDSR(t *testing.T) {
 	e.sync(true)
 	if tun.syncs != 5 {
 		t.Errorf("the periodic sync did not check the tunnel: %d", tun.syncs)
+	}
+	if len(pr.peers) == 0 {
+		t.Error("the prober was not given the peers")
+	}
+	// node3 stops answering the probes: its endpoint's Service keeps
+	// SNAT, reported, in a full sync; it answers again: DSR again.
+	reported = nil
+	pr.down["node3"] = true
+	res = e.sync(false)
+	if f := res.Families[0]; !f.Full || strings.Contains(k.table.Text(), "dsrm-") || !strings.Contains(strings.Join(reported, "\n"), "no working tunnel to node node3") {
+		t.Errorf("node3 down: %+v, reported %v", f, reported)
+	}
+	delete(pr.down, "node3")
+	if res = e.sync(false); !res.Families[0].Full || !strings.Contains(k.table.Text(), "dsrm-") {
+		t.Errorf("node3 back: %+v", res.Families[0])
 	}
 	if k.table.Chain(rules.NFTChainDSRPrerouting) == nil || len(k.applied) == 0 || k.applied[0].Mode != nft.Recreate {
 		t.Error("the table lost the DSR chains")

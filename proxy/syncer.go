@@ -60,13 +60,23 @@ type DSRSetup struct {
 	Device   string
 	Seed     uint32
 	MarkMask uint32
+	// Prober, when set, takes out the peers that do not answer.
+	Prober DSRProber
 }
 
 // DSRTunnel is the kernel side of the tunnel (tunnel.Manager; a fake in
 // tests): it reaches the peers from local and returns each reachable
-// peer's mark.
+// peer's mark; Probes are the addresses its prober asks.
 type DSRTunnel interface {
 	Sync(local netip.Addr, peers map[string][]netip.Addr) (map[string]uint32, error)
+	Probes() (self netip.Addr, peers map[string]netip.Addr)
+}
+
+// DSRProber tells which peers stopped answering over the tunnel
+// (tunnel.Prober; a fake in tests).
+type DSRProber interface {
+	SetPeers(self netip.Addr, peers map[string]netip.Addr)
+	Down() map[string]bool
 }
 
 // DefaultFullSyncPeriod is kube-proxy's interval between full syncs.
@@ -155,6 +165,9 @@ type Syncer struct {
 	dsrMarks map[string]uint32
 	dsrLocal netip.Addr
 	dsrRetry bool
+	// dsrPeers are the peers the rules tunnel to: dsrMarks less those
+	// the prober found down.
+	dsrPeers map[string]uint32
 	// Report is told about each problem in the input once, when it first
 	// shows; Run adds an event on the Service. It must not block.
 	Report func(rules.Problem)
@@ -366,43 +379,55 @@ func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
 	if s.cfg.MasqueradeBit >= 0 && s.cfg.MasqueradeBit < 32 {
 		nc.MasqueradeMark = 1 << uint(s.cfg.MasqueradeBit)
 	}
-	if d := s.cfg.DSR; d != nil && s.dsrMarks != nil {
+	if d := s.cfg.DSR; d != nil && s.dsrPeers != nil {
 		nc.DSR = rules.DSRConfig{Seed: d.Seed, Tunnel: d.Device, MarkMask: d.MarkMask,
-			Peers: map[rules.Family]map[string]uint32{rules.IPv4: s.dsrMarks, rules.IPv6: s.dsrMarks}}
+			Peers: map[rules.Family]map[string]uint32{rules.IPv4: s.dsrPeers, rules.IPv6: s.dsrPeers}}
 	}
 	return nc
 }
 
 // syncTunnel brings the DSR tunnel up to date with the peers when they,
 // or this node's address, changed, when the last try failed, and on the
-// periodic sync (which repairs a device deleted behind herald's back); it
-// reports whether the marks the rules use changed.
+// periodic sync (which repairs a device deleted behind herald's back).
+// The peers the rules may tunnel to are those with a route in place
+// that the prober has not found down; it reports whether they changed.
 func (s *Syncer) syncTunnel(snap Snapshot, periodic bool, res *SyncResult) bool {
 	d := s.cfg.DSR
 	if d == nil {
 		return false
 	}
 	local := underlayAddr(withPrimary(snap.Node.PrimaryIPs, s.cfg.BindAddress))
-	if s.dsrMarks != nil && !snap.PeersChanged && !s.dsrRetry && local == s.dsrLocal && !periodic {
+	if s.dsrMarks == nil || snap.PeersChanged || s.dsrRetry || local != s.dsrLocal || periodic {
+		marks, err := d.Tunnel.Sync(local, snap.Peers)
+		s.dsrRetry = err != nil
+		if err != nil {
+			res.Retry = true
+			s.log.Error("DSR tunnel: some peers are not reachable; their Services keep SNAT forwarding", "err", err)
+		}
+		if marks != nil || s.dsrMarks != nil {
+			if marks == nil {
+				marks = map[string]uint32{}
+			}
+			if s.dsrMarks == nil || !maps.Equal(marks, s.dsrMarks) {
+				s.log.Info("DSR tunnel", "device", d.Device, "from", local, "peers", len(marks))
+			}
+			s.dsrMarks, s.dsrLocal = marks, local
+			if d.Prober != nil {
+				d.Prober.SetPeers(d.Tunnel.Probes())
+			}
+		}
+	}
+	if s.dsrMarks == nil {
 		return false
 	}
-	marks, err := d.Tunnel.Sync(local, snap.Peers)
-	s.dsrRetry = err != nil
-	if err != nil {
-		res.Retry = true
-		s.log.Error("DSR tunnel: some peers are not reachable; their Services keep SNAT forwarding", "err", err)
+	eff := maps.Clone(s.dsrMarks)
+	if d.Prober != nil {
+		for n := range d.Prober.Down() {
+			delete(eff, n)
+		}
 	}
-	if marks == nil && s.dsrMarks == nil {
-		return false
-	}
-	if marks == nil {
-		marks = map[string]uint32{}
-	}
-	changed := s.dsrMarks == nil || !maps.Equal(marks, s.dsrMarks)
-	s.dsrMarks, s.dsrLocal = marks, local
-	if changed {
-		s.log.Info("DSR tunnel", "device", d.Device, "from", local, "peers", len(marks))
-	}
+	changed := s.dsrPeers == nil || !maps.Equal(eff, s.dsrPeers)
+	s.dsrPeers = eff
 	return changed
 }
 

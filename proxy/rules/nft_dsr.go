@@ -163,7 +163,7 @@ func (r *nftRenderer) planDSR(s *svcPort, pl servicePlan) (*dsrPlan, *Problem) {
 			return refuse("endpoint %s has no node name", e.str)
 		}
 		if _, ok := d.peers[e.node]; !ok {
-			return refuse("no tunnel to node %s (endpoint %s): is herald's proxy running there, with an address of this family?", e.node, e.str)
+			return refuse("no working tunnel to node %s (endpoint %s): herald's proxy must run there with --dsr, with an address of the tunnel's family, and the tunnel's UDP port must pass between the nodes", e.node, e.str)
 		}
 	}
 	t, err := maglev.New(addrs)

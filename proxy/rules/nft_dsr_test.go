@@ -244,7 +244,7 @@ func TestDSRRefused(t *testing.T) {
 			n := c.nodeConfig("node1")
 			delete(n.DSR.Peers[rules.IPv4], "node3")
 			return n
-		}(), "no tunnel to node node3"},
+		}(), "no working tunnel to node node3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := rules.RenderNFT(rules.IPv4, []rules.Service{tc.svc}, map[rules.ServicePortName][]rules.Endpoint{tc.svc.ID(): c.eps}, tc.node)

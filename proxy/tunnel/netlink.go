@@ -64,6 +64,14 @@ func (n Netlink) EnsureDevice(d Device) (created bool, err error) {
 	if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: prefixNet(d.RPAddr), Scope: unix.RT_SCOPE_LINK}); err != nil {
 		return created, fmt.Errorf("address %s on %s: %w", d.RPAddr, d.Name, err)
 	}
+	if d.ProbeAddr.IsValid() {
+		// No duplicate address detection: the address is unique by
+		// construction, and DAD would hold it tentative for a second.
+		a := &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(d.ProbeAddr, 64)), Scope: unix.RT_SCOPE_LINK, Flags: unix.IFA_F_NODAD}
+		if err := netlink.AddrReplace(l, a); err != nil {
+			return created, fmt.Errorf("address %s on %s: %w", d.ProbeAddr, d.Name, err)
+		}
+	}
 	if err := looseRPFilter(l.Attrs().Index); err != nil {
 		// A kernel that refuses devconf over netlink: the file.
 		if ferr := n.sysctl("net/ipv4/conf/"+d.Name+"/rp_filter", "2"); ferr != nil {
@@ -139,6 +147,11 @@ func (n Netlink) EnsureRoute(dev string, r Route) error {
 		IP: net.IP(r.Underlay.AsSlice()), HardwareAddr: r.MAC}); err != nil {
 		return fmt.Errorf("fdb %s -> %s: %w", r.MAC, r.Underlay, err)
 	}
+	if r.Probe.IsValid() {
+		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: idx, Family: unix.AF_INET6, State: netlink.NUD_PERMANENT, IP: net.IP(r.Probe.AsSlice()), HardwareAddr: r.MAC}); err != nil {
+			return fmt.Errorf("neighbour %s: %w", r.Probe, err)
+		}
+	}
 	for _, hop := range []netip.Addr{r.Hop4, r.Hop6} {
 		fam := unix.AF_INET
 		if hop.Is6() {
@@ -204,6 +217,11 @@ func (n Netlink) DeleteRoute(dev string, r Route) error {
 			errs = append(errs, err)
 		}
 		if err := netlink.NeighDel(&netlink.Neigh{LinkIndex: idx, IP: net.IP(hop.AsSlice())}); !gone(err) {
+			errs = append(errs, err)
+		}
+	}
+	if r.Probe.IsValid() {
+		if err := netlink.NeighDel(&netlink.Neigh{LinkIndex: idx, IP: net.IP(r.Probe.AsSlice())}); !gone(err) {
 			errs = append(errs, err)
 		}
 	}

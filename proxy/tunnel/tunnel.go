@@ -93,6 +93,10 @@ type Device struct {
 	Underlay netip.Addr
 	// RPAddr is the device's own IPv4 address (see the package comment).
 	RPAddr netip.Prefix
+	// ProbeAddr is the device's own IPv6 link-local address, derived from
+	// the node's address (ProbeAddr): the peers' probes reach it over
+	// the tunnel (probe.go).
+	ProbeAddr netip.Addr
 }
 
 // Route is everything one peer needs: its FDB entry, next hops,
@@ -108,6 +112,8 @@ type Route struct {
 	MAC      net.HardwareAddr
 	// Hop4 and Hop6 are the next hops of the two families.
 	Hop4, Hop6 netip.Addr
+	// Probe is the peer's device address, for the probes (ProbeAddr).
+	Probe netip.Addr
 }
 
 // Kernel makes the device and the routes; Netlink is the real one, a
@@ -165,7 +171,7 @@ func (m *Manager) Sync(local netip.Addr, peers map[string][]netip.Addr) (map[str
 		return nil, fmt.Errorf("tunnel %s: empty mark mask", m.cfg.Device)
 	}
 	dev := Device{Name: m.cfg.Device, Port: m.cfg.Port, VNI: m.cfg.VNI, MAC: MAC(local), Underlay: local,
-		RPAddr: netip.MustParsePrefix("169.254.75.1/32")}
+		RPAddr: netip.MustParsePrefix("169.254.75.1/32"), ProbeAddr: ProbeAddr(local)}
 	created, err := m.kernel.EnsureDevice(dev)
 	if err != nil {
 		m.dev = nil
@@ -226,6 +232,19 @@ func (m *Manager) Sync(local netip.Addr, peers map[string][]netip.Addr) (map[str
 	return marks, nil
 }
 
+// Probes are this node's probe address and each peer's whose route is
+// in place (for a Prober's SetPeers).
+func (m *Manager) Probes() (self netip.Addr, peers map[string]netip.Addr) {
+	peers = map[string]netip.Addr{}
+	for n, r := range m.routes {
+		peers[n] = r.Probe
+	}
+	if m.dev != nil {
+		self = m.dev.ProbeAddr
+	}
+	return self, peers
+}
+
 // Close removes the device, and with it its neighbours, FDB and routes;
 // the rules are removed one by one.
 func (m *Manager) Close() error {
@@ -279,7 +298,19 @@ func (m *Manager) route(name string, id uint32, underlay netip.Addr) Route {
 	binary.BigEndian.PutUint32(h6[8:], 0x48520000)
 	binary.BigEndian.PutUint32(h6[12:], id)
 	return Route{Peer: name, ID: id, Mark: id << shift, Mask: m.cfg.MarkMask, Table: m.cfg.TableBase + id, Priority: m.cfg.RulePriority,
-		Underlay: underlay, MAC: MAC(underlay), Hop4: netip.AddrFrom4(h4), Hop6: netip.AddrFrom16(h6)}
+		Underlay: underlay, MAC: MAC(underlay), Hop4: netip.AddrFrom4(h4), Hop6: netip.AddrFrom16(h6), Probe: ProbeAddr(underlay)}
+}
+
+// ProbeAddr is the tunnel device's IPv6 link-local address on the node
+// with underlay address a: fe80::4852:1 and the IPv4 address, or 4 bytes
+// of the hash MAC uses for an IPv6 one. Every node computes every peer's
+// alike, as with MAC.
+func ProbeAddr(a netip.Addr) netip.Addr {
+	var b [16]byte
+	b[0], b[1] = 0xfe, 0x80
+	binary.BigEndian.PutUint32(b[8:], 0x48520001)
+	copy(b[12:], MAC(a)[2:])
+	return netip.AddrFrom16(b)
 }
 
 func sameRoute(a, b Route) bool {

@@ -311,7 +311,7 @@ func TestDSRProblems(t *testing.T) {
 			Reason:         "ProxyInvalidService", Message: msg, Source: corev1.EventSource{Host: node},
 			LastTimestamp: metav1.NewTime(now.Add(-ago))}
 	}
-	msg := "service shop/web:http: forwarding: dsr: no tunnel to node node3 (endpoint 10.244.3.5:8080): is herald's proxy running there, with an address of this family?; forwarding stays SNAT"
+	msg := "service shop/web:http: forwarding: dsr: no working tunnel to node node3 (endpoint 10.244.3.5:8080): herald's proxy must run there with --dsr; forwarding stays SNAT"
 	kube := fake.NewSimpleClientset(
 		ev("a", "node1", msg, 2*time.Minute), ev("b", "node1", msg, 30*time.Minute),
 		ev("c", "node2", "service shop/web: spec.externalIPs[0]: \"x\" is not an IP address", time.Minute))
@@ -321,7 +321,7 @@ func TestDSRProblems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"node1: no tunnel to node node3 (endpoint 10.244.3.5:8080): is herald's proxy running there, with an address of this family?; forwarding stays SNAT (2m0s ago)"}
+	want := []string{"node1: no working tunnel to node node3 (endpoint 10.244.3.5:8080): herald's proxy must run there with --dsr; forwarding stays SNAT (2m0s ago)"}
 	if !slices.Equal(got["shop/web"], want) || len(got) != 1 {
 		t.Errorf("got %q\nwant %q", got, want)
 	}
