@@ -224,9 +224,10 @@ func dsrIPv6Check(t *testing.T, s l2, ip6, mode string) dsrResult {
 }
 
 // dsrBlockedTunnel blocks the tunnel's UDP port on the endpoints' node
-// (a firewall): the other nodes' probes go unanswered, they give the
-// Service SNAT forwarding, say so in herald status, and new connections
-// work, through SNAT; unblocked, DSR comes back.
+// (a firewall): the other nodes' probes go unanswered, they leave its
+// endpoints, here every one, out of the table, so the Service gets SNAT
+// forwarding; herald status says so, and new connections work, through
+// SNAT; unblocked, DSR comes back.
 func dsrBlockedTunnel(t *testing.T, s l2, ip string) {
 	h := s.T
 	dsrAnnouncer(s, ip)
@@ -249,7 +250,7 @@ func dsrBlockedTunnel(t *testing.T, s l2, ip string) {
 	var st string
 	h.Poll(90*time.Second, "herald status to show SNAT forwarding for "+dsrName+" with the tunnel to "+dsrEndNode+" blocked", func() (bool, string) {
 		st, _ = s.heraldStatus("default/" + dsrName)
-		return strings.Contains(st, "SNAT forwarding, not DSR, on") && strings.Contains(st, "no working tunnel to node "+dsrEndNode), st
+		return strings.Contains(st, "forwarding stays SNAT") && strings.Contains(st, "on "+dsrEndNode), st
 	})
 	fellBack := time.Since(start)
 	t.Logf("tunnel to %s blocked: SNAT %s later; herald status default/%s:\n%s", dsrEndNode, fellBack.Round(time.Second), dsrName, st)

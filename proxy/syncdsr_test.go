@@ -137,16 +137,26 @@ func TestSyncDSR(t *testing.T) {
 	if len(pr.peers) == 0 {
 		t.Error("the prober was not given the peers")
 	}
-	// node3 stops answering the probes: its endpoint's Service keeps
-	// SNAT, reported, in a full sync; it answers again: DSR again.
+	// node3 never answered the probes (no herald there, a blocked
+	// tunnel): its endpoint's Service keeps SNAT, reported, in a full
+	// sync. It answered before and stopped (a failed node): its endpoint
+	// is left out of the table, reported, the Service keeps DSR. It
+	// answers again: DSR with every endpoint.
+	reported = nil
+	pr.down["node3"] = false
+	res = e.sync(false)
+	if f := res.Families[0]; !f.Full || strings.Contains(k.table.Text(), "dsrm-") || !strings.Contains(strings.Join(reported, "\n"), "no working tunnel to node node3") {
+		t.Errorf("node3 never answered: %+v, reported %v", f, reported)
+	}
 	reported = nil
 	pr.down["node3"] = true
 	res = e.sync(false)
-	if f := res.Families[0]; !f.Full || strings.Contains(k.table.Text(), "dsrm-") || !strings.Contains(strings.Join(reported, "\n"), "no working tunnel to node node3") {
-		t.Errorf("node3 down: %+v, reported %v", f, reported)
+	if f := res.Families[0]; !f.Full || !strings.Contains(k.table.Text(), "dsrm-") || strings.Contains(k.table.Text(), "0x00020000") ||
+		!strings.Contains(strings.Join(reported, "\n"), "endpoints 10.244.3.20:8080 on node3 left out of the table") {
+		t.Errorf("node3 stopped answering: %+v, reported %v", f, reported)
 	}
 	delete(pr.down, "node3")
-	if res = e.sync(false); !res.Families[0].Full || !strings.Contains(k.table.Text(), "dsrm-") {
+	if res = e.sync(false); !res.Families[0].Full || !strings.Contains(k.table.Text(), "0x00020000") {
 		t.Errorf("node3 back: %+v", res.Families[0])
 	}
 	if k.table.Chain(rules.NFTChainDSRPrerouting) == nil || len(k.applied) == 0 || k.applied[0].Mode != nft.Recreate {

@@ -72,8 +72,8 @@ type DSRTunnel interface {
 	Probes() (self netip.Addr, peers map[string]netip.Addr)
 }
 
-// DSRProber tells which peers stopped answering over the tunnel
-// (tunnel.Prober; a fake in tests).
+// DSRProber tells which peers do not answer over the tunnel, each with
+// whether it answered before (tunnel.Prober; a fake in tests).
 type DSRProber interface {
 	SetPeers(self netip.Addr, peers map[string]netip.Addr)
 	Down() map[string]bool
@@ -166,8 +166,9 @@ type Syncer struct {
 	dsrLocal netip.Addr
 	dsrRetry bool
 	// dsrPeers are the peers the rules tunnel to: dsrMarks less those
-	// the prober found down.
+	// that never answered the prober; dsrLost those that stopped.
 	dsrPeers map[string]uint32
+	dsrLost  map[string]bool
 	// Report is told about each problem in the input once, when it first
 	// shows; Run adds an event on the Service. It must not block.
 	Report func(rules.Problem)
@@ -381,7 +382,7 @@ func (s *Syncer) nodeConfig(n NodeInfo) rules.NodeConfig {
 	}
 	if d := s.cfg.DSR; d != nil && s.dsrPeers != nil {
 		nc.DSR = rules.DSRConfig{Seed: d.Seed, Tunnel: d.Device, MarkMask: d.MarkMask,
-			Peers: map[rules.Family]map[string]uint32{rules.IPv4: s.dsrPeers, rules.IPv6: s.dsrPeers}}
+			Peers: map[rules.Family]map[string]uint32{rules.IPv4: s.dsrPeers, rules.IPv6: s.dsrPeers}, Lost: s.dsrLost}
 	}
 	return nc
 }
@@ -420,14 +421,18 @@ func (s *Syncer) syncTunnel(snap Snapshot, periodic bool, res *SyncResult) bool 
 	if s.dsrMarks == nil {
 		return false
 	}
-	eff := maps.Clone(s.dsrMarks)
+	eff, lost := maps.Clone(s.dsrMarks), map[string]bool{}
 	if d.Prober != nil {
-		for n := range d.Prober.Down() {
-			delete(eff, n)
+		for n, answeredBefore := range d.Prober.Down() {
+			if answeredBefore {
+				lost[n] = true
+			} else {
+				delete(eff, n)
+			}
 		}
 	}
-	changed := s.dsrPeers == nil || !maps.Equal(eff, s.dsrPeers)
-	s.dsrPeers = eff
+	changed := s.dsrPeers == nil || !maps.Equal(eff, s.dsrPeers) || !maps.Equal(lost, s.dsrLost)
+	s.dsrPeers, s.dsrLost = eff, lost
 	return changed
 }
 

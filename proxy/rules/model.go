@@ -249,6 +249,10 @@ type DSRConfig struct {
 	// whose endpoints this node can tunnel to, by node name. A Service
 	// with an endpoint on a node missing here keeps ForwardingSNAT.
 	Peers map[Family]map[string]uint32
+	// Lost are peers that stopped answering over the tunnel (a failed or
+	// cut-off node): their endpoints are left out of the table, the
+	// others keep DSR.
+	Lost map[string]bool
 }
 
 // Interface names a network interface, or with Prefix every interface

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/herald-lb/herald/proxy/maglev"
@@ -66,6 +67,7 @@ type dsrParams struct {
 	tunnel string
 	mask   uint32
 	peers  map[string]uint32
+	lost   map[string]bool
 }
 
 func (d dsrParams) on() bool { return d.seed != 0 && d.tunnel != "" && d.mask != 0 }
@@ -92,7 +94,12 @@ func normalizeDSR(f Family, n *NodeConfig, probs []Problem) (dsrParams, []Proble
 	case c.MarkMask == 0 || c.MarkMask&masq != 0:
 		return off("markMask", "%#x must be non-zero and leave the masquerade bit %#x alone", c.MarkMask, masq)
 	}
-	d := dsrParams{seed: c.Seed, tunnel: c.Tunnel, mask: c.MarkMask, peers: map[string]uint32{}}
+	d := dsrParams{seed: c.Seed, tunnel: c.Tunnel, mask: c.MarkMask, peers: map[string]uint32{}, lost: map[string]bool{}}
+	for n, l := range c.Lost {
+		if l {
+			d.lost[n] = true
+		}
+	}
 	for name, m := range c.Peers[f] {
 		if m == 0 || m&^c.MarkMask != 0 || m == c.MarkMask {
 			probs = append(probs, Problem{Field: "dsr.peers[" + name + "]", Message: fmt.Sprintf("mark %#x is not within the mask %#x, or is the mask itself (this node's own); the node is not reachable by DSR", m, c.MarkMask)})
@@ -128,7 +135,8 @@ type dsrPlan struct {
 }
 
 // planDSR decides whether s gets direct server return on this node, and
-// with what; a refusal says why (the Service keeps SNAT forwarding).
+// with what; a refusal says why (the Service keeps SNAT forwarding), and
+// so does a plan that leaves endpoints out.
 func (r *nftRenderer) planDSR(s *svcPort, pl servicePlan) (*dsrPlan, *Problem) {
 	if !s.dsr || len(s.lbVIPs) == 0 || !pl.hasAny {
 		return nil, nil
@@ -149,11 +157,16 @@ func (r *nftRenderer) planDSR(s *svcPort, pl servicePlan) (*dsrPlan, *Problem) {
 	case len(pl.cluster) > maglev.MaxEndpoints:
 		return refuse("%d endpoints, more than a table holds (%d)", len(pl.cluster), maglev.MaxEndpoints)
 	}
-	addrs := make([]netip.AddrPort, len(pl.cluster))
+	addrs := make([]netip.AddrPort, 0, len(pl.cluster))
 	byAddr := make(map[netip.AddrPort]epInfo, len(pl.cluster))
 	var local []netip.AddrPort
-	for i, e := range pl.cluster {
-		addrs[i] = e.addr
+	var lost []string
+	for _, e := range pl.cluster {
+		if !e.local && d.lost[e.node] {
+			lost = append(lost, e.str+" on "+e.node)
+			continue
+		}
+		addrs = append(addrs, e.addr)
 		byAddr[e.addr] = e
 		if e.local {
 			local = append(local, e.addr)
@@ -166,9 +179,17 @@ func (r *nftRenderer) planDSR(s *svcPort, pl servicePlan) (*dsrPlan, *Problem) {
 			return refuse("no working tunnel to node %s (endpoint %s): herald's proxy must run there with --dsr, with an address of the tunnel's family, and the tunnel's UDP port must pass between the nodes", e.node, e.str)
 		}
 	}
+	if len(addrs) == 0 {
+		return refuse("every endpoint's node stopped answering over the tunnel (%s)", strings.Join(lost, ", "))
+	}
 	t, err := maglev.New(addrs)
 	if err != nil {
 		return refuse("%v", err)
+	}
+	var note *Problem
+	if len(lost) > 0 {
+		note = &Problem{Service: s.id, Field: "forwarding", Message: "dsr: endpoints " + strings.Join(lost, ", ") +
+			" left out of the table: their nodes stopped answering over the tunnel"}
 	}
 	readable := nftReadable(s)
 	p := &dsrPlan{mod: uint32(t.Size()),
@@ -191,7 +212,7 @@ func (r *nftRenderer) planDSR(s *svcPort, pl servicePlan) (*dsrPlan, *Problem) {
 			}
 		}
 	}
-	return p, nil
+	return p, note
 }
 
 // dsrStatic adds the base chains and the dispatch map of the mode.

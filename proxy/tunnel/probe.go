@@ -16,11 +16,13 @@ import (
 
 // Probes: every proxy answers on its device's probe address (ProbeAddr,
 // inside the tunnel), and asks every peer's. A peer that does not answer
-// ProbeRounds rounds in a row is down: its node does not run herald's
-// proxy with --dsr, or the tunnel's UDP port is blocked between the two
-// nodes. Flows must not be tunneled to it. A peer is up until then (a
-// proxy that starts sends flows where the others do), and up again at
-// its first answer.
+// ProbeRounds rounds in a row is down. Down tells two kinds apart: a
+// peer that never answered (its node runs no herald proxy with --dsr, or
+// the tunnel's UDP port is blocked between the two nodes: no flow may be
+// tunneled there), and one that answered before (its node failed or is
+// cut off: its endpoints are lost anyway). A peer is up until probes
+// fail (a proxy that starts sends flows where the others do), and up
+// again at its first answer.
 const (
 	// ProbePortOffset: the probes' UDP port is the tunnel's plus this;
 	// it is only used inside the tunnel.
@@ -54,6 +56,8 @@ type Prober struct {
 	peers  map[string]netip.Addr
 	failed map[string]int
 	down   map[string]bool
+	// answered: the peer answered at least once.
+	answered map[string]bool
 }
 
 // NewProber probes over device, on the tunnel's port + ProbePortOffset.
@@ -61,7 +65,7 @@ func NewProber(device string, tunnelPort int, log *slog.Logger) *Prober {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Prober{device: device, port: tunnelPort + ProbePortOffset, log: log, failed: map[string]int{}, down: map[string]bool{}}
+	p := &Prober{device: device, port: tunnelPort + ProbePortOffset, log: log, failed: map[string]int{}, down: map[string]bool{}, answered: map[string]bool{}}
 	p.exchange = p.udpExchange
 	return p
 }
@@ -76,15 +80,21 @@ func (p *Prober) SetPeers(self netip.Addr, peers map[string]netip.Addr) {
 		if _, ok := peers[n]; !ok {
 			delete(p.failed, n)
 			delete(p.down, n)
+			delete(p.answered, n)
 		}
 	}
 }
 
-// Down are the peers that stopped answering.
+// Down are the peers that do not answer, each with whether it answered
+// before.
 func (p *Prober) Down() map[string]bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return maps.Clone(p.down)
+	out := make(map[string]bool, len(p.down))
+	for n := range p.down {
+		out[n] = p.answered[n]
+	}
+	return out
 }
 
 // Run answers the peers' probes and probes them every interval until
@@ -141,6 +151,7 @@ func (p *Prober) Round(ctx context.Context) {
 		if _, known := p.peers[r.name]; known {
 			if r.err == nil {
 				p.failed[r.name] = 0
+				p.answered[r.name] = true
 				if p.down[r.name] {
 					delete(p.down, r.name)
 					changed = true

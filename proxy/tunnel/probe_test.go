@@ -41,7 +41,7 @@ func TestProberDownAndBack(t *testing.T) {
 		}
 		p.Round(ctx)
 	}
-	if d := p.Down(); !d["node3"] || d["node2"] || changes != 1 {
+	if d, ok := p.Down()["node3"]; !ok || !d || len(p.Down()) != 1 || changes != 1 {
 		t.Fatalf("after %d silent rounds: down %v, changes %d", ProbeRounds, d, changes)
 	}
 	p.Round(ctx)
@@ -52,8 +52,20 @@ func TestProberDownAndBack(t *testing.T) {
 	silent[b] = false
 	mu.Unlock()
 	p.Round(ctx)
-	if d := p.Down(); d["node3"] || changes != 2 {
-		t.Errorf("node3 answers again: down %v, changes %d", d, changes)
+	if _, down := p.Down()["node3"]; down || changes != 2 {
+		t.Errorf("node3 answers again: down %v, changes %d", p.Down(), changes)
+	}
+	// A peer that never answered is down as such.
+	c := ProbeAddr(netip.MustParseAddr("192.0.2.14"))
+	mu.Lock()
+	silent[c] = true
+	mu.Unlock()
+	p.SetPeers(ProbeAddr(netip.MustParseAddr("192.0.2.11")), map[string]netip.Addr{"node2": a, "node3": b, "node4": c})
+	for range ProbeRounds {
+		p.Round(ctx)
+	}
+	if answered, down := p.Down()["node4"]; !down || answered {
+		t.Errorf("node4 never answered: %v", p.Down())
 	}
 	mu.Lock()
 	silent[a] = true
@@ -62,8 +74,8 @@ func TestProberDownAndBack(t *testing.T) {
 		p.Round(ctx)
 	}
 	p.SetPeers(ProbeAddr(netip.MustParseAddr("192.0.2.11")), map[string]netip.Addr{"node3": b})
-	if d := p.Down(); d["node2"] {
-		t.Errorf("node2 left, still down: %v", d)
+	if _, down := p.Down()["node2"]; down {
+		t.Errorf("node2 left, still down: %v", p.Down())
 	}
 }
 

@@ -20,8 +20,9 @@ import (
 const dsrProblemMark = "forwarding: dsr: "
 
 // DSRProblems reads, for each Service of svcs that asks for direct server
-// return, the proxies' Events saying a node keeps SNAT forwarding for it
-// and why: "node: reason (age)", newest first, one per node. Events live
+// return, the proxies' Events about it (a node keeps SNAT forwarding for
+// it, or leaves endpoints out, and why): "node: reason (age)", newest
+// first, one per node. Events live
 // an hour, so a reason may outlast its cause; the age says how old it is.
 func DSRProblems(ctx context.Context, kube kubernetes.Interface, svcs []corev1.Service, now time.Time) (map[string][]string, error) {
 	out := map[string][]string{}

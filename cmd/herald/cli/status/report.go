@@ -147,8 +147,9 @@ type ServiceStatus struct {
 	// (herald.io/forwarding; the proxies report, as Events on the
 	// Service, a node that cannot give it), else "snat".
 	Forwarding string `json:"forwarding"`
-	// ForwardingProblems are the nodes that keep SNAT forwarding for a
-	// DSR Service, and why (their proxies' Events, newest per node).
+	// ForwardingProblems are what nodes report about a DSR Service:
+	// SNAT kept, or endpoints left out, and why (their proxies' Events,
+	// newest per node).
 	ForwardingProblems []string `json:"forwardingProblems,omitempty"`
 	// Pending says why the Service has no address yet.
 	Pending   string    `json:"pending,omitempty"`

@@ -80,7 +80,7 @@ func renderText(out io.Writer, sts []ServiceStatus) error {
 	}
 	for _, s := range sts {
 		for _, p := range s.ForwardingProblems {
-			if _, err := fmt.Fprintf(out, "%s/%s: SNAT forwarding, not DSR, on %s\n", s.Namespace, s.Name, p); err != nil {
+			if _, err := fmt.Fprintf(out, "%s/%s: DSR on %s\n", s.Namespace, s.Name, p); err != nil {
 				return err
 			}
 		}
