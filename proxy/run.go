@@ -226,6 +226,9 @@ func (p *Proxy) runOnce(ctx context.Context, log *slog.Logger) error {
 			cfg.DSR.Prober = pr
 			go pr.Run(ctx, dsrProbeEvery)
 		}
+	} else if err := (tunnel.Netlink{}).Remove(tunnel.Config{MarkMask: o.DSR.MarkMask}); err != nil {
+		// Without --dsr no tunnel stays from an earlier run with it.
+		log.Warn("removing the DSR tunnel of an earlier run", "err", err)
 	}
 	syncer := NewSyncer(cfg, tracker, fams, hc, health, conntrack.Netlink{}, m, log)
 	current.Store(syncer)
