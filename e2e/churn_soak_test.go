@@ -49,7 +49,7 @@ type soakConfig struct {
 // client took two thirds of a CPU, the echo pods most of another, the
 // 2 CPUs were 97 % busy with a load of 13, and the lab's speakers, which
 // the lab kubelet puts in no cgroup (a real kubelet gives them their
-// 100m request's weight over the pods'), were starved into false deaths:
+// request's weight over the pods'), were starved into false deaths:
 // a test of a saturated machine, which TestL2UnderCPUStressTarget is.
 // The table prints how busy the machine was.
 func TestChurnSoak(t *testing.T) {

@@ -67,7 +67,7 @@ type stressResult struct {
 //   - "cpu+request": the same busy loops in a cpu group of their own
 //     with 2048 shares (a pod requesting 2 CPUs), and every speaker in
 //     a group of its own with the shares the kubelet gives the
-//     speaker's requests.cpu in config/deploy/herald.yaml (100m: 102
+//     speaker's requests.cpu in config/deploy/herald.yaml (200m: 204
 //     shares) and no limit: the speaker's guaranteed share of a
 //     saturated machine, as shipped;
 //   - "limit-100m": every speaker is put in a cgroup-v1 cpu group of its
@@ -665,10 +665,10 @@ func milliCPUToShares(milli int64) int64 {
 }
 
 // TestSpeakerCPURequest: the shipped manifests request at least the
-// 100m that TestL2UnderCPUStressTarget showed the speaker needs on a
+// 200m that TestL2UnderCPUStressTarget showed the speaker needs on a
 // saturated node (docs/concepts.md, "The speaker's CPU request").
 func TestSpeakerCPURequest(t *testing.T) {
-	if got := speakerCPURequest(t); got < 100 {
-		t.Errorf("the speaker requests %dm of CPU in config/deploy/herald.yaml, want at least 100m", got)
+	if got := speakerCPURequest(t); got < 200 {
+		t.Errorf("the speaker requests %dm of CPU in config/deploy/herald.yaml, want at least 200m", got)
 	}
 }
