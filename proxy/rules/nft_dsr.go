@@ -147,7 +147,7 @@ func (r *nftRenderer) planDSR(s *svcPort, pl servicePlan) (*dsrPlan, *Problem) {
 	d := r.node.dsr
 	switch {
 	case !d.on():
-		return refuse("this proxy has no DSR tunnel (--dsr-tunnel-port 0, or its set-up failed)")
+		return refuse("this proxy has no DSR tunnel (it runs without --dsr, or the tunnel could not be made: see its log)")
 	case s.eTPLocal:
 		return refuse("externalTrafficPolicy Local keeps the client's address already, and only local endpoints serve")
 	case s.affinity > 0:
