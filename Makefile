@@ -161,10 +161,11 @@ chart-test: helm ## helm lint and the golden helm template outputs of charts/her
 # 5-minute churn soak (TestChurnSoak) runs in make e2e-all only until its
 # failures of 2026-11-28 are explained (docs/testing.md); the walkthrough,
 # TestProxy and TestHelm run on real nodes (e2e-real-test). TestDrainL2
-# and TestDrainBGP (herald drain) run in make e2e-all only until the reset
-# their second run saw at the L2 hand-over is explained (#36,
-# docs/testing.md).
-E2E_TESTS ?= ^(TestSpeakerL2|TestSpeakerBGP|TestProxyNFTables|TestController|TestFaultsNetworkPartition|TestMigrateFromMetalLB|TestPodSecurityAdmission|TestHelmPodSecurity|TestRules|TestPrometheusRuleIsRules|TestNamesExist|TestDashboard|TestL2FailoverTarget|TestL2UnderCPUStressTarget|TestSpeakerCPURequest|TestDSRFailover|TestDSRBGP)$$
+# and TestDrainBGP (herald drain, 0 failed requests under a 20 ms probe)
+# are back in make test: the reset a run saw at the L2 hand-over on
+# 2026-11-27 has not come back in 5 runs since, and a failure prints the
+# client's captures (#36, docs/testing.md).
+E2E_TESTS ?= ^(TestSpeakerL2|TestSpeakerBGP|TestProxyNFTables|TestController|TestFaultsNetworkPartition|TestMigrateFromMetalLB|TestPodSecurityAdmission|TestHelmPodSecurity|TestRules|TestPrometheusRuleIsRules|TestNamesExist|TestDashboard|TestL2FailoverTarget|TestL2UnderCPUStressTarget|TestSpeakerCPURequest|TestDSRFailover|TestDSRBGP|TestDrainL2|TestDrainBGP)$$
 E2E_PACKAGES ?= . ./lifecycle ./monitoring
 e2e-test: toolchain helm ## the e2e tests of make test, E2E_TESTS in E2E_PACKAGES (needs root; make e2e-all runs every one)
 	@if [ ! -f e2e/go.mod ]; then \
