@@ -1,13 +1,16 @@
 package nft_test
 
 import (
-	"fmt"
 	"math/bits"
+	"net"
 	"net/netip"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/herald-lb/herald/internal/ipfamily"
 	"github.com/herald-lb/herald/proxy/maglev"
@@ -23,7 +26,7 @@ import (
 // both families: what keeps connections where they went while endpoints
 // change (#35).
 func TestKernelPins(t *testing.T) {
-	in, nsFd := toolNetNS(t, "python3")
+	in, nsFd := toolNetNS(t)
 	in("ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1")
 	in("ip", "link", "set", "v0", "up")
 	in("ip", "link", "set", "v1", "up")
@@ -59,14 +62,10 @@ func TestKernelPins(t *testing.T) {
 			t.Fatalf("%s: %v", fam.f, err)
 		}
 		send := func(from, n int) {
-			in("python3", "-c", fmt.Sprintf(`
-import socket
-for p in range(%d, %d):
-    s = socket.socket(socket.AF_INET6 if ":" in %q else socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind((%q, p))
-    s.sendto(b"x", (%q, %d))
-    s.close()
-`, from, from+n, fam.dst, fam.src, fam.dst, port))
+			t.Helper()
+			if err := sendFrom(nsFd, netip.MustParseAddr(fam.src), from, n, netip.AddrPortFrom(dst, port)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		want := func(sport int, tableMark func(uint32) uint32) uint32 {
 			h, _ := maglev.FlowHash(netip.AddrPortFrom(netip.MustParseAddr(fam.src), uint16(sport)), netip.AddrPortFrom(dst, port), seed)
@@ -108,6 +107,37 @@ for p in range(%d, %d):
 			t.Errorf("%s: %d pins, want 80", fam.f, len(got))
 		}
 	}
+}
+
+// sendFrom sends one UDP datagram to dst from each source port from,
+// from+1, ... from+n-1 of src, inside the network namespace nsFd: each
+// port one flow.
+func sendFrom(nsFd int, src netip.Addr, from, n int, dst netip.AddrPort) error {
+	errc := make(chan error, 1)
+	go func() {
+		// The thread enters the namespace and is never reused: it ends
+		// with the goroutine, still locked.
+		runtime.LockOSThread()
+		if err := unix.Setns(nsFd, unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		for p := from; p < from+n; p++ {
+			c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, uint16(p))), net.UDPAddrFromAddrPort(dst))
+			if err != nil {
+				errc <- err
+				return
+			}
+			_, err = c.Write([]byte("x"))
+			c.Close()
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	return <-errc
 }
 
 var pinElement = regexp.MustCompile(`\. (\d+) \. [0-9a-f.:]+ \. 5000 (?:timeout \S+ )?(?:expires \S+ )?: (0x[0-9a-f]+)`)
