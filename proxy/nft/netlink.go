@@ -644,40 +644,23 @@ func (b *batch) action(e Expr) ([]expr.Any, error) {
 			&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID},
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: port, Specified: true})
 	case DNATHash:
-		s := b.sets[x.Map]
-		if s == nil || !s.IsMap {
-			return nil, fmt.Errorf("dnat through unknown map %s", x.Map)
-		}
-		if x.Seed == 0 {
-			// google/nftables leaves a zero seed out, and the kernel
-			// then draws one per rule: nodes would disagree.
-			return nil, fmt.Errorf("jhash for map %s has seed 0", x.Map)
+		hashed, err := b.flowSlotLookup(x.Map, x.Mod, x.Seed)
+		if err != nil {
+			return nil, err
 		}
 		port := uint32(reg32_0 + 1)
-		fam, keyLen := uint32(unix.NFPROTO_IPV4), uint32(16)
+		fam := uint32(unix.NFPROTO_IPV4)
 		if b.f == ipfamily.IPv6 {
-			port, fam, keyLen = reg32_0+4, unix.NFPROTO_IPV6, 40
+			port, fam = reg32_0+4, unix.NFPROTO_IPV6
 		}
-		out = append(out, b.load(FlowKey)...)
-		out = append(out, &expr.Hash{SourceRegister: reg1, DestRegister: reg1, Length: keyLen, Modulus: x.Mod, Seed: x.Seed, Type: expr.HashTypeJenkins},
-			&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID},
+		out = append(append(out, hashed...),
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: port, Specified: true})
 	case MarkHash:
-		s := b.sets[x.Map]
-		if s == nil || !s.IsMap {
-			return nil, fmt.Errorf("mark through unknown map %s", x.Map)
+		hashed, err := b.flowSlotLookup(x.Map, x.Mod, x.Seed)
+		if err != nil {
+			return nil, err
 		}
-		if x.Seed == 0 {
-			return nil, fmt.Errorf("jhash for map %s has seed 0", x.Map)
-		}
-		keyLen := uint32(16)
-		if b.f == ipfamily.IPv6 {
-			keyLen = 40
-		}
-		out = append(out, b.load(FlowKey)...)
-		out = append(out, &expr.Hash{SourceRegister: reg1, DestRegister: reg1, Length: keyLen, Modulus: x.Mod, Seed: x.Seed, Type: expr.HashTypeJenkins},
-			&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID},
-			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
+		out = append(append(out, hashed...), &expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
 	case NoTrack:
 		out = append(out, &expr.Notrack{})
 	case MarkLookup:
@@ -723,6 +706,28 @@ func (b *batch) action(e Expr) ([]expr.Any, error) {
 		return nil, fmt.Errorf("no netlink encoding for %T", e)
 	}
 	return out, nil
+}
+
+// flowSlotLookup loads the flow key, hashes it with the kernel's jhash
+// onto mod slots with seed, and looks the slot up in the map m: the value
+// lands from NFT_REG_1 (DNATHash's and MarkHash's common part).
+func (b *batch) flowSlotLookup(m string, mod, seed uint32) ([]expr.Any, error) {
+	s := b.sets[m]
+	if s == nil || !s.IsMap {
+		return nil, fmt.Errorf("jhash lookup in unknown map %s", m)
+	}
+	if seed == 0 {
+		// google/nftables leaves a zero seed out, and the kernel then
+		// draws one per rule: nodes would disagree.
+		return nil, fmt.Errorf("jhash for map %s has seed 0", m)
+	}
+	keyLen := uint32(16)
+	if b.f == ipfamily.IPv6 {
+		keyLen = 40
+	}
+	return append(b.load(FlowKey),
+		&expr.Hash{SourceRegister: reg1, DestRegister: reg1, Length: keyLen, Modulus: mod, Seed: seed, Type: expr.HashTypeJenkins},
+		&expr.Lookup{SourceRegister: reg1, IsDestRegSet: true, DestRegister: reg1, SetName: s.Name, SetID: s.ID}), nil
 }
 
 // markCmp compares the packet's mark, masked, with value (not: unequal).
