@@ -3,14 +3,12 @@ package conntrack
 import (
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/herald-lb/herald/internal/netnstest"
 	"github.com/herald-lb/herald/proxy/rules"
 )
 
@@ -51,24 +49,7 @@ func TestFakeFamilies(t *testing.T) {
 // TestNetlinkDeletesInKernel creates UDP entries in a throwaway network
 // namespace and checks that exactly the stale one goes.
 func TestNetlinkDeletesInKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace and conntrack")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New() // also switches this thread into it
-	if err != nil {
-		t.Skipf("no new network namespace: %v", err)
-	}
-	defer func() {
-		_ = netns.Set(orig)
-		ns.Close()
-	}()
+	netnstest.Enter(t, "a network namespace and conntrack")
 	mk := func(sport uint16, replySrc string) *netlink.ConntrackFlow {
 		return &netlink.ConntrackFlow{
 			FamilyType: unix.AF_INET,

@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/herald-lb/herald/internal/netnstest"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -160,24 +159,7 @@ func TestMAC(t *testing.T) {
 // and rules, so that a packet with a peer's mark is routed into the
 // tunnel to it; a peer gone and Close leave nothing behind.
 func TestNetlinkInKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Skipf("no new network namespace: %v", err)
-	}
-	defer func() {
-		_ = netns.Set(orig)
-		ns.Close()
-	}()
+	netnstest.Enter(t, "a network namespace")
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth1"}
 	if err := netlink.LinkAdd(veth); err != nil {
 		t.Fatal(err)
