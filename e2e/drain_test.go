@@ -43,6 +43,21 @@ func ecmpByPorts(h *harness.T) {
 	h.T.Cleanup(func() { _, _ = h.Exec("router", "sysctl", "-w", hashKey+"="+strings.TrimSpace(old)) })
 }
 
+// cleanupBGPService deletes, when the test ends, the Service, Deployment
+// and BGP objects named name, and undoes herald drain of node if
+// *drained says the test left it drained.
+func (b bgpLab) cleanupBGPService(name, node string, drained *bool) {
+	h := b.T
+	h.T.Cleanup(func() {
+		if *drained {
+			_, _ = runOut(b.Lab.Bins.Path(labbin.Herald), "drain", node, "--undo", "--kubeconfig", b.Lab.Kubeconfig)
+		}
+		_, _ = h.K.Run(h.Ctx, "delete", "service", name, "--ignore-not-found")
+		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
+		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "bgppeer,bgpadvertisement,ipaddresspool", name, "--ignore-not-found")
+	})
+}
+
 // probeResult checks a probe's figures: no failed request, and logs
 // what it measured.
 func probeResult(t *testing.T, what string, p *harness.Probe) {
@@ -213,14 +228,7 @@ func TestDrainBGP(t *testing.T) {
 	// the remote client's requests would go to one node, maybe not the
 	// drained one.
 	ecmpByPorts(h)
-	t.Cleanup(func() {
-		if drained {
-			_, _ = runOut(b.Lab.Bins.Path(labbin.Herald), "drain", victim, "--undo", "--kubeconfig", b.Lab.Kubeconfig)
-		}
-		_, _ = h.K.Run(h.Ctx, "delete", "service", name, "--ignore-not-found")
-		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
-		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "bgppeer,bgpadvertisement,ipaddresspool", name, "--ignore-not-found")
-	})
+	b.cleanupBGPService(name, victim, &drained)
 	h.Apply(bgpPoolYAML(name, "203.0.113.200/29") + bgpAdvertisementYAML(name, name) + bgpPeerYAML(name, generalPeerSelector) +
 		echoDeploymentYAML(name, nodes[0], 1) + lbServiceYAML(name, name, name, "Cluster", ""))
 	b.waitSessions(time.Minute, nodes...)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/herald-lb/herald/e2e/harness"
-	"github.com/herald-lb/herald/e2e/lab/labbin"
 	"github.com/herald-lb/herald/e2e/lab/topology"
 )
 
@@ -44,14 +43,7 @@ func runDSRBGP(t *testing.T, modes []string) {
 	l2{h}.speakerArgs([]string{"--proxy-mode=nftables", "--dsr"})
 	ecmpByPorts(h)
 	drained := false
-	t.Cleanup(func() {
-		if drained {
-			_, _ = runOut(b.Lab.Bins.Path(labbin.Herald), "drain", graceful, "--undo", "--kubeconfig", b.Lab.Kubeconfig)
-		}
-		_, _ = h.K.Run(h.Ctx, "delete", "service", name, "--ignore-not-found")
-		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
-		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "bgppeer,bgpadvertisement,ipaddresspool", name, "--ignore-not-found")
-	})
+	b.cleanupBGPService(name, graceful, &drained)
 	h.Apply(bgpPoolYAML(name, "203.0.113.208/29") + bgpAdvertisementYAML(name, name) + bgpPeerYAML(name, generalPeerSelector) +
 		echoDeploymentYAML(name, endNode, 2) + lbServiceYAML(name, name, name, "Cluster", ""))
 	h.ReadyPods("app="+name, 2, 2*time.Minute)
