@@ -58,7 +58,7 @@ func TestUpstreamConformance(t *testing.T) {
 		t.Fatalf("the subset selects %d tests of the suite, want at least %d (SubsetFocus or the lab's skips no longer match the suite)", len(want), upstreamSubsetMinPass)
 	}
 	h := harness.UpOwnLab(t, ctx, cluster.Options{Prefix: "hcf", Nodes: 3, ImageMode: true, DNS: true, Proxy: cluster.ProxyHerald})
-	if err := conformance.ApplyPool(ctx, h.Lab.KubectlPath, h.Lab.Kubeconfig); err != nil {
+	if err := conformance.ApplyPool(ctx, h.Lab.KubectlPath, h.Lab.Kubeconfig, h.Lab.HeraldNS()); err != nil {
 		t.Fatal(err)
 	}
 	reports := t.TempDir()

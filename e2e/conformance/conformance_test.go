@@ -87,6 +87,7 @@ func TestLabSkips(t *testing.T) {
 	names := []string{
 		"[sig-network] Services should serve a basic endpoint from pods [Conformance]",
 		"[sig-network] Services should work after restarting apiserver [Disruptive]",
+		"[sig-network] Services should work after restarting kube-proxy [Disruptive]",
 		"[sig-apps] CronJob should not schedule jobs when suspended [Slow] [Conformance]",
 		"[sig-network] LoadBalancers should be able to change the type and ports of a TCP service [Slow]",
 		// issue #34's additions.
@@ -105,7 +106,7 @@ func TestLabSkips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := append([]string{names[0]}, names[3:11]...)
+	want := append([]string{names[0], names[1], names[2]}, names[4:12]...)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("selected %q, want %q", got, want)
 	}

@@ -13,8 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/herald-lb/herald/e2e/lab/cluster"
 	"github.com/herald-lb/herald/e2e/lab/k8sbin"
+	"github.com/herald-lb/herald/e2e/lab/kubeconfig"
 	"github.com/herald-lb/herald/e2e/lab/topology"
 )
 
@@ -206,6 +209,7 @@ func runOne(ctx context.Context, o Options, proxy, suite, ginkgo string) (_ []Re
 	}
 	fmt.Fprintf(o.Log, "conformance: a %d-node lab in image mode on %s with %s as the service proxy\n", o.Nodes, kind, proxy)
 	lab, err := cluster.Up(ctx, cluster.Options{Nodes: o.Nodes, ImageMode: true, DNS: true, RealNodes: o.RealNodes, Proxy: proxy, Log: o.Log,
+		HeraldNamespace: heraldNamespaceFor(proxy),
 		// Another lab on the machine (a test's) is waited for, not an error.
 		WaitForOthers: true})
 	if err != nil {
@@ -216,9 +220,24 @@ func runOne(ctx context.Context, o Options, proxy, suite, ginkgo string) (_ []Re
 			err = derr
 		}
 	}()
-	if err := ApplyPool(ctx, lab.KubectlPath, lab.Kubeconfig); err != nil {
+	if err := ApplyPool(ctx, lab.KubectlPath, lab.Kubeconfig, lab.HeraldNS()); err != nil {
 		return nil, 0, err
 	}
+	rc, err := kubeconfig.RESTConfig(lab.Kubeconfig)
+	if err != nil {
+		return nil, 0, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, 0, err
+	}
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	kept, err := KeepAPIServerPod(keepCtx, cs, "kube-apiserver-"+lab.Prefix, lab.K8sVersion, 250*time.Millisecond, o.Log)
+	if err != nil {
+		stopKeeping()
+		return nil, 0, fmt.Errorf("the API server's stand-in pod: %w", err)
+	}
+	defer func() { stopKeeping(); <-kept }()
 	return RunSuite(ctx, RunOptions{
 		E2ETest: suite, Ginkgo: ginkgo, Procs: o.Procs,
 		Kubeconfig: lab.Kubeconfig, Kubectl: lab.KubectlPath,
@@ -230,9 +249,22 @@ func runOne(ctx context.Context, o Options, proxy, suite, ginkgo string) (_ []Re
 	})
 }
 
+// heraldNamespaceFor is where a run with proxy installs herald: with
+// herald's proxy in kube-system, where kubeadm runs kube-proxy, its
+// speakers' pods (the nodes' proxies) labelled as kube-proxy's are, so
+// that the suite's "should work after restarting kube-proxy" finds and
+// restarts them as it does kube-proxy's; with kube-proxy, where herald's
+// manifests put it.
+func heraldNamespaceFor(proxy string) string {
+	if proxy == cluster.ProxyHerald {
+		return cluster.KubeSystem
+	}
+	return cluster.HeraldNamespace
+}
+
 // PoolManifest is the IPAddressPool the LoadBalancer tests draw from: the
-// lab LAN's free range, announced over layer 2.
-func PoolManifest() string {
+// lab LAN's free range, announced over layer 2, in herald's namespace ns.
+func PoolManifest(ns string) string {
 	return fmt.Sprintf(`apiVersion: herald.io/v1beta1
 kind: IPAddressPool
 metadata: {name: conformance, namespace: %[1]s}
@@ -244,13 +276,13 @@ kind: L2Advertisement
 metadata: {name: conformance, namespace: %[1]s}
 spec:
   ipAddressPools: [conformance]
-`, cluster.HeraldNamespace, topology.L2PoolV4, topology.L2PoolV6)
+`, ns, topology.L2PoolV4, topology.L2PoolV6)
 }
 
-// ApplyPool creates the pool in the lab.
-func ApplyPool(ctx context.Context, kubectl, kubeconfig string) error {
+// ApplyPool creates the pool in the lab, in herald's namespace ns.
+func ApplyPool(ctx context.Context, kubectl, kubeconfig, ns string) error {
 	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(PoolManifest())
+	cmd.Stdin = strings.NewReader(PoolManifest(ns))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("creating the LoadBalancer pool: %w: %s", err, out)
 	}

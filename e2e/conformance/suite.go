@@ -54,8 +54,6 @@ type LabSkip struct {
 // LabSkips are the tests skipped for the lab's sake.
 var LabSkips = []LabSkip{
 	{`\[Feature:SCTPConnectivity\]`, "SCTP: this machine's kernel has none (an SCTP socket fails with EPROTONOSUPPORT, and there are no modules to load); upstream runs these only where the feature is declared", false},
-	{`Services should work after restarting apiserver \[Disruptive\]`, "restarts the API server by deleting its pods (component=kube-apiserver in kube-system) and waiting for them to come back; the lab's API server is a process beside the nodes, not a pod, so there is nothing to delete (the test would skip itself)", false},
-	{`Services should work after restarting kube-proxy \[Disruptive\]`, "restarts the proxy by deleting the pods labelled k8s-app=kube-proxy in kube-system; the lab's kube-proxy has them, but herald's proxy runs in the speakers in herald-system, so with herald the test would skip itself, and the comparison would be one-sided (not yet: the lab would have to run herald's standalone proxy there)", false},
 	{`Networking should recreate its iptables rules if they are deleted \[Disruptive\]`, "deletes iptables rules over SSH on a node; the lab has no SSH", false},
 	{`Services should be rejected for evicted pods \(no endpoints exist\)`, "needs the kubelet to evict a pod that exceeds its ephemeral-storage limit; the lab kubelet enforces no resource limits", true},
 	{`HostPort validates that there is no conflict between pods with same hostPort`, "hostPort is the CNI portmap plugin's DNAT, not the service proxy's; the lab kubelet's pod network has no CNI plugins", true},

@@ -24,6 +24,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		o.Proxy, err = ParseProxy(s)
 		return err
 	})
+	fs.StringVar(&o.HeraldNamespace, "herald-namespace", HeraldNamespace, "where herald is installed: "+HeraldNamespace+", or with herald's proxy "+KubeSystem+", where kubeadm runs kube-proxy (the speakers' pods, the nodes' proxies, then carry k8s-app=kube-proxy)")
 	fs.StringVar(&o.K8sVersion, "k8s-version", "", "the k8s.io/kubernetes release of the control plane, kubelet, kube-proxy and kubectl, e.g. v1.31.14 (built on first use); default $"+k8sbin.VersionEnv+", else the one e2e/go.mod pins")
 	fs.StringVar(&o.Prefix, "prefix", DefaultPrefix, "starts the name of every namespace and link the lab makes")
 	fs.StringVar(&o.StateDir, "state", "", "state directory (default /tmp/herald-lab/PREFIX)")
@@ -45,6 +46,9 @@ func CheckReuse(s State, o Options) error {
 	}
 	if got := s.ProxyOf(); got != want {
 		return fmt.Errorf("the lab in %s runs the service proxy %s, not %s: run herald-lab down, then up", s.StateDir, got, want)
+	}
+	if want := heraldNamespace(o.HeraldNamespace); s.HeraldNS() != want {
+		return fmt.Errorf("the lab in %s runs herald in %s, not %s: run herald-lab down, then up", s.StateDir, s.HeraldNS(), want)
 	}
 	wantK8s, err := resolveK8sVersion(o.K8sVersion, os.Getenv(k8sbin.VersionEnv))
 	if err != nil {

@@ -5,6 +5,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -88,6 +89,12 @@ type Options struct {
 	// BeforeUp, when set, runs once the lab holds the machine's lab lock
 	// and before it changes anything (tests record the machine's state).
 	BeforeUp func() error
+	// HeraldNamespace is where herald is installed: empty or
+	// HeraldNamespace (herald-system), as its manifests and docs say, or,
+	// with herald's proxy, KubeSystem, where kubeadm runs kube-proxy; the
+	// speakers' pods (the nodes' proxies) then carry kube-proxy's labels
+	// too (KubeProxyPodLabels).
+	HeraldNamespace string
 	// K8sVersion is the k8s.io/kubernetes release the control plane,
 	// kubelet, kube-proxy and kubectl are built from (k8sbin.Options.Version;
 	// the lab kubelet and herald keep their own client libraries).
@@ -106,6 +113,9 @@ type State struct {
 	DNS       bool   `json:"dns,omitempty"`
 	RealNodes bool   `json:"realNodes,omitempty"`
 	Proxy     string `json:"proxy,omitempty"` // Options.Proxy; see ProxyOf
+	// HeraldNamespace is Options.HeraldNamespace (empty: herald-system);
+	// see HeraldNS.
+	HeraldNamespace string `json:"heraldNamespace,omitempty"`
 	// K8sVersion is the Kubernetes release the lab runs (empty in labs
 	// recorded before it could be chosen: the pinned one).
 	K8sVersion string    `json:"k8sVersion,omitempty"`
@@ -265,6 +275,12 @@ func planLab(ctx context.Context, opts *Options) (*Lab, error) {
 	l := &Lab{log: opts.Log, killWithParent: opts.KillWithParent}
 	l.Prefix, l.Nodes, l.Bare, l.StateDir, l.ModuleDir = opts.Prefix, opts.Nodes, opts.Bare, opts.StateDir, opts.ModuleDir
 	l.ImageMode, l.Proxy, l.DNS, l.RealNodes = opts.ImageMode, opts.Proxy, opts.DNS, opts.RealNodes
+	if err := checkHeraldNamespace(opts.HeraldNamespace, opts.Proxy, opts.Bare); err != nil {
+		return nil, err
+	}
+	if opts.HeraldNamespace != HeraldNamespace {
+		l.HeraldNamespace = opts.HeraldNamespace
+	}
 	if l.DNS && !l.ImageMode {
 		return nil, errors.New("the cluster DNS (Options.DNS) runs from CoreDNS's image: it needs image mode")
 	}
@@ -631,24 +647,29 @@ func (l *Lab) installHerald(ctx context.Context) error {
 	}
 	start := time.Now()
 	k := l.kubectlClient()
-	cm, err := apiServerConfigMap(l.APIServerURL, l.Proxy == ProxyHerald)
+	ns := l.HeraldNS()
+	cm, err := apiServerConfigMap(l.APIServerURL, l.Proxy == ProxyHerald, ns)
 	if err != nil {
 		return err
 	}
 	if _, err := k.RunStdin(ctx, strings.NewReader(cm), "apply", "-f", "-"); err != nil {
 		return err
 	}
-	if _, err := k.Run(ctx, append(apply, dir)...); err != nil {
+	if ns == HeraldNamespace {
+		if _, err := k.Run(ctx, append(apply, dir)...); err != nil {
+			return err
+		}
+	} else if err := l.applyMoved(ctx, dir, ns); err != nil {
 		return err
 	}
-	if _, err := k.Run(ctx, "-n", HeraldNamespace, "wait", "--for=condition=Available", "--timeout=120s", "deployment/"+HeraldController); err != nil {
+	if _, err := k.Run(ctx, "-n", ns, "wait", "--for=condition=Available", "--timeout=120s", "deployment/"+HeraldController); err != nil {
 		return fmt.Errorf("herald's controller did not become available: %w", err)
 	}
 	// A speaker is ready on a node once it has run its first election and
 	// its in-process proxy has written the node's rules; until every node
 	// is, Services do not work everywhere.
-	if _, err := k.Output(ctx, "-n", HeraldNamespace, "get", "daemonset", HeraldSpeaker); err == nil {
-		if _, err := k.Run(ctx, "-n", HeraldNamespace, "rollout", "status", "--timeout=120s", "daemonset/"+HeraldSpeaker); err != nil {
+	if _, err := k.Output(ctx, "-n", ns, "get", "daemonset", HeraldSpeaker); err == nil {
+		if _, err := k.Run(ctx, "-n", ns, "rollout", "status", "--timeout=120s", "daemonset/"+HeraldSpeaker); err != nil {
 			return fmt.Errorf("herald's speakers did not become ready on every node: %w", err)
 		}
 	}
@@ -667,11 +688,11 @@ const (
 	HeraldProxy = HeraldSpeaker
 )
 
-// apiServerConfigMap is herald's namespace, the ConfigMap
+// apiServerConfigMap is herald's namespace ns, the ConfigMap
 // herald-apiserver with the API server's address and port, and with
 // herald's proxy the ConfigMap herald-proxy with the lab's pod network
 // (the proxy's --cluster-cidr).
-func apiServerConfigMap(apiServerURL string, heraldProxy bool) (string, error) {
+func apiServerConfigMap(apiServerURL string, heraldProxy bool, ns string) (string, error) {
 	u, err := url.Parse(apiServerURL)
 	if err != nil || u.Hostname() == "" || u.Port() == "" {
 		return "", fmt.Errorf("the API server URL %q has no host and port", apiServerURL)
@@ -689,7 +710,7 @@ metadata:
 data:
   KUBERNETES_SERVICE_HOST: %[2]q
   KUBERNETES_SERVICE_PORT: %[3]q
-`, HeraldNamespace, u.Hostname(), u.Port())
+`, ns, u.Hostname(), u.Port())
 	if heraldProxy {
 		m += fmt.Sprintf(`---
 apiVersion: v1
@@ -699,9 +720,32 @@ metadata:
   namespace: %s
 data:
   HERALD_CLUSTER_CIDR: %q
-`, HeraldNamespace, strings.Join(clusterCIDRs(), ","))
+`, ns, strings.Join(clusterCIDRs(), ","))
 	}
 	return m, nil
+}
+
+// applyMoved applies the install manifests in dir moved into namespace
+// ns (MoveManifest), the speakers' pods with ns's labels.
+func (l *Lab) applyMoved(ctx context.Context, dir, ns string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("no install manifests in %s", dir)
+	}
+	var all []byte
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		moved, err := MoveManifest(data, HeraldNamespace, ns, speakerPodLabels(ns))
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		all = append(all, moved...)
+	}
+	_, err = l.kubectlClient().RunStdin(ctx, bytes.NewReader(all), "apply", "-f", "-")
+	return err
 }
 
 // startRouter runs FRR (zebra, bgpd, bfdd) in the router namespace.

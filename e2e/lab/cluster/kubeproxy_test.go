@@ -123,7 +123,7 @@ func TestKubeProxyManifest(t *testing.T) {
 
 func TestAPIServerConfigMap(t *testing.T) {
 	for _, heraldProxy := range []bool{true, false} {
-		m, err := apiServerConfigMap("https://198.51.100.254:6443", heraldProxy)
+		m, err := apiServerConfigMap("https://198.51.100.254:6443", heraldProxy, HeraldNamespace)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -372,9 +374,10 @@ func ChartDir(e2eModuleDir string) string {
 // HelmValues are the chart values a real-node lab installs herald with:
 // its image from the nodes' runtimes (never pulled), the API server's
 // own address (with herald as the proxy nothing else leads there), the
-// lab's pod network for the proxy, and with kube-proxy no proxy of
-// herald's.
-func HelmValues(apiServerURL, proxy string) ([]string, error) {
+// lab's pod network for the proxy, with kube-proxy no proxy of herald's,
+// and in namespace ns the speakers' pods with ns's labels
+// (speakerPodLabels).
+func HelmValues(apiServerURL, proxy, ns string) ([]string, error) {
 	host, port, err := splitHostPort(apiServerURL)
 	if err != nil {
 		return nil, err
@@ -395,6 +398,9 @@ func HelmValues(apiServerURL, proxy string) ([]string, error) {
 		// conformance test reads one).
 		vals = append(vals, "proxy.conntrack.privilegedInit=true")
 	}
+	for _, k := range slices.Sorted(maps.Keys(speakerPodLabels(ns))) {
+		vals = append(vals, "speaker.podLabels."+k+"="+speakerPodLabels(ns)[k])
+	}
 	return vals, nil
 }
 
@@ -406,12 +412,12 @@ func (l *Lab) installHeraldChart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	vals, err := HelmValues(l.APIServerURL, l.Proxy)
+	vals, err := HelmValues(l.APIServerURL, l.Proxy, l.HeraldNS())
 	if err != nil {
 		return err
 	}
 	args := []string{"install", HeraldRelease, ChartDir(l.ModuleDir), "--kubeconfig", l.Kubeconfig,
-		"-n", HeraldNamespace, "--create-namespace", "--skip-crds", "--wait", "--timeout", "3m"}
+		"-n", l.HeraldNS(), "--create-namespace", "--skip-crds", "--wait", "--timeout", "3m"}
 	for _, v := range vals {
 		args = append(args, "--set", v)
 	}

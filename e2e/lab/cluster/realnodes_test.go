@@ -6,7 +6,7 @@ import (
 )
 
 func TestHelmValues(t *testing.T) {
-	vals, err := HelmValues("https://198.51.100.254:42731", ProxyHerald)
+	vals, err := HelmValues("https://198.51.100.254:42731", ProxyHerald, HeraldNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,11 +20,11 @@ func TestHelmValues(t *testing.T) {
 	if strings.Contains(got, "proxy.mode") {
 		t.Errorf("herald as the proxy: %s", got)
 	}
-	vals, _ = HelmValues("https://198.51.100.254:6443", ProxyKubeProxy)
+	vals, _ = HelmValues("https://198.51.100.254:6443", ProxyKubeProxy, HeraldNamespace)
 	if !strings.Contains(strings.Join(vals, " "), "proxy.mode=disabled") {
 		t.Errorf("with kube-proxy, herald's proxy must be off: %v", vals)
 	}
-	if _, err := HelmValues("https://nohost", ProxyHerald); err == nil {
+	if _, err := HelmValues("https://nohost", ProxyHerald, HeraldNamespace); err == nil {
 		t.Error("a URL without a port: no error")
 	}
 }
