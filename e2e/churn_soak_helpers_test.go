@@ -536,10 +536,11 @@ func soakUsages(h *harness.T) (map[string]soakUsage, []string) {
 	return out, errs
 }
 
-// soakProbes probes VIPs in segments, because a harness Probe stops
-// after 15 minutes: each segment is stopped and kept, and its counts
-// summed.
+// soakProbes probes VIPs in segments, each a lab-prober process per
+// namespace (harness.StartProbeProcess: the test process's own stalls
+// fail none of them), stopped and kept, and their counts summed.
 type soakProbes struct {
+	bin     string      // labbin.Prober
 	targets [][2]string // netns, ip
 	every   time.Duration
 	mu      sync.Mutex
@@ -547,14 +548,30 @@ type soakProbes struct {
 	done    []*harness.Probe
 }
 
-func (p *soakProbes) start() {
-	var live []*harness.Probe
+func (p *soakProbes) start() error {
+	var order []string
+	byNS := map[string][]string{}
 	for _, t := range p.targets {
-		live = append(live, harness.StartProbeEvery(t[0], t[1], 80, p.every))
+		if byNS[t[0]] == nil {
+			order = append(order, t[0])
+		}
+		byNS[t[0]] = append(byNS[t[0]], t[1])
+	}
+	var live []*harness.Probe
+	for _, ns := range order {
+		probes, err := harness.StartProbeProcess(p.bin, ns, byNS[ns], 80, p.every)
+		if err != nil {
+			for _, pr := range live {
+				pr.Stop()
+			}
+			return err
+		}
+		live = append(live, probes...)
 	}
 	p.mu.Lock()
 	p.live = live
 	p.mu.Unlock()
+	return nil
 }
 
 func (p *soakProbes) stop() {
@@ -566,6 +583,15 @@ func (p *soakProbes) stop() {
 		pr.Stop()
 	}
 	p.done = append(p.done, live...)
+}
+
+// maxLate is the longest any prober sent a request after its turn.
+func (p *soakProbes) maxLate() time.Duration {
+	var late time.Duration
+	for _, pr := range p.done {
+		late = max(late, pr.MaxLate())
+	}
+	return late
 }
 
 // failedAt are the times of every failed request.

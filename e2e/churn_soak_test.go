@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/herald-lb/herald/e2e/harness"
+	"github.com/herald-lb/herald/e2e/lab/labbin"
 )
 
 // soakConfig sizes one churn soak.
@@ -213,7 +214,7 @@ func (sr *soakRun) setUp(t *testing.T) {
 	h.Poll(3*time.Minute, "every group's pods in every Service's endpoints", func() (bool, string) {
 		return w.caughtUp(sr.svcs, sr.cfg.groups, time.Second)
 	})
-	sr.probes = &soakProbes{targets: soakProbeTargets(h, sr.svcs, sr.ipOf, sr.cfg.probes), every: sr.cfg.probeEvery}
+	sr.probes = &soakProbes{bin: h.Lab.Bins.Path(labbin.Prober), targets: soakProbeTargets(h, sr.svcs, sr.ipOf, sr.cfg.probes), every: sr.cfg.probeEvery}
 	captureIn := []string{h.Layout.Client, h.Layout.Remote}
 	for _, n := range h.Layout.Nodes {
 		captureIn = append(captureIn, n.Netns)
@@ -265,7 +266,9 @@ func (sr *soakRun) soak(t *testing.T) {
 	sr.speakerLogs = h.FollowLogs(heraldNS, speakerSel, "speaker")
 	sr.changesBefore = sr.electionChanges(t)
 	cpu0 := machineCPU()
-	sr.probes.start()
+	if err := sr.probes.start(); err != nil {
+		t.Fatalf("starting the probers: %v", err)
+	}
 	// Usage is sampled every 15 s from the end of the warm-up; each end
 	// of the comparison is the median of a window of samples, because one
 	// sample of a Go process's RSS or heap lands anywhere in its GC cycle.
@@ -286,7 +289,9 @@ func (sr *soakRun) soak(t *testing.T) {
 		}
 		if time.Since(segment) >= 10*time.Minute {
 			sr.probes.stop()
-			sr.probes.start()
+			if err := sr.probes.start(); err != nil {
+				t.Fatalf("starting the probers again: %v", err)
+			}
 			segment = time.Now()
 			t.Logf("%s into the soak: %d pod deletions", time.Since(begin).Round(time.Second), deleted.Load())
 		}
@@ -396,6 +401,7 @@ func (sr *soakRun) report(t *testing.T) {
 	row("deleted pod out of all its Services' endpoints", fmt.Sprintf("within %s", sr.maxLag.Round(time.Millisecond)), fmt.Sprintf("< preStop %s", soakPreStop), sr.maxLag < soakPreStop)
 	row("machine: CPUs busy during the churn", fmt.Sprintf("%.0f%% of %d CPUs", 100*sr.busy, runtime.NumCPU()), "-", true)
 	row(fmt.Sprintf("probes: %d VIPs, GET every %s", len(sr.probes.targets), sr.cfg.probeEvery), fmt.Sprintf("%d sent, %d failed, longest gap %s", sr.sent, sr.failed, sr.maxGap.Round(time.Millisecond)), "0 failed", sr.failed == 0)
+	row("probers (own processes): longest late send", sr.probes.maxLate().Round(time.Millisecond).String(), "-", true)
 	row("Service IP changes", strconv.Itoa(len(sr.ipLog)), "0", len(sr.ipLog) == 0)
 	changes, perNode := sr.electionDelta()
 	row("election changes during the churn (no node failed)", fmt.Sprintf("%v %v", changes, perNode), "0", changes == 0)

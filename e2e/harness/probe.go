@@ -1,11 +1,8 @@
 package harness
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,6 +11,7 @@ import (
 	"time"
 
 	"github.com/herald-lb/herald/e2e/lab/netns"
+	"github.com/herald-lb/herald/e2e/lab/prober"
 )
 
 // EchoGet sends one GET / to ip:80 from the namespace on a new
@@ -45,20 +43,7 @@ func EchoGetPort(ns, ip string, port int, timeout time.Duration) (bool, error) {
 		return false, err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+ip+"\r\n\r\n"); err != nil {
-		return false, err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		return false, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return false, err
-	}
-	return strings.Contains(string(b), "CLIENT VALUES:"), nil
+	return prober.Ask(c, ip, time.Now().Add(timeout))
 }
 
 // Probe sends GET / to IP:Port (80 by StartProbe) from a namespace every 20 ms on a new
@@ -77,6 +62,11 @@ type Probe struct {
 	failed []string
 	failAt []time.Time     // when each failed request was sent
 	okAt   []time.Duration // when each answered request was sent
+	// stopProc, for a probe fed by lab-prober (StartProbeProcess),
+	// ends that process; maxLate is the longest the process sent a
+	// request after its turn.
+	stopProc func()
+	maxLate  time.Duration
 }
 
 // StartProbe starts probing ip from ns.
@@ -157,6 +147,10 @@ func (p *Probe) Since() time.Duration { return time.Since(p.start).Round(time.Mi
 
 // Stop ends the probe once its requests in flight are done.
 func (p *Probe) Stop() {
+	if p.stopProc != nil {
+		p.stopProc()
+		return
+	}
 	p.once.Do(func() { close(p.done) })
 	p.wg.Wait()
 }

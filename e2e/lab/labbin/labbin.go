@@ -28,6 +28,8 @@ const (
 	Kubelet    = "lab-kubelet"
 	EchoServer = "echoserver"
 	Herald     = "herald"
+	// Prober probes addresses from a process of its own (lab/prober).
+	Prober = "lab-prober"
 	// Real nodes' programs: the runc wrapper, and containerd with its
 	// runc shim and client from the e2e/containerd module.
 	LabRunc    = "lab-runc"
@@ -64,6 +66,7 @@ var Targets = []Target{
 	{Name: Kubelet, Package: "./cmd/lab-kubelet"},
 	{Name: EchoServer, Package: "./cmd/echoserver"},
 	{Name: Herald, Root: true, Package: "./cmd/herald"},
+	{Name: Prober, Package: "./cmd/lab-prober"},
 	{Name: LabRunc, Package: "./cmd/lab-runc", RealNode: true},
 	{Name: Containerd, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/containerd", RealNode: true, Tags: containerdTags},
 	{Name: Shim, Module: ContainerdModule, Package: "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", RealNode: true, Tags: containerdTags},

@@ -1,0 +1,122 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/herald-lb/herald/e2e/lab/prober"
+)
+
+// StartProbeProcess probes each of ips on port from namespace ns, a
+// request every every (1 s timeout each), like StartProbeEvery, but from
+// a process of its own: bin is the lab's prober (labbin.Prober), started
+// in ns with `ip netns exec`. The test process forks short commands
+// while it probes, and a vfork child that is slow to exec holds the
+// forking thread: a second or more, seen in the churn soak, in which the
+// test's own requests passed their deadlines although the network had
+// answered each of them (docs/testing.md). The prober forks nothing, and
+// it reports when it sent a request late (MaxLate), so a failure it
+// counts is the network's. Stopping any of the returned probes stops
+// them all, once the requests in flight are done.
+func StartProbeProcess(bin, ns string, ips []string, port int, every time.Duration) ([]*Probe, error) {
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("probing from %s: no address", ns)
+	}
+	args := []string{"netns", "exec", ns, bin, "-port", strconv.Itoa(port), "-every", every.String(), "-timeout", "1s"}
+	cmd := exec.Command("ip", append(args, ips...)...)
+	// Its standard input ending (this process gone) stops it too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	// Read only after Wait, which waits for the copying.
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s in %s: %w", bin, ns, err)
+	}
+	byIP := map[string]*Probe{}
+	var probes []*Probe
+	for _, ip := range ips {
+		p := &Probe{NS: ns, IP: ip, Port: port, start: start, done: make(chan struct{})}
+		byIP[ip] = p
+		probes = append(probes, p)
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			l, err := prober.ParseLine(sc.Text())
+			if err != nil {
+				continue
+			}
+			p := byIP[l.Target]
+			if p == nil {
+				continue
+			}
+			p.record(l)
+		}
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = stdin.Close()
+			<-read
+			if err := cmd.Wait(); err != nil {
+				for _, p := range probes {
+					p.mu.Lock()
+					p.failed = append(p.failed, fmt.Sprintf("the prober process: %v: %s", err, stderr.String()))
+					p.mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, p := range probes {
+		p.stopProc = stop
+	}
+	return probes, nil
+}
+
+// record takes one line of the prober's output.
+func (p *Probe) record(l prober.Line) {
+	at := l.At.Sub(p.start)
+	var failure string
+	if l.Kind == prober.LineFail {
+		// Read before taking the lock, as StartProbeEvery does.
+		failure = fmt.Sprintf("%s: %s (client's neighbor entry then: %s)", at.Round(time.Millisecond), l.Message, neighbor(p.NS, p.IP))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch l.Kind {
+	case prober.LineOK:
+		p.sent++
+		p.okAt = append(p.okAt, at)
+	case prober.LineFail:
+		p.sent++
+		p.failAt = append(p.failAt, l.At)
+		p.failed = append(p.failed, failure)
+	case prober.LineLate:
+		p.maxLate = max(p.maxLate, l.Late)
+	}
+}
+
+// MaxLate is the longest a process-fed probe (StartProbeProcess) sent a
+// request after its turn: how long the prober itself was held up.
+func (p *Probe) MaxLate() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.maxLate
+}
