@@ -61,6 +61,9 @@ type launch struct {
 	oci     *ociContainer
 	lower   string // the image's filesystem
 	imageID string
+	// shares is the container's cgroup v1 cpu.shares (CPUShares), in
+	// both modes.
+	shares uint64
 }
 
 func (l *launch) describe() string {
@@ -72,12 +75,30 @@ func (l *launch) describe() string {
 
 // start starts one run of container name.
 func (w *podWorker) start(name string, l *launch, logPath string) (*process, error) {
-	if l.oci == nil {
-		return startProcess(name, w.sandbox.netns, l.program, l.args, l.env, w.logDir, logPath)
-	}
 	n := atomic.AddUint64(&w.k.runs, 1)
 	id := fmt.Sprintf("%.8s-%s-%d", w.uid, name, n)
-	return w.k.runtime.start(name, id, *l.oci, l.lower, logPath)
+	if l.oci == nil {
+		p, err := startProcess(name, w.sandbox.netns, l.program, l.args, l.env, w.logDir, logPath)
+		if err != nil {
+			return nil, err
+		}
+		// Its cgroup, like an image-mode container's under runc: below
+		// the node's, with the container's CPU weight.
+		dir, err := placeInCgroup(cgroupParent(w.k.cfg.NodeNetns)+"/"+id, p.rec.PID, l.shares)
+		if err != nil {
+			appendLog(logPath, "=== its cgroup: %v", err)
+		}
+		if dir != "" {
+			go func() {
+				<-p.exited
+				_ = os.Remove(dir) // fails while a child it left lives; Down sweeps it
+			}()
+		}
+		return p, nil
+	}
+	o := *l.oci
+	o.CPUShares = l.shares
+	return w.k.runtime.start(name, id, o, l.lower, logPath)
 }
 
 // prepareImage computes an image-mode run of container c.
@@ -120,7 +141,7 @@ func (w *podWorker) prepareImage(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	if err != nil {
 		return nil, err
 	}
-	return &launch{oci: &o, lower: lower, imageID: "sha256:" + img.ID}, nil
+	return &launch{oci: &o, lower: lower, imageID: "sha256:" + img.ID, shares: CPUShares(c)}, nil
 }
 
 func expandAll(list []string, env map[string]string) []string {

@@ -47,7 +47,10 @@ type ociContainer struct {
 	NoNewPrivileges bool
 	Binds           []bind
 	CgroupsPath     string
-	Rlimits         []specs.POSIXRlimit
+	// CPUShares is the container cgroup's cpu.shares (CPUShares); 0
+	// leaves runc's default.
+	CPUShares uint64
+	Rlimits   []specs.POSIXRlimit
 }
 
 // newOCIContainer applies the container's securityContext (and the
@@ -181,6 +184,10 @@ func (o ociContainer) spec() *specs.Spec {
 			// whatever is allowed here.
 			Resources: &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: o.Privileged, Access: "rwm"}}},
 		},
+	}
+	if o.CPUShares > 0 {
+		shares := o.CPUShares
+		s.Linux.Resources.CPU = &specs.LinuxCPU{Shares: &shares}
 	}
 	if !o.Privileged {
 		s.Linux.MaskedPaths = maskedPaths

@@ -550,7 +550,7 @@ func (w *podWorker) prepare(ctx context.Context, pod *v1.Pod, c *v1.Container) (
 		program = w.k.self
 	}
 	kind, _ := imageKind(c.Image)
-	return &launch{program: program, args: args, env: env.list(), imageID: "lab://" + string(kind)}, nil
+	return &launch{program: program, args: args, env: env.list(), imageID: "lab://" + string(kind), shares: CPUShares(c)}, nil
 }
 
 func (w *podWorker) volumes(pod *v1.Pod) volumeWriter {

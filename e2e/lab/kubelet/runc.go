@@ -61,9 +61,13 @@ func newOCIRuntime(stateDir, nodeNetns string) ociRuntime {
 		runc:         "runc",
 		root:         filepath.Join(stateDir, runcStateDir),
 		bundles:      filepath.Join(stateDir, bundlesDir),
-		cgroupParent: RuncCgroupRoot + "/" + nodeNetns,
+		cgroupParent: cgroupParent(nodeNetns),
 	}
 }
+
+// cgroupParent is the cgroup of the kubelet of node nodeNetns, below
+// which each of its containers has one, in both modes.
+func cgroupParent(nodeNetns string) string { return RuncCgroupRoot + "/" + nodeNetns }
 
 // cgroupsPath is a container's cgroup below the kubelet's.
 func (r ociRuntime) cgroupsPath(id string) string { return "/" + r.cgroupParent + "/" + id }
