@@ -5,6 +5,7 @@ package upstream
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -95,54 +96,75 @@ const boundText = "herald: bound every spec's time"
 // This container is registered after every upstream one (this package's
 // variables are initialised after its imports'), so when ginkgo enters
 // it the rest of the tree is built and its specs not yet generated.
+//
+// It also makes every [Disruptive] spec serial. Upstream's Disruptive
+// tests (the kube-proxy and API server restarts) delete components that
+// every other test needs; upstream's CI runs them in serial jobs of their
+// own, but the label alone does not keep ginkgo from running them beside
+// others. Marked serial, ginkgo runs them after the parallel ones, alone.
 var _ = ginkgo.Describe(boundText, func() {
-	if *specTimeout <= 0 {
-		return
-	}
-	n, err := boundSpecs(*specTimeout)
+	n, serial, err := prepareSpecs(*specTimeout)
 	if err != nil {
 		panic(fmt.Sprintf("--spec-timeout: %v", err))
 	}
-	fmt.Printf("herald: every spec is bound to %s (--spec-timeout): %d specs\n", *specTimeout, n)
+	if *specTimeout > 0 {
+		fmt.Printf("herald: every spec is bound to %s (--spec-timeout): %d specs\n", *specTimeout, n)
+	}
+	fmt.Printf("herald: %d [Disruptive] specs run serially, after the others\n", serial)
 })
 
-// boundSpecs sets d as the SpecTimeout of every It node that has none,
-// after checking that ginkgo is the version mirrored and that the node
-// being built (this container) reads back as ginkgo made it.
-func boundSpecs(d time.Duration) (int, error) {
+// prepareSpecs sets d (if not 0) as the SpecTimeout of every It node that
+// has none and marks every It node labelled Disruptive (itself or by a
+// container) serial, after checking that ginkgo is the version mirrored
+// and that the node being built (this container) reads back as ginkgo
+// made it. It returns how many nodes it bound and made serial.
+func prepareSpecs(d time.Duration) (bound, serial int, err error) {
+	bound, serial, err = walkSpecs(d)
+	return bound, serial, err
+}
+
+func walkSpecs(d time.Duration) (int, int, error) {
 	if v := types.VERSION; v != ginkgoVersion {
-		return 0, fmt.Errorf("ginkgo is v%s, not v%s whose internals it reaches into: check internal.Node and this mirror (from v2.27, AddTreeConstructionNodeArgsTransformer can add SpecTimeout instead)", v, ginkgoVersion)
+		return 0, 0, fmt.Errorf("ginkgo is v%s, not v%s whose internals it reaches into: check internal.Node and this mirror (from v2.27, AddTreeConstructionNodeArgsTransformer can add SpecTimeout instead)", v, ginkgoVersion)
 	}
 	if ginkgoSuite == nil || ginkgoSuite.tree == nil {
-		return 0, fmt.Errorf("ginkgo's suite has no tree")
+		return 0, 0, fmt.Errorf("ginkgo's suite has no tree")
 	}
 	self := &ginkgoSuite.tree.Node
 	if self.NodeType != types.NodeTypeContainer || self.Text != boundText ||
 		!strings.HasSuffix(self.CodeLocation.FileName, "spectimeout_test.go") ||
 		self.PollProgressAfter != -1 || self.PollProgressInterval != -1 || self.GracePeriod != -1 ||
 		self.NodeTimeout != 0 || self.SpecTimeout != 0 {
-		return 0, fmt.Errorf("ginkgo's node does not read as expected (%s %q at %s): the mirror of internal.Node is wrong", self.NodeType, self.Text, self.CodeLocation)
+		return 0, 0, fmt.Errorf("ginkgo's node does not read as expected (%s %q at %s): the mirror of internal.Node is wrong", self.NodeType, self.Text, self.CodeLocation)
 	}
 	root := ginkgoSuite.tree
 	for root.Parent != nil {
 		root = root.Parent
 	}
-	n := 0
-	var walk func(t *ginkgoTreeNode)
-	walk = func(t *ginkgoTreeNode) {
-		if t.Node.NodeType == types.NodeTypeIt && t.Node.SpecTimeout == 0 {
-			t.Node.SpecTimeout = d
-			n++
+	n, serial, its := 0, 0, 0
+	var walk func(t *ginkgoTreeNode, disruptive bool)
+	walk = func(t *ginkgoTreeNode, disruptive bool) {
+		disruptive = disruptive || slices.Contains(t.Node.Labels, "Disruptive")
+		if t.Node.NodeType == types.NodeTypeIt {
+			its++
+			if d > 0 && t.Node.SpecTimeout == 0 {
+				t.Node.SpecTimeout = d
+				n++
+			}
+			if disruptive && !t.Node.MarkedSerial {
+				t.Node.MarkedSerial = true
+				serial++
+			}
 		}
 		for _, c := range t.Children {
-			walk(c)
+			walk(c, disruptive)
 		}
 	}
-	walk(root)
-	if n == 0 {
-		return 0, fmt.Errorf("no specs found in ginkgo's tree")
+	walk(root, false)
+	if its == 0 {
+		return 0, 0, fmt.Errorf("no specs found in ginkgo's tree")
 	}
-	return n, nil
+	return n, serial, nil
 }
 
 var _ = unsafe.Pointer(nil) // go:linkname needs package unsafe
