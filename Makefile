@@ -119,10 +119,9 @@ manifests: toolchain ## render config/default and the proxy-only overlay into co
 	$(GO) test -count=1 -run '^TestRenderings$$' ./config/manifests -update
 
 # make test must fit 60 minutes on a fresh 2-core machine, builds included
-# (CI allows 90). Measured on a clean clone with empty Go caches: 40
-# minutes pass before the first e2e test (bootstrap and unit tests 17,
-# fuzz-short 5, the Kubernetes build 13), and the whole e2e suite in binary
-# mode alone outlasted go test's 60-minute timeout. So make test runs the
+# (CI allows 90): 41.3 minutes on one just booted, 2026-11-28
+# (docs/testing.md). The whole e2e suite in binary mode alone once
+# outlasted go test's 60-minute timeout. So make test runs the
 # e2e tests that guard what users run and what the issues' targets are
 # (E2E_TESTS, below) and the user-facing ones on real nodes; make e2e-all
 # runs everything (docs/testing.md says which test runs where).
