@@ -536,9 +536,11 @@ func soakUsages(h *harness.T) (map[string]soakUsage, []string) {
 	return out, errs
 }
 
-// soakProbes probes VIPs in segments, each a lab-prober process per
-// namespace (harness.StartProbeProcess: the test process's own stalls
-// fail none of them), stopped and kept, and their counts summed.
+// soakProbes probes VIPs from a lab-prober process per namespace
+// (harness.StartProbeProcess: the test process's own stalls fail none of
+// them), in segments of 10 minutes so that the bench's 30-minute soak
+// reads a fresh process's counts now and then; each segment is stopped
+// and kept, and their counts summed.
 type soakProbes struct {
 	bin     string      // labbin.Prober
 	targets [][2]string // netns, ip

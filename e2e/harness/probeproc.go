@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os/exec"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/herald-lb/herald/e2e/lab/prober"
@@ -30,8 +30,9 @@ func StartProbeProcess(bin, ns string, ips []string, port int, every time.Durati
 	}
 	args := []string{"netns", "exec", ns, bin, "-port", strconv.Itoa(port), "-every", every.String(), "-timeout", "1s"}
 	cmd := exec.Command("ip", append(args, ips...)...)
-	// Its standard input ending (this process gone) stops it too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: set from an unlocked goroutine it would kill the
+	// prober when the forking thread ends. Its standard input ending
+	// (this process gone, or Stop) ends it.
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -54,6 +55,14 @@ func StartProbeProcess(bin, ns string, ips []string, port int, every time.Durati
 		byIP[ip] = p
 		probes = append(probes, p)
 	}
+	// A line the harness cannot take is the prober's failure, counted on
+	// the first probe, so that a broken prober can never pass as quiet.
+	broken := func(what string) {
+		p := probes[0]
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.failed = append(p.failed, "the prober process: "+what)
+	}
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
@@ -61,26 +70,37 @@ func StartProbeProcess(bin, ns string, ips []string, port int, every time.Durati
 		for sc.Scan() {
 			l, err := prober.ParseLine(sc.Text())
 			if err != nil {
+				broken(err.Error())
 				continue
 			}
 			p := byIP[l.Target]
 			if p == nil {
+				broken(fmt.Sprintf("a line for %s, which it was not asked to probe", l.Target))
 				continue
 			}
 			p.record(l)
 		}
+		if err := sc.Err(); err != nil {
+			broken("reading its output: " + err.Error())
+		}
+		// Never leave it blocked on a full pipe.
+		_, _ = io.Copy(io.Discard, stdout)
 	}()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			_ = stdin.Close()
-			<-read
+			select {
+			case <-read:
+			case <-time.After(10 * time.Second): // its requests' timeout is 1 s
+				_ = cmd.Process.Kill()
+				<-read
+			}
 			if err := cmd.Wait(); err != nil {
-				for _, p := range probes {
-					p.mu.Lock()
-					p.failed = append(p.failed, fmt.Sprintf("the prober process: %v: %s", err, stderr.String()))
-					p.mu.Unlock()
-				}
+				broken(fmt.Sprintf("%v: %s", err, stderr.String()))
+			}
+			for _, p := range probes {
+				p.wg.Wait() // the failures' neighbour reads
 			}
 		})
 	}
@@ -90,14 +110,11 @@ func StartProbeProcess(bin, ns string, ips []string, port int, every time.Durati
 	return probes, nil
 }
 
-// record takes one line of the prober's output.
+// record takes one line of the prober's output. A failure's neighbour
+// entry is read beside, not here: the reads are slow (a fork of `ip`),
+// and the prober must never wait on a full pipe for them.
 func (p *Probe) record(l prober.Line) {
 	at := l.At.Sub(p.start)
-	var failure string
-	if l.Kind == prober.LineFail {
-		// Read before taking the lock, as StartProbeEvery does.
-		failure = fmt.Sprintf("%s: %s (client's neighbor entry then: %s)", at.Round(time.Millisecond), l.Message, neighbor(p.NS, p.IP))
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch l.Kind {
@@ -107,7 +124,16 @@ func (p *Probe) record(l prober.Line) {
 	case prober.LineFail:
 		p.sent++
 		p.failAt = append(p.failAt, l.At)
-		p.failed = append(p.failed, failure)
+		i := len(p.failed)
+		p.failed = append(p.failed, fmt.Sprintf("%s: %s", at.Round(time.Millisecond), l.Message))
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			n := neighbor(p.NS, p.IP)
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.failed[i] += " (client's neighbor entry then: " + n + ")"
+		}()
 	case prober.LineLate:
 		p.maxLate = max(p.maxLate, l.Late)
 	}

@@ -105,7 +105,7 @@ const boundText = "herald: bound every spec's time"
 var _ = ginkgo.Describe(boundText, func() {
 	n, serial, err := prepareSpecs(*specTimeout)
 	if err != nil {
-		panic(fmt.Sprintf("--spec-timeout: %v", err))
+		panic(fmt.Sprintf("herald's changes to ginkgo's spec tree (--spec-timeout, serial [Disruptive] specs): %v", err))
 	}
 	if *specTimeout > 0 {
 		fmt.Printf("herald: every spec is bound to %s (--spec-timeout): %d specs\n", *specTimeout, n)
@@ -154,6 +154,13 @@ func walkSpecs(d time.Duration) (int, int, error) {
 			if disruptive && !t.Node.MarkedSerial {
 				t.Node.MarkedSerial = true
 				serial++
+				// Ginkgo runs an Ordered container's specs together,
+				// serial or not by the container: mark it too.
+				for a := t.Parent; a != nil; a = a.Parent {
+					if a.Node.MarkedOrdered {
+						a.Node.MarkedSerial = true
+					}
+				}
 			}
 		}
 		for _, c := range t.Children {

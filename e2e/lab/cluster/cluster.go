@@ -697,12 +697,16 @@ func apiServerConfigMap(apiServerURL string, heraldProxy bool, ns string) (strin
 	if err != nil || u.Hostname() == "" || u.Port() == "" {
 		return "", fmt.Errorf("the API server URL %q has no host and port", apiServerURL)
 	}
-	m := fmt.Sprintf(`apiVersion: v1
+	m := ""
+	if ns != KubeSystem { // there already, and not herald's to label
+		m = fmt.Sprintf(`apiVersion: v1
 kind: Namespace
 metadata:
-  name: %[1]s
+  name: %s
 ---
-apiVersion: v1
+`, ns)
+	}
+	m += fmt.Sprintf(`apiVersion: v1
 kind: ConfigMap
 metadata:
   name: herald-apiserver

@@ -61,7 +61,8 @@ func speakerPodLabels(ns string) map[string]string {
 }
 
 // MoveManifest rewrites herald's install manifests (YAML documents) for
-// namespace to instead of from: the Namespace object is renamed, every
+// namespace to instead of from: the Namespace object is renamed (left
+// out for kube-system, which is there already), every
 // object of from and every (Cluster)RoleBinding subject in it moves, and
 // the speakers' pod template gains podLabels. A document that still
 // names from afterwards is an error naming it, so a manifest that
@@ -87,6 +88,11 @@ func MoveManifest(manifest []byte, from, to string, podLabels map[string]string)
 		}
 		name, _ := meta["name"].(string)
 		switch {
+		case kind == "Namespace" && name == from && to == KubeSystem:
+			// Every cluster has it; applying herald's Namespace object
+			// there would put herald's labels on it, and deleting the
+			// moved manifests would delete it.
+			continue
 		case kind == "Namespace" && name == from:
 			meta["name"] = to
 		case meta["namespace"] == from:

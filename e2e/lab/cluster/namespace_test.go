@@ -55,9 +55,7 @@ func TestMoveManifest(t *testing.T) {
 		}
 		switch head.Kind {
 		case "Namespace":
-			if head.Metadata.Name != KubeSystem {
-				t.Errorf("Namespace %s", head.Metadata.Name)
-			}
+			t.Errorf("Namespace %s in the manifests moved to kube-system, which is there already", head.Metadata.Name)
 		case "RoleBinding", "ClusterRoleBinding":
 			var b rbacv1.ClusterRoleBinding
 			if err := yaml.Unmarshal(js, &b); err != nil {
@@ -118,7 +116,11 @@ func TestCheckHeraldNamespace(t *testing.T) {
 			t.Errorf("namespace %q, proxy %s, bare %v: %v", c.ns, c.proxy, c.bare, err)
 		}
 	}
-	if v, _ := HelmValues("https://198.51.100.254:6443", ProxyHerald, KubeSystem); !strings.Contains(strings.Join(v, " "), "speaker.podLabels.k8s-app=kube-proxy") {
+	if v, _ := HelmValues("https://198.51.100.254:6443", ProxyHerald, KubeSystem); !strings.Contains(strings.Join(v, " "), "speaker.podLabels.k8s-app=kube-proxy") ||
+		!strings.Contains(strings.Join(v, " "), "podSecurity.labelNamespace=false") {
 		t.Errorf("helm values in kube-system: %v", v)
+	}
+	if m, _ := apiServerConfigMap("https://198.51.100.254:6443", true, KubeSystem); strings.Contains(m, "kind: Namespace") || !strings.Contains(m, "namespace: kube-system") {
+		t.Errorf("herald's ConfigMaps in kube-system:\n%s", m)
 	}
 }

@@ -398,6 +398,11 @@ func HelmValues(apiServerURL, proxy, ns string) ([]string, error) {
 		// conformance test reads one).
 		vals = append(vals, "proxy.conntrack.privilegedInit=true")
 	}
+	if ns == KubeSystem {
+		// There already, exempt from Pod Security on kubeadm clusters
+		// (and in the lab), and not herald's to label.
+		vals = append(vals, "podSecurity.labelNamespace=false")
+	}
 	for _, k := range slices.Sorted(maps.Keys(speakerPodLabels(ns))) {
 		vals = append(vals, "speaker.podLabels."+k+"="+speakerPodLabels(ns)[k])
 	}

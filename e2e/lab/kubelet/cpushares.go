@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -51,7 +52,8 @@ func placeInCgroup(path string, pid int, shares uint64) (string, error) {
 		return dir, fmt.Errorf("cgroup %s: cpu.shares: %w", dir, err)
 	}
 	// cgroup.procs moves the whole process, every thread of it.
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// ESRCH: it has exited already, nothing to move.
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return dir, fmt.Errorf("cgroup %s: moving pid %d: %w", dir, pid, err)
 	}
 	return dir, nil

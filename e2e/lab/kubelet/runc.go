@@ -329,6 +329,17 @@ func weighCgroupRoot() {
 	_ = os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.Itoa(1024*runtime.NumCPU())), 0o644)
 }
 
+// rmdirCgroup removes one cgroup, waiting up to 2 s while it is busy: a
+// container's last process may still be exiting.
+func rmdirCgroup(dir string) error {
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := unix.Rmdir(dir)
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
 // removeCgroups removes cgroup path (and any cgroups below it) in every
 // hierarchy, then its parent if that is left empty (other labs may still
 // use it). A cgroup with processes cannot go: that is an error.
@@ -355,7 +366,7 @@ func removeCgroups(path string) error {
 			return nil
 		})
 		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := unix.Rmdir(dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) {
+			if err := rmdirCgroup(dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("cgroup %s: %w", dirs[i], err))
 			}
 		}

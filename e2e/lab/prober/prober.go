@@ -175,8 +175,8 @@ func probe(ctx context.Context, cfg Config, target string, w *lineWriter, wg *sy
 		// The next turn keeps the rate: a late turn is not made up for
 		// with a burst.
 		due = due.Add(cfg.Every)
-		if d := time.Since(due); d > 0 {
-			due = due.Add(d.Truncate(cfg.Every))
+		if d := time.Since(due); d >= 0 {
+			due = due.Add(d.Truncate(cfg.Every) + cfg.Every)
 		}
 		timer.Reset(time.Until(due))
 	}
