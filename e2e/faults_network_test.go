@@ -258,8 +258,7 @@ func TestFaultsNetworkNodeNotReady(t *testing.T) {
 			}
 		}
 	}
-	kl := h.Kubelet(victim)
-	pid := kl.Process.PID
+	pid := h.KubeletPID(victim)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		stopProbes()
 		t.Fatal(err)

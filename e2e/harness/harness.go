@@ -449,6 +449,28 @@ func (h *T) Kubelet(node string) *cluster.Kubelet {
 	return nil
 }
 
+// KubeletPID is the process of the named node's kubelet: the lab
+// kubelet's, or on real nodes the real kubelet's (a test stops it with
+// SIGSTOP to make the node NotReady).
+func (h *T) KubeletPID(node string) int {
+	h.T.Helper()
+	if !h.Lab.RealNodes {
+		return h.Kubelet(node).Process.PID
+	}
+	for _, n := range h.Lab.RealNodeStates {
+		if n.Name != node {
+			continue
+		}
+		for _, p := range n.Processes {
+			if p.Name == "kubelet-"+node {
+				return p.PID
+			}
+		}
+	}
+	h.T.Fatalf("no kubelet process recorded for real node %q", node)
+	return 0
+}
+
 // NetnsTransport is an HTTP transport whose connections are opened
 // inside the network namespace ns, one per request.
 func NetnsTransport(ns string) *http.Transport {
