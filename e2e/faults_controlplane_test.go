@@ -31,6 +31,9 @@ type apiDownRun struct {
 	podNS              string
 	echoNode, echoIP   string
 	arp, frr, eps      *sampler
+	// resets are every TCP reset in the clients' and nodes' namespaces
+	// during a phase's probes, printed around a failure blamed on herald.
+	resets *harness.RSTCapture
 }
 
 // TestFaultsControlPlaneAPIServerDown takes kube-apiserver away (etcd
@@ -361,6 +364,11 @@ func (ad *apiDownRun) checkSpeakerKilledDuringOutage(t *testing.T) {
 // startProbes starts a phase's probes, in apiDownProbeNames' order, the
 // direct one last.
 func (ad *apiDownRun) startProbes() []*harness.Probe {
+	captureIn := []string{ad.h.Layout.Client, ad.h.Layout.Remote}
+	for _, n := range ad.h.Layout.Nodes {
+		captureIn = append(captureIn, n.Netns)
+	}
+	ad.resets = harness.StartRSTCapture(ad.h.T, captureIn)
 	return []*harness.Probe{
 		harness.StartProbe(ad.h.Layout.Client, ad.l2IP),
 		harness.StartProbe(ad.h.Layout.Remote, ad.bgpIP),
@@ -387,6 +395,7 @@ func (ad *apiDownRun) stopProbes(t *testing.T, probes []*harness.Probe, eps []sa
 		parts = append(parts, fmt.Sprintf("%s (%d while no endpoint was ready, %d while the direct probe failed too)", probeLine(apiDownProbeNames[i], p), len(ne), len(be)))
 		if len(hf) > 0 {
 			t.Errorf("%s probe: %d requests failed while the Service had a ready endpoint that answered the direct probe: %s", apiDownProbeNames[i], len(hf), p.Failures())
+			t.Logf("TCP resets near them (tcpdump -e in the clients' and every node's namespace):\n  %s", strings.Join(ad.resets.Near(hf), "\n  "))
 		}
 	}
 	parts = append(parts, probeLine("direct to the pod "+ad.echoIP+":8080 from "+ad.echoNode, direct))
