@@ -92,74 +92,17 @@ func macChanges(ch []harness.MACChange, owner map[string]string, start time.Time
 // the node that held it, once.
 func TestDrainL2(t *testing.T) {
 	h := harness.Start(t)
-	s := l2{h}
-	const name = "drain-l2"
-	s.readySpeakers(2 * time.Minute)
-	s.speakersInCluster(3 * time.Minute)
-	owner := s.macOwners()
-	macOf := map[string]string{}
-	for m, n := range owner {
-		macOf[n] = m
-	}
-	var drained string
-	t.Cleanup(func() {
-		if drained != "" {
-			_, _ = runOut(s.Lab.Bins.Path(labbin.Herald), "drain", drained, "--undo", "--kubeconfig", s.Lab.Kubeconfig)
-		}
-		_, _ = h.K.Run(h.Ctx, "delete", "service", name, "--ignore-not-found")
-		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
-		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "l2advertisement,ipaddresspool", name, "--ignore-not-found")
-	})
-	// The echo server on node1, which never announces: the backend
-	// stays while the announcer is drained.
-	h.Apply(l2Objects(name, "198.51.100.248-198.51.100.249", "2001:db8:0:1::248-2001:db8:0:1::249", "node1"))
-	h.Kubectl("-n", heraldNS, "patch", "l2advertisement", name, "--type=merge", "-p",
-		`{"spec":{"nodeSelectors":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":["node1"]}]}]}}`)
-	h.ReadyPods("app="+name, 1, 2*time.Minute)
-	h.Kubectl("expose", "deployment", name, "--name="+name, "--port=80", "--target-port=8080", "--type=LoadBalancer")
-	ip := ctl{h}.waitAnyIP("default", name)
-
-	// oneAnswer waits until want announces ip and arping gets its MAC
-	// alone.
-	oneAnswer := func(want func(string) bool, what string) string {
-		t.Helper()
-		var node string
-		h.Poll(time.Minute, what, func() (bool, string) {
-			who, anns := s.announcersOf("default", name, ip)
-			if len(who) != 1 || !want(who[0]) {
-				return false, fmt.Sprint(anns)
-			}
-			node = who[0]
-			macs, out := s.arping(ip, 2, 2)
-			return slices.Equal(macs, []string{macOf[node]}), fmt.Sprintf("announcer %s (%s); arping %v\n%s", node, macOf[node], macs, out)
-		})
-		return node
-	}
-	winner := oneAnswer(func(string) bool { return true }, "one node answering for "+ip)
-	h.Poll(30*time.Second, "an answer from "+ip, func() (bool, string) {
-		ok, err := harness.EchoGet(h.Layout.Client, ip, time.Second)
-		return ok, fmt.Sprint(err)
-	})
-	t.Logf("%s is announced by %s (%s)", ip, winner, macOf[winner])
-
-	// A failed request is explained by a capture or it is herald's bug:
-	// every reset in the client's and the nodes' namespaces, and the
-	// client's whole exchange with the address (which MAC took which
-	// packet), both printed around a failure.
-	captureIn := []string{h.Layout.Client}
-	for _, n := range h.Layout.Nodes {
-		captureIn = append(captureIn, n.Netns)
-	}
-	resets := harness.StartRSTCapture(t, captureIn)
-	packets := harness.StartPacketCapture(t, h.Lab.ModuleDir, h.Layout.Client, ip)
+	m := startL2MoveService(h, "drain-l2", "198.51.100.248-198.51.100.249", "2001:db8:0:1::248-2001:db8:0:1::249")
+	s, ip, winner, owner, macOf := m.l2, m.ip, m.winner, m.owner, m.macOf
+	oneAnswer := m.oneAnswer
+	resets, packets := m.captures()
 
 	// Drain the announcer under the probe.
 	probe := harness.StartProbe(h.Layout.Client, ip)
 	stopMAC := harness.WatchMAC(h.Layout.Client, ip)
 	time.Sleep(2 * time.Second)
 	start := time.Now()
-	s.heraldDrain(winner, false)
-	drained = winner
+	m.drain(winner, false)
 	next := oneAnswer(func(n string) bool { return n != winner }, "another node than "+winner+" answering for "+ip)
 	moved := time.Since(start)
 	time.Sleep(3 * time.Second)
@@ -189,8 +132,7 @@ func TestDrainL2(t *testing.T) {
 	stopMAC = harness.WatchMAC(h.Layout.Client, ip)
 	time.Sleep(2 * time.Second)
 	start = time.Now()
-	s.heraldDrain(winner, true)
-	drained = ""
+	m.drain(winner, true)
 	back := oneAnswer(func(n string) bool { return n == winner }, winner+" answering for "+ip+" again (rendezvous hashing ranks it first)")
 	moved = time.Since(start)
 	time.Sleep(3 * time.Second)
@@ -293,4 +235,93 @@ func TestDrainBGP(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second)
 	probeResult(t, "BGP undo on "+victim, probe)
+}
+
+// l2MoveService is a layer-2 Service whose one backend runs on node1,
+// which its L2Advertisement leaves out, so that its address moves between
+// the other nodes while the backend stays (TestDrainL2,
+// TestL2MoveKeepsConnections). The test's cleanup deletes it and undoes a
+// drain the test left.
+type l2MoveService struct {
+	l2
+	name, ip, winner string
+	// owner maps each node's MAC to the node, macOf the other way.
+	owner, macOf map[string]string
+	drained      string
+}
+
+// startL2MoveService makes the Service name with its own pool (v4, v6)
+// and waits until one node alone answers for its address, and the
+// address answers.
+func startL2MoveService(h *harness.T, name, v4, v6 string) *l2MoveService {
+	t := h.T
+	t.Helper()
+	m := &l2MoveService{l2: l2{h}, name: name, macOf: map[string]string{}}
+	m.readySpeakers(2 * time.Minute)
+	m.speakersInCluster(3 * time.Minute)
+	m.owner = m.macOwners()
+	for mac, n := range m.owner {
+		m.macOf[n] = mac
+	}
+	t.Cleanup(func() {
+		if m.drained != "" {
+			_, _ = runOut(m.Lab.Bins.Path(labbin.Herald), "drain", m.drained, "--undo", "--kubeconfig", m.Lab.Kubeconfig)
+		}
+		_, _ = h.K.Run(h.Ctx, "delete", "service", name, "--ignore-not-found")
+		_, _ = h.K.Run(h.Ctx, "delete", "deployment", name, "--ignore-not-found")
+		_, _ = h.K.Run(h.Ctx, "-n", heraldNS, "delete", "l2advertisement,ipaddresspool", name, "--ignore-not-found")
+	})
+	// The echo server on node1, which never announces: the backend
+	// stays while the announcer is drained.
+	h.Apply(l2Objects(name, v4, v6, "node1"))
+	h.Kubectl("-n", heraldNS, "patch", "l2advertisement", name, "--type=merge", "-p",
+		`{"spec":{"nodeSelectors":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":["node1"]}]}]}}`)
+	h.ReadyPods("app="+name, 1, 2*time.Minute)
+	h.Kubectl("expose", "deployment", name, "--name="+name, "--port=80", "--target-port=8080", "--type=LoadBalancer")
+	m.ip = ctl{h}.waitAnyIP("default", name)
+	m.winner = m.oneAnswer(func(string) bool { return true }, "one node answering for "+m.ip)
+	h.Poll(30*time.Second, "an answer from "+m.ip, func() (bool, string) {
+		ok, err := harness.EchoGet(h.Layout.Client, m.ip, time.Second)
+		return ok, fmt.Sprint(err)
+	})
+	t.Logf("%s is announced by %s (%s)", m.ip, m.winner, m.macOf[m.winner])
+	return m
+}
+
+// oneAnswer waits until a node that want accepts announces the address
+// and arping gets its MAC alone; it returns the node.
+func (m *l2MoveService) oneAnswer(want func(string) bool, what string) string {
+	m.T.T.Helper()
+	var node string
+	m.T.Poll(time.Minute, what, func() (bool, string) {
+		who, anns := m.announcersOf("default", m.name, m.ip)
+		if len(who) != 1 || !want(who[0]) {
+			return false, fmt.Sprint(anns)
+		}
+		node = who[0]
+		macs, out := m.arping(m.ip, 2, 2)
+		return slices.Equal(macs, []string{m.macOf[node]}), fmt.Sprintf("announcer %s (%s); arping %v\n%s", node, m.macOf[node], macs, out)
+	})
+	return node
+}
+
+// drain runs herald drain [--undo] node and remembers what to undo.
+func (m *l2MoveService) drain(node string, undo bool) {
+	m.heraldDrain(node, undo)
+	if m.drained = node; undo {
+		m.drained = ""
+	}
+}
+
+// captures starts capturing, until the test ends, every TCP reset in the
+// client's and the nodes' namespaces and the client's whole exchange with
+// the address (which MAC took which packet): a failed request is
+// explained by a capture or it is herald's bug.
+func (m *l2MoveService) captures() (*harness.RSTCapture, *harness.PacketCapture) {
+	h := m.T
+	in := []string{h.Layout.Client}
+	for _, n := range h.Layout.Nodes {
+		in = append(in, n.Netns)
+	}
+	return harness.StartRSTCapture(h.T, in), harness.StartPacketCapture(h.T, h.Lab.ModuleDir, h.Layout.Client, m.ip)
 }

@@ -67,6 +67,8 @@ type Probe struct {
 	// request after its turn.
 	stopProc func()
 	maxLate  time.Duration
+	// conns counts the connections a kept probe opened.
+	conns int
 }
 
 // StartProbe starts probing ip from ns.

@@ -25,10 +25,23 @@ import (
 // counts is the network's. Stopping any of the returned probes stops
 // them all, once the requests in flight are done.
 func StartProbeProcess(bin, ns string, ips []string, port int, every time.Duration) ([]*Probe, error) {
+	return startProbeProcess(bin, ns, ips, port, every)
+}
+
+// StartKeptProbeProcess is StartProbeProcess with each address's requests
+// sent over one connection kept open (lab-prober -persistent), connecting
+// anew only after a failure; Conns counts the connections opened. One
+// connection that lasts the whole probe is what a client's established
+// connection (a database session, a stream) sees while an address moves.
+func StartKeptProbeProcess(bin, ns string, ips []string, port int, every time.Duration) ([]*Probe, error) {
+	return startProbeProcess(bin, ns, ips, port, every, "-persistent")
+}
+
+func startProbeProcess(bin, ns string, ips []string, port int, every time.Duration, extra ...string) ([]*Probe, error) {
 	if len(ips) == 0 {
 		return nil, fmt.Errorf("probing from %s: no address", ns)
 	}
-	args := []string{"netns", "exec", ns, bin, "-port", strconv.Itoa(port), "-every", every.String(), "-timeout", "1s"}
+	args := append([]string{"netns", "exec", ns, bin, "-port", strconv.Itoa(port), "-every", every.String(), "-timeout", "1s"}, extra...)
 	cmd := exec.Command("ip", append(args, ips...)...)
 	// No Pdeathsig: set from an unlocked goroutine it would kill the
 	// prober when the forking thread ends. Its standard input ending
@@ -136,7 +149,17 @@ func (p *Probe) record(l prober.Line) {
 		}()
 	case prober.LineLate:
 		p.maxLate = max(p.maxLate, l.Late)
+	case prober.LineConn:
+		p.conns++
 	}
+}
+
+// Conns is how many connections a kept probe (StartKeptProbeProcess)
+// opened: 1 when its first connection served every request.
+func (p *Probe) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conns
 }
 
 // MaxLate is the longest a process-fed probe (StartProbeProcess) sent a

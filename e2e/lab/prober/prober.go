@@ -28,11 +28,16 @@ import (
 // client closes the connection, so TIME_WAIT stays with the client
 // (harness.EchoGet says why that matters).
 func Ask(c net.Conn, host string, deadline time.Time) (bool, error) {
+	return ask(c, bufio.NewReader(c), host, deadline)
+}
+
+// ask is Ask reading through br, which a kept connection reuses.
+func ask(c net.Conn, br *bufio.Reader, host string, deadline time.Time) (bool, error) {
 	_ = c.SetDeadline(deadline)
 	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+host+"\r\n\r\n"); err != nil {
 		return false, err
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		return false, err
 	}
@@ -59,6 +64,13 @@ type Config struct {
 	// reported (a "late" line), which shows whether this process itself
 	// was held up. Zero: Every.
 	LateAfter time.Duration
+	// Persistent: each target's requests go one after another over one
+	// connection kept open (HTTP keep-alive), and the next turn after a
+	// failure connects anew (a "conn" line each time). It asks whether an
+	// established connection outlives what happens meanwhile, such as an
+	// address moving to another node, which a new connection per request
+	// almost never straddles.
+	Persistent bool
 	// Dial connects (tests); nil: net.Dialer.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
@@ -68,10 +80,12 @@ type Config struct {
 //	ok   TARGET SENT_UNIX_NANO
 //	fail TARGET SENT_UNIX_NANO MESSAGE...
 //	late TARGET DUE_UNIX_NANO LATE_NANO
+//	conn TARGET CONNECTED_UNIX_NANO       (Persistent: a connection opened)
 const (
 	LineOK   = "ok"
 	LineFail = "fail"
 	LineLate = "late"
+	LineConn = "conn"
 )
 
 // Line is one parsed line of Run's output.
@@ -94,7 +108,7 @@ func ParseLine(s string) (Line, error) {
 	}
 	l := Line{Kind: f[0], Target: f[1], At: time.Unix(0, ns)}
 	switch l.Kind {
-	case LineOK:
+	case LineOK, LineConn:
 	case LineFail:
 		if len(f) == 4 {
 			l.Message = f[3]
@@ -138,6 +152,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if cfg.Persistent {
+				probeKept(ctx, cfg, t, w)
+				return
+			}
 			probe(ctx, cfg, t, w, &wg)
 		}()
 	}
@@ -145,22 +163,50 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	return w.err
 }
 
-// probe paces one target's requests: each on its turn, each in a
-// goroutine of its own, so a slow answer delays no other request.
+// turns paces one target's requests: each call of next waits for the
+// target's next turn, writes a "late" line when it came more than
+// LateAfter after it was due, and returns when it came (false once ctx
+// ends). A late turn is not made up for with a burst.
+type turns struct {
+	cfg    Config
+	target string
+	w      *lineWriter
+	due    time.Time
+	timer  *time.Timer
+}
+
+func newTurns(cfg Config, target string, w *lineWriter) *turns {
+	return &turns{cfg: cfg, target: target, w: w, due: time.Now(), timer: time.NewTimer(0)}
+}
+
+func (t *turns) next(ctx context.Context) (time.Time, bool) {
+	select {
+	case <-ctx.Done():
+		t.timer.Stop()
+		return time.Time{}, false
+	case <-t.timer.C:
+	}
+	now := time.Now()
+	if late := now.Sub(t.due); late > t.cfg.LateAfter {
+		t.w.line(LineLate, t.target, t.due, strconv.FormatInt(int64(late), 10))
+	}
+	t.due = t.due.Add(t.cfg.Every)
+	if d := time.Since(t.due); d >= 0 {
+		t.due = t.due.Add(d.Truncate(t.cfg.Every) + t.cfg.Every)
+	}
+	t.timer.Reset(time.Until(t.due))
+	return now, true
+}
+
+// probe sends one target's requests, each on its turn and in a goroutine
+// of its own, so a slow answer delays no other request.
 func probe(ctx context.Context, cfg Config, target string, w *lineWriter, wg *sync.WaitGroup) {
 	addr := net.JoinHostPort(target, strconv.Itoa(cfg.Port))
-	due := time.Now()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	tt := newTurns(cfg, target, w)
 	for {
-		select {
-		case <-ctx.Done():
+		now, ok := tt.next(ctx)
+		if !ok {
 			return
-		case <-timer.C:
-		}
-		now := time.Now()
-		if late := now.Sub(due); late > cfg.LateAfter {
-			w.line(LineLate, target, due, strconv.FormatInt(int64(late), 10))
 		}
 		wg.Add(1)
 		go func() {
@@ -172,13 +218,51 @@ func probe(ctx context.Context, cfg Config, target string, w *lineWriter, wg *sy
 				w.line(LineFail, target, now, oneLine(err))
 			}
 		}()
-		// The next turn keeps the rate: a late turn is not made up for
-		// with a burst.
-		due = due.Add(cfg.Every)
-		if d := time.Since(due); d >= 0 {
-			due = due.Add(d.Truncate(cfg.Every) + cfg.Every)
+	}
+}
+
+// probeKept sends one target's requests over one kept connection: each
+// waits for the one before, so a turn that comes while a request is
+// still out is late (a "late" line), not sent beside it.
+func probeKept(ctx context.Context, cfg Config, target string, w *lineWriter) {
+	addr := net.JoinHostPort(target, strconv.Itoa(cfg.Port))
+	var c net.Conn
+	var br *bufio.Reader
+	defer func() {
+		if c != nil {
+			c.Close()
 		}
-		timer.Reset(time.Until(due))
+	}()
+	tt := newTurns(cfg, target, w)
+	for {
+		now, ok := tt.next(ctx)
+		if !ok {
+			return
+		}
+		deadline := now.Add(cfg.Timeout)
+		var err error
+		if c == nil {
+			dctx, cancel := context.WithDeadline(ctx, deadline)
+			c, err = cfg.Dial(dctx, addr)
+			cancel()
+			if err == nil {
+				br = bufio.NewReader(c)
+				w.line(LineConn, target, time.Now(), "")
+			}
+		}
+		answered := false
+		if err == nil {
+			answered, err = ask(c, br, target, deadline)
+		}
+		if answered {
+			w.line(LineOK, target, now, "")
+			continue
+		}
+		w.line(LineFail, target, now, oneLine(err))
+		if c != nil {
+			c.Close()
+			c = nil
+		}
 	}
 }
 

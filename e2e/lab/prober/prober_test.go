@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -84,5 +85,70 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		if err := Run(context.Background(), cfg, io.Discard); err == nil {
 			t.Errorf("%+v: no error", cfg)
 		}
+	}
+}
+
+// TestRunPersistent keeps one connection for every request, and after the
+// server drops it (as a node without the flow's state would reset it)
+// reports that request failed and connects anew on the next turn.
+func TestRunPersistent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	conns, served := map[string]bool{}, 0
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		conns[r.RemoteAddr] = true
+		served++
+		drop := served == 4
+		mu.Unlock()
+		if drop {
+			// Close without an answer: the client sees its request fail.
+			hj, _ := w.(http.Hijacker)
+			c, _, _ := hj.Hijack()
+			c.Close()
+			return
+		}
+		fmt.Fprintf(w, "CLIENT VALUES:\nclient_address=%s\n", r.RemoteAddr)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	var lines []Line
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 420*time.Millisecond)
+	defer cancel()
+	go func() {
+		done <- Run(ctx, Config{Targets: []string{"127.0.0.1"}, Port: port, Every: 50 * time.Millisecond, Timeout: time.Second, Persistent: true}, pw)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		l, err := ParseLine(sc.Text())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, l := range lines {
+		kinds = append(kinds, l.Kind)
+	}
+	got := strings.Join(kinds, " ")
+	// conn ok ok ok fail conn ok ...: the fourth request was dropped.
+	if !strings.HasPrefix(got, "conn ok ok ok fail conn ok") {
+		t.Errorf("lines %q, want them to start %q", got, "conn ok ok ok fail conn ok")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(conns) != 2 {
+		t.Errorf("the server saw %d connections, want 2 (one before the drop, one after)", len(conns))
 	}
 }
