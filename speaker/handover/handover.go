@@ -1,0 +1,160 @@
+// Package handover keeps TCP connections open across a planned move of a
+// layer-2 address: one whose former holder is still a live member (herald
+// drain and --undo, the move back to a node that recovered or restarted,
+// an advertisement that changed).
+//
+// The address's new holder has no conntrack entry for the connections
+// the former holder carried. Their next packet reaches it as a TCP segment
+// without SYN that conntrack sees as new; the proxy's rules would send it
+// to an endpoint that never saw the connection, and the client gets a
+// reset. For a while after the move the new holder instead sends such
+// packets, unchanged, to the former holder's address on the same segment
+// (nftables' dup to it, then drop), where conntrack still knows them and
+// the replies go straight to the client. A connection this node opened
+// began with a SYN, so conntrack knows it and no rule matches it.
+//
+// Only the current holder forwards, and only to the holder before it, so
+// packets do not go round in circles; each forward costs the copy a hop
+// of TTL besides.
+package handover
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Entry says: TCP packets to Addr arriving on Iface that belong to no
+// connection this node tracks go to Via, the former holder's address.
+type Entry struct {
+	Addr  netip.Addr
+	Iface string
+	Via   netip.Addr
+}
+
+func (e Entry) String() string { return fmt.Sprintf("%s on %s via %s", e.Addr, e.Iface, e.Via) }
+
+// Kernel puts a set of entries in place, replacing the last; nil or empty
+// removes them. Netlink is the real one, Fake the tests'.
+type Kernel interface {
+	Apply(entries []Entry) error
+}
+
+// move is an address this node took over from a live member.
+type move struct {
+	from string
+	at   time.Time
+}
+
+// Tracker follows the addresses this node holds and which of them it took
+// over from a live member lately. Pure: the caller passes the time.
+type Tracker struct {
+	held  map[netip.Addr]bool
+	moves map[netip.Addr]move
+}
+
+// NewTracker returns an empty Tracker.
+func NewTracker() *Tracker {
+	return &Tracker{held: map[netip.Addr]bool{}, moves: map[netip.Addr]move{}}
+}
+
+// Round is one election round's outcome as the tracker needs it.
+type Round struct {
+	Now time.Time
+	// Keep is how long after a move its connections are forwarded; 0
+	// forwards none.
+	Keep time.Duration
+	// Self is this node's name.
+	Self string
+	// Held are the addresses this node answers for now, with their
+	// interfaces.
+	Held map[netip.Addr][]string
+	// Previous is each address's winner in the round before ("" for none).
+	Previous func(netip.Addr) string
+	// Live are the members alive now; a former holder that is not (dead,
+	// gone, restarting) has no connections to forward to.
+	Live map[string]bool
+	// Addresses are the nodes' addresses (their InternalIPs).
+	Addresses map[string][]netip.Addr
+}
+
+// Result is what to put in the kernel.
+type Result struct {
+	Entries []Entry
+	// Unreachable names moves that forward nowhere: the former holder has
+	// no address of the family (logged, once per change by the caller).
+	Unreachable []string
+	// Next is when an entry expires (zero: none will): sync again then.
+	Next time.Time
+}
+
+// Update takes a round and returns the entries for it.
+func (t *Tracker) Update(r Round) Result {
+	for a := range r.Held {
+		if t.held[a] {
+			continue
+		}
+		if prev := r.Previous(a); r.Keep > 0 && prev != "" && prev != r.Self && r.Live[prev] {
+			t.moves[a] = move{from: prev, at: r.Now}
+		}
+	}
+	clear(t.held)
+	for a := range r.Held {
+		t.held[a] = true
+	}
+	var res Result
+	for a, m := range t.moves {
+		end := m.at.Add(r.Keep)
+		if !t.held[a] || !r.Live[m.from] || !r.Now.Before(end) {
+			delete(t.moves, a)
+			continue
+		}
+		if res.Next.IsZero() || end.Before(res.Next) {
+			res.Next = end
+		}
+		via, ok := sameFamily(r.Addresses[m.from], a)
+		if !ok {
+			res.Unreachable = append(res.Unreachable, fmt.Sprintf("%s from %s (no address of its family)", a, m.from))
+			continue
+		}
+		for _, i := range r.Held[a] {
+			res.Entries = append(res.Entries, Entry{Addr: a, Iface: i, Via: via})
+		}
+	}
+	slices.SortFunc(res.Entries, func(x, y Entry) int {
+		if c := x.Addr.Compare(y.Addr); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Iface, y.Iface)
+	})
+	slices.Sort(res.Unreachable)
+	return res
+}
+
+func sameFamily(addrs []netip.Addr, a netip.Addr) (netip.Addr, bool) {
+	for _, x := range addrs {
+		if x = x.Unmap(); x.Is4() == a.Is4() && x.IsValid() {
+			return x, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// Fake is a Kernel that keeps what it was given.
+type Fake struct {
+	Entries []Entry
+	Applied int
+	Err     error
+}
+
+// Apply records entries.
+func (f *Fake) Apply(entries []Entry) error {
+	if f.Err != nil {
+		return f.Err
+	}
+	f.Entries = slices.Clone(entries)
+	f.Applied++
+	return nil
+}

@@ -1,0 +1,113 @@
+package handover
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+)
+
+var (
+	vip4  = netip.MustParseAddr("198.51.100.236")
+	vip6  = netip.MustParseAddr("2001:db8:0:1::236")
+	nodes = map[string][]netip.Addr{
+		"a": {netip.MustParseAddr("198.51.100.12"), netip.MustParseAddr("2001:db8:0:1::12")},
+		"b": {netip.MustParseAddr("198.51.100.13")},
+	}
+	t0 = time.Date(2026, 11, 28, 16, 0, 0, 0, time.UTC)
+)
+
+func round(at time.Duration, held map[netip.Addr][]string, prev map[netip.Addr]string, live ...string) Round {
+	l := map[string]bool{}
+	for _, n := range live {
+		l[n] = true
+	}
+	return Round{Now: t0.Add(at), Keep: time.Hour, Self: "c", Held: held, Previous: func(a netip.Addr) string { return prev[a] },
+		Live: l, Addresses: nodes}
+}
+
+// TestTrackerPlannedMove: an address taken from a live member forwards to
+// it on each interface, for Keep, and not once it is lost, the member is
+// gone, or Keep passed.
+func TestTrackerPlannedMove(t *testing.T) {
+	tr := NewTracker()
+	held := map[netip.Addr][]string{vip4: {"eth0", "eth1"}, vip6: {"eth0"}}
+	prev := map[netip.Addr]string{vip4: "a", vip6: "a"}
+	res := tr.Update(round(0, held, prev, "a", "b", "c"))
+	want := []Entry{
+		{vip4, "eth0", nodes["a"][0]},
+		{vip4, "eth1", nodes["a"][0]},
+		{vip6, "eth0", nodes["a"][1]},
+	}
+	if !slices.Equal(res.Entries, want) || !res.Next.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("entries %v next %v, want %v and an hour on", res.Entries, res.Next, want)
+	}
+	// Later rounds see this node as the previous winner: the move stays.
+	prev = map[netip.Addr]string{vip4: "c", vip6: "c"}
+	if res := tr.Update(round(time.Minute, held, prev, "a", "b", "c")); len(res.Entries) != 3 {
+		t.Fatalf("a later round: %v, want the three entries kept", res.Entries)
+	}
+	// vip6 lost: only vip4's entries stay.
+	held = map[netip.Addr][]string{vip4: {"eth0", "eth1"}}
+	if res := tr.Update(round(2*time.Minute, held, prev, "a", "b", "c")); len(res.Entries) != 2 || res.Entries[0].Addr != vip4 {
+		t.Fatalf("after losing %s: %v", vip6, res.Entries)
+	}
+	// Keep over: nothing.
+	if res := tr.Update(round(time.Hour, held, prev, "a", "b", "c")); len(res.Entries) != 0 || !res.Next.IsZero() {
+		t.Fatalf("after Keep: %v next %v, want none", res.Entries, res.Next)
+	}
+}
+
+// TestTrackerNotPlanned: an address taken from a dead member, from
+// nobody, or held before forwards nowhere; Keep 0 forwards nothing.
+func TestTrackerNotPlanned(t *testing.T) {
+	held := map[netip.Addr][]string{vip4: {"eth0"}}
+	for name, r := range map[string]Round{
+		"former holder dead": round(0, held, map[netip.Addr]string{vip4: "a"}, "b", "c"),
+		"new address":        round(0, held, map[netip.Addr]string{}, "a", "b", "c"),
+		"this node's before": round(0, held, map[netip.Addr]string{vip4: "c"}, "a", "b", "c"),
+	} {
+		if res := NewTracker().Update(r); len(res.Entries) != 0 {
+			t.Errorf("%s: %v, want none", name, res.Entries)
+		}
+	}
+	r := round(0, held, map[netip.Addr]string{vip4: "a"}, "a", "c")
+	r.Keep = 0
+	if res := NewTracker().Update(r); len(res.Entries) != 0 {
+		t.Errorf("Keep 0: %v, want none", res.Entries)
+	}
+	// Held already: a member that later appears as the previous winner
+	// (a round that lost and regained it within) is not a new move.
+	tr := NewTracker()
+	tr.Update(round(0, held, map[netip.Addr]string{}, "a", "c"))
+	if res := tr.Update(round(time.Second, held, map[netip.Addr]string{vip4: "a"}, "a", "c")); len(res.Entries) != 0 {
+		t.Errorf("held throughout: %v, want none", res.Entries)
+	}
+}
+
+// TestTrackerFormerHolderGoes: the former holder dying ends the forward,
+// and it does not come back when the member does.
+func TestTrackerFormerHolderGoes(t *testing.T) {
+	tr := NewTracker()
+	held := map[netip.Addr][]string{vip4: {"eth0"}}
+	if res := tr.Update(round(0, held, map[netip.Addr]string{vip4: "a"}, "a", "c")); len(res.Entries) != 1 {
+		t.Fatalf("%v", res.Entries)
+	}
+	prev := map[netip.Addr]string{vip4: "c"}
+	if res := tr.Update(round(time.Second, held, prev, "c")); len(res.Entries) != 0 {
+		t.Fatalf("a dead: %v", res.Entries)
+	}
+	if res := tr.Update(round(2*time.Second, held, prev, "a", "c")); len(res.Entries) != 0 {
+		t.Fatalf("a back: %v", res.Entries)
+	}
+}
+
+// TestTrackerNoAddress: a former holder without an address of the
+// family is reported, not forwarded to.
+func TestTrackerNoAddress(t *testing.T) {
+	held := map[netip.Addr][]string{vip6: {"eth0"}}
+	res := NewTracker().Update(round(0, held, map[netip.Addr]string{vip6: "b"}, "b", "c"))
+	if len(res.Entries) != 0 || len(res.Unreachable) != 1 {
+		t.Fatalf("entries %v unreachable %v", res.Entries, res.Unreachable)
+	}
+}

@@ -1,0 +1,219 @@
+package handover
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The kernel test builds a LAN of three throwaway namespaces on a bridge
+// of a fourth: a client c and two nodes a and b, each DNATing the address
+// to a server of its own, as the proxy does. The client opens a
+// connection through a, then the address moves to b (the client's
+// neighbour entry now names b's MAC). Without an entry, b resets the
+// connection; with Netlink's entry, the connection goes on, answered by
+// a's server, while a new connection is b's.
+
+const (
+	addrC = "192.0.2.11"
+	addrA = "192.0.2.12"
+	addrB = "192.0.2.13"
+	vip   = "192.0.2.100"
+)
+
+func run(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// inNetns runs f on a thread moved into the named namespace; sockets made
+// there stay in it.
+func inNetns(t *testing.T, ns string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Errorf("opening netns %s: %v", ns, err)
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			t.Errorf("entering netns %s: %v", ns, err)
+			return
+		}
+		f()
+	}()
+	<-done
+}
+
+// serve answers each line with "name:line".
+func serve(t *testing.T, ns, name, addr string) {
+	var ln net.Listener
+	inNetns(t, ns, func() {
+		var err error
+		if ln, err = net.Listen("tcp", addr+":8080"); err != nil {
+			t.Errorf("listening in %s: %v", ns, err)
+		}
+	})
+	if ln == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					l, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, name+":"+l); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+}
+
+func ask(c net.Conn, what string) (string, error) {
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, what+"\n"); err != nil {
+		return "", err
+	}
+	l, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(l), err
+}
+
+func TestNetlinkKeepsConnection(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces and nftables")
+	}
+	for _, tool := range []string{"ip", "iptables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	p := fmt.Sprintf("hho%d", os.Getpid()%100000)
+	ns := func(n string) string { return p + "-" + n }
+	for _, n := range []string{"br", "c", "a", "b"} {
+		run(t, "ip", "netns", "add", ns(n))
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns(n)).Run() })
+	}
+	run(t, "ip", "-n", ns("br"), "link", "add", "br0", "type", "bridge")
+	run(t, "ip", "-n", ns("br"), "link", "set", "br0", "up")
+	for n, a := range map[string]string{"c": addrC, "a": addrA, "b": addrB} {
+		// Made inside the bridge's namespace, the node's end moved out:
+		// nothing touches the root namespace.
+		run(t, "ip", "-n", ns("br"), "link", "add", "p"+n, "type", "veth", "peer", "name", "eth0", "netns", ns(n))
+		run(t, "ip", "-n", ns("br"), "link", "set", "p"+n, "master", "br0", "up")
+		run(t, "ip", "-n", ns(n), "link", "set", "eth0", "up")
+		run(t, "ip", "-n", ns(n), "link", "set", "lo", "up")
+		run(t, "ip", "-n", ns(n), "addr", "add", a+"/24", "dev", "eth0")
+	}
+	for n, a := range map[string]string{"a": addrA, "b": addrB} {
+		run(t, "ip", "netns", "exec", ns(n), "iptables", "-t", "nat", "-A", "PREROUTING", "-d", vip, "-p", "tcp", "--dport", "80",
+			"-j", "DNAT", "--to-destination", a+":8080")
+		serve(t, ns(n), n, a)
+	}
+	mac := func(n string) string {
+		return strings.TrimSpace(run(t, "ip", "netns", "exec", ns(n), "cat", "/sys/class/net/eth0/address"))
+	}
+	index := func(string) (int, error) {
+		s := run(t, "ip", "netns", "exec", ns("b"), "cat", "/sys/class/net/eth0/ifindex")
+		return strconv.Atoi(strings.TrimSpace(s))
+	}
+	fd, err := unix.Open("/var/run/netns/"+ns("b"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	k := Netlink{NetNS: fd, Index: index}
+
+	moveTo := func(n string) {
+		run(t, "ip", "-n", ns("c"), "neigh", "replace", vip, "lladdr", mac(n), "dev", "eth0", "nud", "permanent")
+	}
+	dial := func() net.Conn {
+		var c net.Conn
+		inNetns(t, ns("c"), func() {
+			var err error
+			if c, err = net.DialTimeout("tcp", vip+":80", 2*time.Second); err != nil {
+				t.Errorf("dialing %s: %v", vip, err)
+			}
+		})
+		if c == nil {
+			t.FailNow()
+		}
+		return c
+	}
+	try := func(keep bool) (before, after, fresh string, afterErr error) {
+		moveTo("a")
+		c := dial()
+		defer c.Close()
+		if before, err = ask(c, "1"); err != nil {
+			t.Fatalf("through a: %v", err)
+		}
+		var entries []Entry
+		if keep {
+			entries = []Entry{{netip.MustParseAddr(vip), "eth0", netip.MustParseAddr(addrA)}}
+		}
+		if err := k.Apply(entries); err != nil {
+			t.Fatal(err)
+		}
+		moveTo("b")
+		after, afterErr = ask(c, "2")
+		c2 := dial()
+		defer c2.Close()
+		fresh, err = ask(c2, "3")
+		if err != nil {
+			t.Fatalf("a new connection through b: %v", err)
+		}
+		return before, after, fresh, afterErr
+	}
+
+	before, after, fresh, err := try(false)
+	t.Logf("without an entry: %q, then %q (%v); a new connection: %q", before, after, err, fresh)
+	if before != "a:1" || err == nil || fresh != "b:3" {
+		t.Errorf("without an entry the moved connection should fail: got %q then %q (%v), new %q", before, after, err, fresh)
+	}
+	before, after, fresh, err = try(true)
+	t.Logf("with the entry: %q, then %q (%v); a new connection: %q", before, after, err, fresh)
+	if before != "a:1" || err != nil || after != "a:2" || fresh != "b:3" {
+		t.Errorf("with the entry the connection should go on through a: got %q then %q (%v), new %q", before, after, err, fresh)
+	}
+	out := run(t, "ip", "netns", "exec", ns("b"), "nft", "list", "table", "ip", TableName)
+	t.Logf("nft list table ip %s:\n%s", TableName, out)
+	if !strings.Contains(out, "dup to "+addrA+` device "eth0" drop`) {
+		t.Errorf("the rule is not as expected:\n%s", out)
+	}
+	if err := k.Apply(nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("ip", "netns", "exec", ns("b"), "nft", "list", "tables").CombinedOutput(); err != nil || strings.Contains(string(out), TableName) {
+		t.Errorf("after Apply(nil) the tables should be gone: %v\n%s", err, out)
+	}
+}
