@@ -72,6 +72,11 @@ func (k *kubeSource) Snapshot() Snapshot {
 	for _, n := range nodes {
 		an := view.Node{Name: n.Name, Labels: n.Labels}
 		an.Drained, _, an.DrainErr = lbapi.NodeDrain(n)
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
+				an.Addresses = append(an.Addresses, ip.Unmap())
+			}
+		}
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionTrue {
 				an.NetworkUnavailable = true

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/herald-lb/herald/speaker/handover"
 	"github.com/herald-lb/herald/speaker/layer2"
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 	"github.com/herald-lb/herald/speaker/partition"
@@ -31,10 +33,18 @@ type layer2Protocol struct {
 	// rejoined is set when a member joined or died: every held address
 	// is announced again at the next sync.
 	rejoined *atomic.Bool
+	// handover follows the addresses taken over from live members;
+	// handed are the entries last put in the kernel (handedOnce: at
+	// least once, which also clears a dead process's); handTimer
+	// syncs again when one expires.
+	handover   *handover.Tracker
+	handed     []handover.Entry
+	handedOnce bool
+	handTimer  *time.Timer
 }
 
 func newLayer2Protocol(e *env, tk *partition.Takeovers, ifs *Interfaces, rejoined *atomic.Bool) *layer2Protocol {
-	p := &layer2Protocol{env: e, takeovers: tk, ifs: ifs, rejoined: rejoined}
+	p := &layer2Protocol{env: e, takeovers: tk, ifs: ifs, rejoined: rejoined, handover: handover.NewTracker()}
 	p.responders = &responderSet{env: e, ann: &p.ann, live: map[string]*responderEntry{}, retired: map[string]layer2.Stats{}}
 	return p
 }
@@ -57,6 +67,9 @@ func (p *layer2Protocol) sync(r *round) result {
 	st := l2plan.Compute(in)
 	p.takeovers.Start(contested(st), func(a netip.Addr) string { prev, _ := p.state.Lookup(a); return prev.Winner })
 	ch := l2plan.Diff(p.state, st)
+	// Before this node answers for what it gained: the connections
+	// its former holder carries must already find their way there.
+	p.syncHandover(r, st)
 	p.ann.Set(st.Announced())
 	p.responders.syncGroups()
 	if p.rejoined.Swap(false) {
@@ -301,4 +314,66 @@ func addStats(a, b layer2.Stats) layer2.Stats {
 		a.Ignored[k] += v
 	}
 	return a
+}
+
+// syncHandover puts in the kernel the forwarding of the connections of
+// the addresses this node took over from a live member (speaker/handover).
+// A failure is logged and retried at the next sync; it never holds an
+// announcement back.
+func (p *layer2Protocol) syncHandover(r *round, st l2plan.State) {
+	if p.d.Handover == nil {
+		return
+	}
+	addrs := make(map[string][]netip.Addr, len(r.snap.Nodes))
+	for _, n := range r.snap.Nodes {
+		addrs[n.Name] = n.Addresses
+	}
+	res := p.handover.Update(handover.Round{Now: time.Now(), Keep: p.d.HandoverKeep, Self: p.d.Node, Held: st.Announced(),
+		Previous: func(a netip.Addr) string { prev, _ := p.state.Lookup(a); return prev.Winner },
+		Live:     r.liveNames, Addresses: addrs})
+	p.logs.once("handover-unreachable", strings.Join(res.Unreachable, ", "), func() {
+		if len(res.Unreachable) > 0 {
+			p.d.Log.Warn("handover: connections of addresses taken over from a live node are not forwarded to it: it has no address of the family", "addresses", res.Unreachable)
+		}
+	})
+	if p.handTimer != nil {
+		p.handTimer.Stop()
+		p.handTimer = nil
+	}
+	if !res.Next.IsZero() {
+		p.handTimer = time.AfterFunc(time.Until(res.Next)+10*time.Millisecond, p.trigger)
+	}
+	if p.handedOnce && slices.Equal(res.Entries, p.handed) {
+		return
+	}
+	err := p.d.Handover.Apply(res.Entries)
+	p.logs.once("handover-error", fmt.Sprint(err), func() {
+		if err != nil {
+			p.d.Log.Error("handover: forwarding the connections of moved addresses to their former holders", "err", err)
+		}
+	})
+	if err != nil {
+		return
+	}
+	if p.handedOnce || len(res.Entries) > 0 {
+		names := make([]string, len(res.Entries))
+		for i, e := range res.Entries {
+			names[i] = e.String()
+		}
+		p.d.Log.Info("handover: connections this node did not open go to the former holder", "entries", names)
+	}
+	p.handed, p.handedOnce = res.Entries, true
+}
+
+// stopHandover removes the forwarding as the speaker stops: the others
+// take its addresses over.
+func (p *layer2Protocol) stopHandover() {
+	if p.handTimer != nil {
+		p.handTimer.Stop()
+	}
+	if p.d.Handover != nil && len(p.handed) > 0 {
+		if err := p.d.Handover.Apply(nil); err != nil {
+			p.d.Log.Warn("handover: removing the forwarding", "err", err)
+		}
+	}
 }

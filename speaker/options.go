@@ -72,6 +72,10 @@ type Options struct {
 	// speaker declared dead listens for the latter still answering for
 	// it on the LAN before it answers itself; 0 turns the check off.
 	TakeoverCheck time.Duration
+	// HandoverKeep is how long after this node took a layer-2 address
+	// over from a live member it sends the connections it never saw to
+	// that member (speaker/handover); 0 turns it off.
+	HandoverKeep time.Duration
 	// RestartHold is how long the others keep electing a speaker that
 	// left saying it restarts in place (a rolling update on a node that
 	// stays; its proxy rules stay in the kernel) before they take its
@@ -98,6 +102,11 @@ type Options struct {
 	PodNamespace, PodName, PodUID string
 }
 
+// DefaultHandoverKeep is --handover-keep's default: long enough for the
+// requests and streams of most connections, short enough that a former
+// holder does not carry an address's old connections for the day.
+const DefaultHandoverKeep = time.Hour
+
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
 	ns := os.Getenv("POD_NAMESPACE")
@@ -119,6 +128,7 @@ func DefaultOptions() Options {
 		HeartbeatPeriod: time.Second,
 		RecoveryHold:    30 * time.Second,
 		TakeoverCheck:   partition.DefaultTakeoverCheckWait,
+		HandoverKeep:    DefaultHandoverKeep,
 		RestartHold:     DefaultRestartHold,
 		PodNamespace:    os.Getenv("POD_NAMESPACE"),
 		PodName:         os.Getenv("POD_NAME"),
@@ -162,6 +172,7 @@ func Flags(fs *pflag.FlagSet, o *Options) (finish func() error) {
 	fs.DurationVar(&o.HeartbeatPeriod, "heartbeat-period", o.HeartbeatPeriod, "how often the speakers' heartbeat Lease "+heartbeat.LeaseName+" is renewed; a speaker whose memberlist view is a minority of the speakers it knows of holds back its claims while one outside its view renewed it within 3 periods, and for 3 periods after it found itself in a minority")
 	fs.DurationVar(&o.RestartHold, "restart-hold", o.RestartHold, "when another node's speaker stops for a restart in place (its pod deleted by a rolling update while the node stays schedulable and Ready, and its DaemonSet stays), how long this speaker keeps electing it instead of taking its addresses over: the node keeps forwarding, so the addresses do not move twice; after the hold without the new speaker, they are taken over (0: at once)")
 	fs.DurationVar(&o.RecoveryHold, "recovery-hold", o.RecoveryHold, "after memberlist declared this speaker dead (it was paused or cut off, and came back) or it was isolated, how long it leaves its addresses with the other nodes and wins only those no other node can announce; each new such event starts the hold over, so a flapping speaker does not move addresses back and forth (0: claim them back at once)")
+	fs.DurationVar(&o.HandoverKeep, "handover-keep", o.HandoverKeep, "after this node took a layer-2 address over from a node that is still a live member (herald drain and --undo, the move back to a node that recovered or restarted), how long it sends packets of TCP connections it never saw to that node, where they are known, instead of resetting them (nftables, a table herald-handover per family; docs/concepts.md); 0: off")
 	fs.DurationVar(&o.TakeoverCheck, "takeover-check", o.TakeoverCheck, "before answering for an address won from a speaker memberlist declared dead (not one that left), how long to listen for that speaker still answering for it on the LAN (an ARP or NDP probe, sent twice); while it does (memberlist cut between nodes, the LAN working) the address is not answered here, for up to "+partition.MaxTakeoverHold.String()+"; every failover from a dead node takes this much longer (0: no check)")
 	fs.DurationVar(&o.BGPShutdownWait, "bgp-shutdown-wait", o.BGPShutdownWait, "on a graceful stop, how long to wait for the withdrawals to be sent before closing the BGP sessions")
 	fs.DurationVar(&o.BGPDrainWait, "bgp-drain-wait", o.BGPDrainWait, "once herald drain marked this node, how long it advertises its routes with the GRACEFUL_SHUTDOWN community (65535:0) before it withdraws them, for the routers to move traffic to the other nodes first (0: withdraw at once)")
@@ -245,6 +256,9 @@ func (o Options) Validate() error {
 	}
 	if o.RecoveryHold < 0 || o.RecoveryHold > time.Hour {
 		bad("recovery-hold", "must be between 0s and 1h, got %s", o.RecoveryHold)
+	}
+	if o.HandoverKeep < 0 || o.HandoverKeep > 24*time.Hour {
+		bad("handover-keep", "must be between 0s and 24h, got %s", o.HandoverKeep)
 	}
 	if o.TakeoverCheck < 0 || o.TakeoverCheck > 2*time.Second {
 		bad("takeover-check", "must be between 0s and 2s, got %s", o.TakeoverCheck)

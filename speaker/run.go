@@ -30,6 +30,7 @@ import (
 	"github.com/herald-lb/herald/internal/version"
 	"github.com/herald-lb/herald/speaker/bgp"
 	"github.com/herald-lb/herald/speaker/bgp/gobgp"
+	"github.com/herald-lb/herald/speaker/handover"
 	"github.com/herald-lb/herald/speaker/heartbeat"
 	"github.com/herald-lb/herald/speaker/members"
 	"github.com/herald-lb/herald/speaker/partition"
@@ -86,6 +87,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		Source: w.src, Links: NetlinkLinks{}, NewResponder: PacketResponders(log.With("component", "layer2")),
 		Status: status, Events: rec, Metrics: m, Log: log, BGP: w.bgpMgr,
 		Partition: guard, BGPDrainWait: o.BGPDrainWait,
+		Handover: handover.Netlink{}, HandoverKeep: o.HandoverKeep,
 	}.withProxy(o.ProxyRules).withTakeoverCheck(o.TakeoverCheck))
 	current.set(sp)
 	if o.ProxyRules != nil {

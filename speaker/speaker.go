@@ -16,6 +16,7 @@ import (
 	"github.com/herald-lb/herald/config"
 	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/speaker/bgp"
+	"github.com/herald-lb/herald/speaker/handover"
 	"github.com/herald-lb/herald/speaker/layer2"
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
 	"github.com/herald-lb/herald/speaker/members"
@@ -105,6 +106,11 @@ type Deps struct {
 	// BGPDrainWait is how long a drained node advertises its routes with
 	// GRACEFUL_SHUTDOWN before it withdraws them (drain.go).
 	BGPDrainWait time.Duration
+	// Handover keeps the connections of an address this node took over
+	// from a live member going to that member for HandoverKeep
+	// (speaker/handover); nil or a zero HandoverKeep: it does not.
+	Handover     handover.Kernel
+	HandoverKeep time.Duration
 }
 
 // ProxyRules is the in-process proxy as the speaker's command wires it:
@@ -339,6 +345,7 @@ func (s *Speaker) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			s.takeovers.Stop()
+			s.l2.stopHandover()
 			s.loop.cancel()
 			wg.Wait()
 			return

@@ -63,6 +63,10 @@ type Node struct {
 	// DrainErr: the mark has a value herald does not read; Drained is
 	// then false and the speaker keeps the drain state it had.
 	DrainErr error
+	// Addresses are the Node's InternalIPs: where a planned layer-2 move
+	// forwards the connections of the address's former holder
+	// (speaker/handover).
+	Addresses []netip.Addr
 }
 
 // Options tune eligibility.

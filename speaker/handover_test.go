@@ -1,0 +1,63 @@
+package speaker
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/herald-lb/herald/speaker/handover"
+	"github.com/herald-lb/herald/speaker/members"
+)
+
+// TestHandoverOnPlannedMove: the node that takes an address over from a
+// drained (live) member forwards the connections it never saw to that
+// member's address, before it answers; the forward ends when the member
+// dies. A takeover from a dead member forwards nothing.
+func TestHandoverOnPlannedMove(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...)
+	next := winner(ip, "node2", "node3")
+	kernel := &handover.Fake{}
+	l := newLabWith(t, next, nodes, func(d *Deps) { d.Handover, d.HandoverKeep = kernel, time.Hour })
+	node1IP := netip.MustParseAddr("198.51.100.11")
+	l.src.set(func(sn *Snapshot) {
+		for i := range sn.Nodes {
+			if sn.Nodes[i].Name == "node1" {
+				sn.Nodes[i].Addresses = []netip.Addr{node1IP}
+			}
+		}
+	})
+	l.service("web", false, ip)
+	l.sp.Sync()
+	if l.answersAnywhere(ip) || kernel.Applied != 1 || len(kernel.Entries) != 0 {
+		t.Fatalf("before the drain: answering %v, kernel %+v; want no answer and one empty apply (clearing a dead process's)", l.answersAnywhere(ip), kernel)
+	}
+	l.cluster.Set(members.Member{Name: "node1", Meta: members.Meta{Interfaces: []string{"eth0"}, Drained: true}})
+	l.sp.Sync()
+	want := []handover.Entry{{Addr: addr(ip), Iface: "eth0", Via: node1IP}}
+	if !l.answers(ip) || !slices.Equal(kernel.Entries, want) {
+		t.Fatalf("after node1's drain: answering %v, entries %v; want %v", l.answers(ip), kernel.Entries, want)
+	}
+	applied := kernel.Applied
+	l.sp.Sync()
+	if kernel.Applied != applied {
+		t.Errorf("an unchanged round applied the entries again")
+	}
+	l.cluster.Remove("node1")
+	l.sp.Sync()
+	if len(kernel.Entries) != 0 {
+		t.Errorf("node1 dead, yet forwarding to it: %v", kernel.Entries)
+	}
+
+	// A failover: the former holder is dead when the address moves.
+	f := &handover.Fake{}
+	o := newLabWith(t, next, nodes, func(d *Deps) { d.Handover, d.HandoverKeep = f, time.Hour })
+	o.service("web", false, ip)
+	o.sp.Sync()
+	o.cluster.Remove("node1")
+	o.sp.Sync()
+	if !o.answers(ip) || len(f.Entries) != 0 {
+		t.Errorf("after node1 died: answering %v, entries %v; want the address and no forward", o.answers(ip), f.Entries)
+	}
+}
