@@ -25,12 +25,15 @@ import (
 // connection; with Netlink's entry, the connection goes on, answered by
 // a's server, while a new connection is b's.
 
-const (
-	addrC = "192.0.2.11"
-	addrA = "192.0.2.12"
-	addrB = "192.0.2.13"
-	vip   = "192.0.2.100"
-)
+// family is one address family's lab addresses.
+type family struct {
+	name, c, a, b, vip, bits, iptables, table string
+}
+
+var families = []family{
+	{"IPv4", "192.0.2.11", "192.0.2.12", "192.0.2.13", "192.0.2.100", "/24", "iptables", "ip"},
+	{"IPv6", "2001:db8:48::11", "2001:db8:48::12", "2001:db8:48::13", "2001:db8:48::100", "/64", "ip6tables", "ip6"},
+}
 
 func run(t *testing.T, args ...string) string {
 	t.Helper()
@@ -69,7 +72,7 @@ func serve(t *testing.T, ns, name, addr string) {
 	var ln net.Listener
 	inNetns(t, ns, func() {
 		var err error
-		if ln, err = net.Listen("tcp", addr+":8080"); err != nil {
+		if ln, err = net.Listen("tcp", net.JoinHostPort(addr, "8080")); err != nil {
 			t.Errorf("listening in %s: %v", ns, err)
 		}
 	})
@@ -113,12 +116,17 @@ func TestNetlinkKeepsConnection(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces and nftables")
 	}
-	for _, tool := range []string{"ip", "iptables"} {
+	for _, tool := range []string{"ip", "iptables", "ip6tables", "nft"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s", tool)
 		}
 	}
-	p := fmt.Sprintf("hho%d", os.Getpid()%100000)
+	for i, f := range families {
+		t.Run(f.name, func(t *testing.T) { keepsConnection(t, f, fmt.Sprintf("hho%d%d", os.Getpid()%10000, i)) })
+	}
+}
+
+func keepsConnection(t *testing.T, f family, p string) {
 	ns := func(n string) string { return p + "-" + n }
 	for _, n := range []string{"br", "c", "a", "b"} {
 		run(t, "ip", "netns", "add", ns(n))
@@ -126,18 +134,21 @@ func TestNetlinkKeepsConnection(t *testing.T) {
 	}
 	run(t, "ip", "-n", ns("br"), "link", "add", "br0", "type", "bridge")
 	run(t, "ip", "-n", ns("br"), "link", "set", "br0", "up")
-	for n, a := range map[string]string{"c": addrC, "a": addrA, "b": addrB} {
+	for n, a := range map[string]string{"c": f.c, "a": f.a, "b": f.b} {
 		// Made inside the bridge's namespace, the node's end moved out:
 		// nothing touches the root namespace.
 		run(t, "ip", "-n", ns("br"), "link", "add", "p"+n, "type", "veth", "peer", "name", "eth0", "netns", ns(n))
 		run(t, "ip", "-n", ns("br"), "link", "set", "p"+n, "master", "br0", "up")
+		// No duplicate address detection: the link-local address would
+		// be tentative for a second, and neighbour discovery with it.
+		run(t, "ip", "netns", "exec", ns(n), "sysctl", "-qw", "net.ipv6.conf.eth0.accept_dad=0")
 		run(t, "ip", "-n", ns(n), "link", "set", "eth0", "up")
 		run(t, "ip", "-n", ns(n), "link", "set", "lo", "up")
-		run(t, "ip", "-n", ns(n), "addr", "add", a+"/24", "dev", "eth0")
+		run(t, "ip", "-n", ns(n), "addr", "add", a+f.bits, "dev", "eth0", "nodad")
 	}
-	for n, a := range map[string]string{"a": addrA, "b": addrB} {
-		run(t, "ip", "netns", "exec", ns(n), "iptables", "-t", "nat", "-A", "PREROUTING", "-d", vip, "-p", "tcp", "--dport", "80",
-			"-j", "DNAT", "--to-destination", a+":8080")
+	for n, a := range map[string]string{"a": f.a, "b": f.b} {
+		run(t, "ip", "netns", "exec", ns(n), f.iptables, "-t", "nat", "-A", "PREROUTING", "-d", f.vip, "-p", "tcp", "--dport", "80",
+			"-j", "DNAT", "--to-destination", net.JoinHostPort(a, "8080"))
 		serve(t, ns(n), n, a)
 	}
 	mac := func(n string) string {
@@ -155,14 +166,14 @@ func TestNetlinkKeepsConnection(t *testing.T) {
 	k := Netlink{NetNS: fd, Index: index}
 
 	moveTo := func(n string) {
-		run(t, "ip", "-n", ns("c"), "neigh", "replace", vip, "lladdr", mac(n), "dev", "eth0", "nud", "permanent")
+		run(t, "ip", "-n", ns("c"), "neigh", "replace", f.vip, "lladdr", mac(n), "dev", "eth0", "nud", "permanent")
 	}
 	dial := func() net.Conn {
 		var c net.Conn
 		inNetns(t, ns("c"), func() {
 			var err error
-			if c, err = net.DialTimeout("tcp", vip+":80", 2*time.Second); err != nil {
-				t.Errorf("dialing %s: %v", vip, err)
+			if c, err = net.DialTimeout("tcp", net.JoinHostPort(f.vip, "80"), 2*time.Second); err != nil {
+				t.Errorf("dialing %s: %v", f.vip, err)
 			}
 		})
 		if c == nil {
@@ -174,12 +185,13 @@ func TestNetlinkKeepsConnection(t *testing.T) {
 		moveTo("a")
 		c := dial()
 		defer c.Close()
+		var err error
 		if before, err = ask(c, "1"); err != nil {
 			t.Fatalf("through a: %v", err)
 		}
 		var entries []Entry
 		if keep {
-			entries = []Entry{{netip.MustParseAddr(vip), "eth0", netip.MustParseAddr(addrA)}}
+			entries = []Entry{{netip.MustParseAddr(f.vip), "eth0", netip.MustParseAddr(f.a)}}
 		}
 		if err := k.Apply(entries); err != nil {
 			t.Fatal(err)
@@ -205,9 +217,9 @@ func TestNetlinkKeepsConnection(t *testing.T) {
 	if before != "a:1" || err != nil || after != "a:2" || fresh != "b:3" {
 		t.Errorf("with the entry the connection should go on through a: got %q then %q (%v), new %q", before, after, err, fresh)
 	}
-	out := run(t, "ip", "netns", "exec", ns("b"), "nft", "list", "table", "ip", TableName)
-	t.Logf("nft list table ip %s:\n%s", TableName, out)
-	if !strings.Contains(out, "dup to "+addrA+` device "eth0" drop`) {
+	out := run(t, "ip", "netns", "exec", ns("b"), "nft", "list", "table", f.table, TableName)
+	t.Logf("nft list table %s %s:\n%s", f.table, TableName, out)
+	if !strings.Contains(out, "dup to "+f.a+` device "eth0" drop`) {
 		t.Errorf("the rule is not as expected:\n%s", out)
 	}
 	if err := k.Apply(nil); err != nil {
