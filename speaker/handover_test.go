@@ -61,3 +61,28 @@ func TestHandoverOnPlannedMove(t *testing.T) {
 		t.Errorf("after node1 died: answering %v, entries %v; want the address and no forward", o.answers(ip), f.Entries)
 	}
 }
+
+// TestHandoverAfterStart: a speaker that starts (its process crashed and
+// came back) and wins an address at once forwards to the node that held
+// it meanwhile: the winner without it.
+func TestHandoverAfterStart(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...)
+	interim := winner(ip, "node2", "node3")
+	kernel := &handover.Fake{}
+	l := newLabWith(t, "node1", nodes, func(d *Deps) { d.Handover, d.HandoverKeep = kernel, time.Hour })
+	interimIP := netip.MustParseAddr("2001:db8::7")
+	l.src.set(func(sn *Snapshot) {
+		for i := range sn.Nodes {
+			if sn.Nodes[i].Name == interim {
+				sn.Nodes[i].Addresses = []netip.Addr{netip.MustParseAddr("198.51.100.7"), interimIP}
+			}
+		}
+	})
+	l.service("web", false, ip)
+	l.sp.Sync()
+	want := []handover.Entry{{Addr: addr(ip), Iface: "eth0", Via: netip.MustParseAddr("198.51.100.7")}}
+	if !l.answers(ip) || !slices.Equal(kernel.Entries, want) {
+		t.Fatalf("answering %v, entries %v; want %v", l.answers(ip), kernel.Entries, want)
+	}
+}

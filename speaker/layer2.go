@@ -69,7 +69,7 @@ func (p *layer2Protocol) sync(r *round) result {
 	ch := l2plan.Diff(p.state, st)
 	// Before this node answers for what it gained: the connections
 	// its former holder carries must already find their way there.
-	p.syncHandover(r, st)
+	p.syncHandover(r, st, p.previousWinners(in))
 	p.ann.Set(st.Announced())
 	p.responders.syncGroups()
 	if p.rejoined.Swap(false) {
@@ -316,11 +316,26 @@ func addStats(a, b layer2.Stats) layer2.Stats {
 	return a
 }
 
+// previousWinners tells who held each address before this round. A
+// speaker that just started has no round before: the holders are then
+// the winners without this node, as the others elected them while it
+// was away (its process crashed and came back, say), computed once.
+func (p *layer2Protocol) previousWinners(in l2plan.Input) func(netip.Addr) string {
+	prev := p.state
+	if p.d.Handover != nil && prev.Node == "" {
+		without := in
+		without.Members = slices.DeleteFunc(slices.Clone(in.Members), func(m l2plan.Member) bool { return m.Name == p.d.Node })
+		without.Previous, without.Contested, without.Reporter = nil, nil, false
+		prev = l2plan.Compute(without)
+	}
+	return func(a netip.Addr) string { ip, _ := prev.Lookup(a); return ip.Winner }
+}
+
 // syncHandover puts in the kernel the forwarding of the connections of
 // the addresses this node took over from a live member (speaker/handover).
 // A failure is logged and retried at the next sync; it never holds an
 // announcement back.
-func (p *layer2Protocol) syncHandover(r *round, st l2plan.State) {
+func (p *layer2Protocol) syncHandover(r *round, st l2plan.State, previous func(netip.Addr) string) {
 	if p.d.Handover == nil {
 		return
 	}
@@ -329,8 +344,7 @@ func (p *layer2Protocol) syncHandover(r *round, st l2plan.State) {
 		addrs[n.Name] = n.Addresses
 	}
 	res := p.handover.Update(handover.Round{Now: time.Now(), Keep: p.d.HandoverKeep, Self: p.d.Node, Held: st.Announced(),
-		Previous: func(a netip.Addr) string { prev, _ := p.state.Lookup(a); return prev.Winner },
-		Live:     r.liveNames, Addresses: addrs})
+		Previous: previous, Live: r.liveNames, Addresses: addrs})
 	p.logs.once("handover-unreachable", strings.Join(res.Unreachable, ", "), func() {
 		if len(res.Unreachable) > 0 {
 			p.d.Log.Warn("handover: connections of addresses taken over from a live node are not forwarded to it: it has no address of the family", "addresses", res.Unreachable)
