@@ -24,9 +24,12 @@ import (
 // move; the kept connection always does, twice. TestFaultsControlPlaneAPIServerDown
 // lost one request in about 10,000 at that point (issue #36).
 //
-// It asserts: the kept connection serves every request with one
-// connection, and no request on new connections fails. Every TCP reset
-// in the client's and nodes' namespaces is printed with the failures.
+// It asserts: the client's neighbour entry moved twice; the node the
+// address moved to forwarded packets (its herald-handover table's
+// counter, speaker/handover); each kept connection (one opened before the
+// drain, one during it) serves every request over one connection; no
+// request on new connections fails. Every TCP reset in the client's and
+// nodes' namespaces is printed with the failures.
 func TestL2MoveKeepsConnections(t *testing.T) {
 	h := harness.Start(t)
 	m := startL2MoveService(h, "move-kept", "198.51.100.236-198.51.100.237", "2001:db8:0:1::236-2001:db8:0:1::237")
@@ -34,53 +37,80 @@ func TestL2MoveKeepsConnections(t *testing.T) {
 	resets, packets := m.captures()
 
 	bin := h.Lab.Bins.Path(labbin.Prober)
-	kept, err := harness.StartKeptProbeProcess(bin, h.Layout.Client, []string{ip}, 80, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
+	keep := func(what string) *harness.Probe {
+		t.Helper()
+		p, err := harness.StartKeptProbeProcess(bin, h.Layout.Client, []string{ip}, 80, 50*time.Millisecond)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Cleanup(p[0].Stop)
+		return p[0]
 	}
+	// before is opened through the announcer and outlives both moves;
+	// during is opened through the next node while the announcer is
+	// drained, and outlives the move back.
+	before := keep("the connection opened before the drain")
 	fresh, err := harness.StartProbeProcess(bin, h.Layout.Client, []string{ip}, 80, 20*time.Millisecond)
 	if err != nil {
-		kept[0].Stop()
 		t.Fatal(err)
 	}
+	t.Cleanup(fresh[0].Stop)
 	stopMAC := harness.WatchMAC(h.Layout.Client, ip)
 	time.Sleep(2 * time.Second)
 	start := time.Now()
 	m.drain(winner, false)
 	next := m.oneAnswer(func(n string) bool { return n != winner }, "another node than "+winner+" answering for "+ip)
 	movedAt := time.Since(start)
+	during := keep("the connection opened during the drain")
 	time.Sleep(3 * time.Second)
+	table, _ := h.Exec(next, "nft", "list", "table", "ip", "herald-handover")
+	t.Logf("MOVE %s's forwarding while %s is drained:\n%s", next, winner, table)
+	if !strings.Contains(table, "dup to ") || strings.Contains(table, "counter packets 0 ") {
+		t.Errorf("%s forwards nothing to %s (its herald-handover table above)", next, winner)
+	}
 	backStart := time.Now()
 	m.drain(winner, true)
 	m.oneAnswer(func(n string) bool { return n == winner }, winner+" answering for "+ip+" again")
 	backAt := time.Since(backStart)
 	time.Sleep(3 * time.Second)
 	changes := stopMAC()
-	kept[0].Stop()
-	fresh[0].Stop()
+	for _, p := range []*harness.Probe{before, during, fresh[0]} {
+		p.Stop()
+	}
 
 	t.Logf("MOVE %s: %s -> %s %s after herald drain, back %s after --undo; the client's neighbour entry: %s",
 		ip, winner, next, movedAt.Round(time.Millisecond), backAt.Round(time.Millisecond), macChanges(changes, m.owner, start))
-	ksent, kfailed := kept[0].Result()
+	if len(changes) != 3 || changes[0].MAC != m.macOf[winner] || changes[1].MAC != m.macOf[next] || changes[2].MAC != m.macOf[winner] {
+		t.Errorf("the client's neighbour entry went %s, want %s, %s, then %s again", macChanges(changes, m.owner, start), winner, next, winner)
+	}
+	var at []time.Time
+	for _, k := range []struct {
+		what string
+		p    *harness.Probe
+	}{{"opened before the drain, kept through both moves", before}, {"opened during the drain, kept through the move back", during}} {
+		sent, failed := k.p.Result()
+		t.Logf("MOVE kept connection %s: %d requests every 50 ms over %d connection(s), %d failed, longest late send %s",
+			k.what, sent, k.p.Conns(), failed, k.p.MaxLate().Round(time.Millisecond))
+		if failed > 0 {
+			t.Errorf("the connection %s: %d of %d requests failed: %s", k.what, failed, sent, k.p.Failures())
+			at = append(at, k.p.FailedAt()...)
+		}
+		if n := k.p.Conns(); n != 1 {
+			t.Errorf("the connection %s was opened %d times, want once", k.what, n)
+		}
+		if sent < 50 {
+			t.Errorf("the connection %s: only %d requests sent", k.what, sent)
+		}
+	}
 	fsent, ffailed := fresh[0].Result()
-	t.Logf("MOVE kept connection: %d requests every 50 ms over %d connection(s), %d failed, longest late send %s",
-		ksent, kept[0].Conns(), kfailed, kept[0].MaxLate().Round(time.Millisecond))
 	t.Logf("MOVE new connection per request: %d requests every 20 ms, %d failed, longest gap %s",
 		fsent, ffailed, fresh[0].MaxGap().Round(time.Millisecond))
-	var at []time.Time
-	if kfailed > 0 {
-		t.Errorf("the kept connection: %d of %d requests failed: %s", kfailed, ksent, kept[0].Failures())
-		at = append(at, kept[0].FailedAt()...)
-	}
-	if n := kept[0].Conns(); n != 1 {
-		t.Errorf("the kept connection was opened %d times, want once for the whole probe", n)
-	}
 	if ffailed > 0 {
 		t.Errorf("new connections: %d of %d requests failed: %s", ffailed, fsent, fresh[0].Failures())
 		at = append(at, fresh[0].FailedAt()...)
 	}
-	if ksent < 100 || fsent < 300 {
-		t.Errorf("too few requests sent (%d kept, %d new): the probes did not run", ksent, fsent)
+	if fsent < 300 {
+		t.Errorf("only %d requests on new connections sent: the probe did not run", fsent)
 	}
 	if len(at) > 0 {
 		t.Logf("TCP resets (tcpdump -e in the client's and every node's namespace):\n  %s", strings.Join(resets.Near(at), "\n  "))

@@ -35,8 +35,8 @@ func TestHandoverOnPlannedMove(t *testing.T) {
 	}
 	l.cluster.Set(members.Member{Name: "node1", Meta: members.Meta{Interfaces: []string{"eth0"}, Drained: true}})
 	l.sp.Sync()
-	want := []handover.Entry{{Addr: addr(ip), Iface: "eth0", Via: node1IP}}
-	if !l.answers(ip) || !slices.Equal(kernel.Entries, want) {
+	want := []handover.Entry{{Addr: addr(ip), Iface: "eth0", Via: node1IP, From: "node1"}}
+	if !l.answers(ip) || !slices.EqualFunc(kernel.Entries, want, sameButTime) {
 		t.Fatalf("after node1's drain: answering %v, entries %v; want %v", l.answers(ip), kernel.Entries, want)
 	}
 	applied := kernel.Applied
@@ -81,8 +81,38 @@ func TestHandoverAfterStart(t *testing.T) {
 	})
 	l.service("web", false, ip)
 	l.sp.Sync()
-	want := []handover.Entry{{Addr: addr(ip), Iface: "eth0", Via: netip.MustParseAddr("198.51.100.7")}}
-	if !l.answers(ip) || !slices.Equal(kernel.Entries, want) {
+	want := []handover.Entry{{Addr: addr(ip), Iface: "eth0", Via: netip.MustParseAddr("198.51.100.7"), From: interim}}
+	if !l.answers(ip) || !slices.EqualFunc(kernel.Entries, want, sameButTime) {
 		t.Fatalf("answering %v, entries %v; want %v", l.answers(ip), kernel.Entries, want)
 	}
 }
+
+func sameButTime(a, b handover.Entry) bool {
+	a.At, b.At = time.Time{}, time.Time{}
+	return a == b
+}
+
+// TestHandoverAdoptsWhatAPredecessorLeft: a speaker that finds entries in
+// the kernel (its predecessor restarted in place) keeps them, with their
+// time, while it holds the address.
+func TestHandoverAdoptsWhatAPredecessorLeft(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...)
+	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	left := handover.Entry{Addr: addr(ip), Iface: "eth0", Via: netip.MustParseAddr("198.51.100.12"), From: "node2", At: at}
+	kernel := &handover.Fake{Entries: []handover.Entry{left}}
+	l := newLabWith(t, "node1", nodes, func(d *Deps) { d.Handover, d.HandoverKeep = kernel, time.Hour })
+	l.src.set(func(sn *Snapshot) {
+		for i := range sn.Nodes {
+			if sn.Nodes[i].Name == "node2" {
+				sn.Nodes[i].Addresses = []netip.Addr{left.Via}
+			}
+		}
+	})
+	l.service("web", false, ip)
+	l.sp.Sync()
+	if !l.answers(ip) || len(kernel.Entries) != 1 || kernel.Entries[0] != left {
+		t.Fatalf("answering %v, entries %v; want %v kept as it was", l.answers(ip), kernel.Entries, left)
+	}
+}
+

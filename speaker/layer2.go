@@ -69,7 +69,7 @@ func (p *layer2Protocol) sync(r *round) result {
 	ch := l2plan.Diff(p.state, st)
 	// Before this node answers for what it gained: the connections
 	// its former holder carries must already find their way there.
-	p.syncHandover(r, st, p.previousWinners(in))
+	p.syncHandover(r, st, p.handoverBefore(in))
 	p.ann.Set(st.Announced())
 	p.responders.syncGroups()
 	if p.rejoined.Swap(false) {
@@ -316,35 +316,54 @@ func addStats(a, b layer2.Stats) layer2.Stats {
 	return a
 }
 
-// previousWinners tells who held each address before this round. A
-// speaker that just started has no round before: the holders are then
-// the winners without this node, as the others elected them while it
-// was away (its process crashed and came back, say), computed once.
-func (p *layer2Protocol) previousWinners(in l2plan.Input) func(netip.Addr) string {
-	prev := p.state
-	if p.d.Handover != nil && prev.Node == "" {
-		without := in
-		without.Members = slices.DeleteFunc(slices.Clone(in.Members), func(m l2plan.Member) bool { return m.Name == p.d.Node })
-		without.Previous, without.Contested, without.Reporter = nil, nil, false
-		prev = l2plan.Compute(without)
+// handoverBefore tells, for a speaker that just started, who held each
+// address before it: the winners without this node, as the others
+// elected them while it was away (its process crashed and came back,
+// say), computed once. Later rounds need it not: the tracker follows the
+// winners itself.
+func (p *layer2Protocol) handoverBefore(in l2plan.Input) func(netip.Addr) string {
+	if p.d.Handover == nil || p.state.Node != "" {
+		return nil
 	}
-	return func(a netip.Addr) string { ip, _ := prev.Lookup(a); return ip.Winner }
+	without := in
+	without.Members = slices.DeleteFunc(slices.Clone(in.Members), func(m l2plan.Member) bool { return m.Name == p.d.Node })
+	without.Previous, without.Contested, without.Reporter = nil, nil, false
+	st := l2plan.Compute(without)
+	return func(a netip.Addr) string { ip, _ := st.Lookup(a); return ip.Winner }
 }
 
 // syncHandover puts in the kernel the forwarding of the connections of
 // the addresses this node took over from a live member (speaker/handover).
-// A failure is logged and retried at the next sync; it never holds an
-// announcement back.
-func (p *layer2Protocol) syncHandover(r *round, st l2plan.State, previous func(netip.Addr) string) {
+// A failure is logged, never holds an announcement back, and is tried
+// again when the entries change.
+func (p *layer2Protocol) syncHandover(r *round, st l2plan.State, before func(netip.Addr) string) {
 	if p.d.Handover == nil {
+		return
+	}
+	if !p.handedOnce {
+		// What a predecessor restarting in place left goes on.
+		left, err := p.d.Handover.List()
+		if err != nil {
+			p.d.Log.Warn("handover: reading the forwarding a previous speaker left", "err", err)
+		}
+		p.handover.Adopt(left)
+		if p.d.HandoverKeep == 0 && len(left) == 0 {
+			p.handedOnce = true // off, and nothing to clear: never touch the kernel
+		}
+	}
+	if p.d.HandoverKeep == 0 && p.handedOnce && len(p.handed) == 0 {
 		return
 	}
 	addrs := make(map[string][]netip.Addr, len(r.snap.Nodes))
 	for _, n := range r.snap.Nodes {
 		addrs[n.Name] = n.Addresses
 	}
+	winners := make(map[netip.Addr]string, len(st.IPs))
+	for _, ip := range st.IPs {
+		winners[ip.Addr] = ip.Winner
+	}
 	res := p.handover.Update(handover.Round{Now: time.Now(), Keep: p.d.HandoverKeep, Self: p.d.Node, Held: st.Announced(),
-		Previous: previous, Live: r.liveNames, Addresses: addrs})
+		Winners: winners, Before: before, Live: r.present, Addresses: addrs})
 	p.logs.once("handover-unreachable", strings.Join(res.Unreachable, ", "), func() {
 		if len(res.Unreachable) > 0 {
 			p.d.Log.Warn("handover: connections of addresses taken over from a live node are not forwarded to it: it has no address of the family", "addresses", res.Unreachable)
@@ -357,18 +376,15 @@ func (p *layer2Protocol) syncHandover(r *round, st l2plan.State, previous func(n
 	if !res.Next.IsZero() {
 		p.handTimer = time.AfterFunc(time.Until(res.Next)+10*time.Millisecond, p.trigger)
 	}
-	if p.handedOnce && slices.Equal(res.Entries, p.handed) {
+	if p.handedOnce && slices.EqualFunc(res.Entries, p.handed, sameEntry) {
 		return
 	}
 	err := p.d.Handover.Apply(res.Entries)
 	p.logs.once("handover-error", fmt.Sprint(err), func() {
 		if err != nil {
-			p.d.Log.Error("handover: forwarding the connections of moved addresses to their former holders", "err", err)
+			p.d.Log.Warn("handover: forwarding the connections of moved addresses to their former holders", "err", err)
 		}
 	})
-	if err != nil {
-		return
-	}
 	if p.handedOnce || len(res.Entries) > 0 {
 		names := make([]string, len(res.Entries))
 		for i, e := range res.Entries {
@@ -379,9 +395,15 @@ func (p *layer2Protocol) syncHandover(r *round, st l2plan.State, previous func(n
 	p.handed, p.handedOnce = res.Entries, true
 }
 
-// stopHandover removes the forwarding as the speaker stops: the others
-// take its addresses over.
-func (p *layer2Protocol) stopHandover() {
+func sameEntry(a, b handover.Entry) bool {
+	return a.Addr == b.Addr && a.Iface == b.Iface && a.Via == b.Via && a.From == b.From && a.At.Equal(b.At)
+}
+
+// StopHandover removes the forwarding when the speaker stops for good
+// (the others take its addresses over); one restarting in place leaves
+// it to its successor, which adopts it.
+func (s *Speaker) StopHandover() {
+	p := s.l2
 	if p.handTimer != nil {
 		p.handTimer.Stop()
 	}

@@ -138,6 +138,9 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	cancelFacts()
 	leave(log, o, restart, w.bgpMgr, cluster)
 	sp.StopResponders()
+	if !restart.InPlace {
+		sp.StopHandover()
+	}
 	removeOwnAnnouncements(log, status)
 	stopInformers()
 	return nil

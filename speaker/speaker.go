@@ -345,7 +345,6 @@ func (s *Speaker) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			s.takeovers.Stop()
-			s.l2.stopHandover()
 			s.loop.cancel()
 			wg.Wait()
 			return

@@ -14,8 +14,11 @@
 // began with a SYN, so conntrack knows it and no rule matches it.
 //
 // Only the current holder forwards, and only to the holder before it, so
-// packets do not go round in circles; each forward costs the copy a hop
-// of TTL besides.
+// packets do not go round in circles. Two nodes may still point at each
+// other for the moment both think they hold an address; the kernel's dup
+// takes a hop of TTL from each copy (wrapping at 0), so the rules match
+// only packets with a TTL (hop limit) above 1: a packet known to neither
+// bounces at most that many times.
 package handover
 
 import (
@@ -27,19 +30,27 @@ import (
 )
 
 // Entry says: TCP packets to Addr arriving on Iface that belong to no
-// connection this node tracks go to Via, the former holder's address.
+// connection this node tracks go to Via, the address of From, the former
+// holder, since At.
 type Entry struct {
 	Addr  netip.Addr
 	Iface string
 	Via   netip.Addr
+	From  string
+	At    time.Time
 }
 
-func (e Entry) String() string { return fmt.Sprintf("%s on %s via %s", e.Addr, e.Iface, e.Via) }
+func (e Entry) String() string {
+	return fmt.Sprintf("%s on %s via %s (%s)", e.Addr, e.Iface, e.Via, e.From)
+}
 
 // Kernel puts a set of entries in place, replacing the last; nil or empty
-// removes them. Netlink is the real one, Fake the tests'.
+// removes them. List reads what is in place (a speaker restarting in
+// place left it for its successor). Netlink is the real one, Fake the
+// tests'.
 type Kernel interface {
 	Apply(entries []Entry) error
+	List() ([]Entry, error)
 }
 
 // move is an address this node took over from a live member.
@@ -53,11 +64,29 @@ type move struct {
 type Tracker struct {
 	held  map[netip.Addr]bool
 	moves map[netip.Addr]move
+	// other is each elected address's last winner that was not this
+	// node: the former holder once this node answers for it, also when
+	// rounds in which it won without answering yet (its proxy not
+	// ready, its link down) came between.
+	other map[netip.Addr]string
 }
 
 // NewTracker returns an empty Tracker.
 func NewTracker() *Tracker {
-	return &Tracker{held: map[netip.Addr]bool{}, moves: map[netip.Addr]move{}}
+	return &Tracker{held: map[netip.Addr]bool{}, moves: map[netip.Addr]move{}, other: map[netip.Addr]string{}}
+}
+
+// Adopt takes over entries a predecessor left in the kernel (a speaker
+// restarting in place): their moves go on as if made here. Call it before
+// the first Update.
+func (t *Tracker) Adopt(entries []Entry) {
+	for _, e := range entries {
+		if e.From == "" || e.At.IsZero() {
+			continue
+		}
+		t.held[e.Addr] = true
+		t.moves[e.Addr] = move{from: e.From, at: e.At}
+	}
 }
 
 // Round is one election round's outcome as the tracker needs it.
@@ -71,10 +100,14 @@ type Round struct {
 	// Held are the addresses this node answers for now, with their
 	// interfaces.
 	Held map[netip.Addr][]string
-	// Previous is each address's winner in the round before ("" for none).
-	Previous func(netip.Addr) string
-	// Live are the members alive now; a former holder that is not (dead,
-	// gone, restarting) has no connections to forward to.
+	// Winners are this round's winner of every elected address.
+	Winners map[netip.Addr]string
+	// Before, when set, tells who held an address before the first
+	// round this tracker saw (a speaker that just started).
+	Before func(netip.Addr) string
+	// Live are the members alive now, and those held for a restart in
+	// place (their rules stay in the kernel); a former holder that is
+	// not (dead, gone) has no connections to forward to.
 	Live map[string]bool
 	// Addresses are the nodes' addresses (their InternalIPs).
 	Addresses map[string][]netip.Addr
@@ -92,12 +125,31 @@ type Result struct {
 
 // Update takes a round and returns the entries for it.
 func (t *Tracker) Update(r Round) Result {
+	if r.Before != nil {
+		for a := range r.Winners {
+			if _, ok := t.other[a]; !ok {
+				if w := r.Before(a); w != "" && w != r.Self {
+					t.other[a] = w
+				}
+			}
+		}
+	}
 	for a := range r.Held {
 		if t.held[a] {
 			continue
 		}
-		if prev := r.Previous(a); r.Keep > 0 && prev != "" && prev != r.Self && r.Live[prev] {
+		if prev := t.other[a]; r.Keep > 0 && prev != "" && prev != r.Self && r.Live[prev] {
 			t.moves[a] = move{from: prev, at: r.Now}
+		}
+	}
+	for a := range t.other {
+		if _, ok := r.Winners[a]; !ok {
+			delete(t.other, a)
+		}
+	}
+	for a, w := range r.Winners {
+		if w != "" && w != r.Self {
+			t.other[a] = w
 		}
 	}
 	clear(t.held)
@@ -120,7 +172,7 @@ func (t *Tracker) Update(r Round) Result {
 			continue
 		}
 		for _, i := range r.Held[a] {
-			res.Entries = append(res.Entries, Entry{Addr: a, Iface: i, Via: via})
+			res.Entries = append(res.Entries, Entry{Addr: a, Iface: i, Via: via, From: m.from, At: m.at})
 		}
 	}
 	slices.SortFunc(res.Entries, func(x, y Entry) int {
@@ -158,3 +210,6 @@ func (f *Fake) Apply(entries []Entry) error {
 	f.Applied++
 	return nil
 }
+
+// List returns the entries last applied.
+func (f *Fake) List() ([]Entry, error) { return slices.Clone(f.Entries), f.Err }

@@ -17,13 +17,19 @@ var (
 	t0 = time.Date(2026, 11, 28, 16, 0, 0, 0, time.UTC)
 )
 
+// round is a round of node c in which it holds held, having seen prev as
+// the holders before (Before) and winning every address it holds.
 func round(at time.Duration, held map[netip.Addr][]string, prev map[netip.Addr]string, live ...string) Round {
 	l := map[string]bool{}
 	for _, n := range live {
 		l[n] = true
 	}
-	return Round{Now: t0.Add(at), Keep: time.Hour, Self: "c", Held: held, Previous: func(a netip.Addr) string { return prev[a] },
-		Live: l, Addresses: nodes}
+	winners := map[netip.Addr]string{}
+	for a := range held {
+		winners[a] = "c"
+	}
+	return Round{Now: t0.Add(at), Keep: time.Hour, Self: "c", Held: held, Winners: winners,
+		Before: func(a netip.Addr) string { return prev[a] }, Live: l, Addresses: nodes}
 }
 
 // TestTrackerPlannedMove: an address taken from a live member forwards to
@@ -35,9 +41,9 @@ func TestTrackerPlannedMove(t *testing.T) {
 	prev := map[netip.Addr]string{vip4: "a", vip6: "a"}
 	res := tr.Update(round(0, held, prev, "a", "b", "c"))
 	want := []Entry{
-		{vip4, "eth0", nodes["a"][0]},
-		{vip4, "eth1", nodes["a"][0]},
-		{vip6, "eth0", nodes["a"][1]},
+		{vip4, "eth0", nodes["a"][0], "a", t0},
+		{vip4, "eth1", nodes["a"][0], "a", t0},
+		{vip6, "eth0", nodes["a"][1], "a", t0},
 	}
 	if !slices.Equal(res.Entries, want) || !res.Next.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("entries %v next %v, want %v and an hour on", res.Entries, res.Next, want)
@@ -111,3 +117,36 @@ func TestTrackerNoAddress(t *testing.T) {
 		t.Fatalf("entries %v unreachable %v", res.Entries, res.Unreachable)
 	}
 }
+
+// TestTrackerWonBeforeAnswering: rounds in which this node won an address
+// without answering for it yet (its proxy not ready) keep the former
+// holder, seen as the winner before them.
+func TestTrackerWonBeforeAnswering(t *testing.T) {
+	tr := NewTracker()
+	live := map[string]bool{"a": true, "c": true}
+	r := Round{Now: t0, Keep: time.Hour, Self: "c", Live: live, Addresses: nodes,
+		Winners: map[netip.Addr]string{vip4: "a"}}
+	tr.Update(r) // a holds it
+	r.Winners = map[netip.Addr]string{vip4: "c"}
+	if res := tr.Update(r); len(res.Entries) != 0 {
+		t.Fatalf("won, not answering: %v", res.Entries)
+	}
+	r.Held = map[netip.Addr][]string{vip4: {"eth0"}}
+	res := tr.Update(r)
+	if len(res.Entries) != 1 || res.Entries[0].From != "a" {
+		t.Fatalf("answering at last: %v, want the forward to a", res.Entries)
+	}
+}
+
+// TestTrackerAdopt: entries a predecessor left go on, and end as theirs
+// would.
+func TestTrackerAdopt(t *testing.T) {
+	tr := NewTracker()
+	tr.Adopt([]Entry{{vip4, "eth0", nodes["a"][0], "a", t0}})
+	held := map[netip.Addr][]string{vip4: {"eth0"}}
+	res := tr.Update(round(time.Minute, held, nil, "a", "c"))
+	if len(res.Entries) != 1 || !res.Entries[0].At.Equal(t0) || !res.Next.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("adopted: %v next %v", res.Entries, res.Next)
+	}
+}
+

@@ -30,7 +30,9 @@ type family struct {
 	name, c, a, b, vip, bits, iptables, table string
 }
 
-var families = []family{
+var offLink = map[string]netip.Addr{"IPv4": netip.MustParseAddr("198.51.100.9"), "IPv6": netip.MustParseAddr("2001:db8:49::9")}
+
+var labFamilies = []family{
 	{"IPv4", "192.0.2.11", "192.0.2.12", "192.0.2.13", "192.0.2.100", "/24", "iptables", "ip"},
 	{"IPv6", "2001:db8:48::11", "2001:db8:48::12", "2001:db8:48::13", "2001:db8:48::100", "/64", "ip6tables", "ip6"},
 }
@@ -121,7 +123,7 @@ func TestNetlinkKeepsConnection(t *testing.T) {
 			t.Skipf("needs %s", tool)
 		}
 	}
-	for i, f := range families {
+	for i, f := range labFamilies {
 		t.Run(f.name, func(t *testing.T) { keepsConnection(t, f, fmt.Sprintf("hho%d%d", os.Getpid()%10000, i)) })
 	}
 }
@@ -154,9 +156,10 @@ func keepsConnection(t *testing.T, f family, p string) {
 	mac := func(n string) string {
 		return strings.TrimSpace(run(t, "ip", "netns", "exec", ns(n), "cat", "/sys/class/net/eth0/address"))
 	}
-	index := func(string) (int, error) {
+	index := func(string) (int, []netip.Prefix, error) {
 		s := run(t, "ip", "netns", "exec", ns("b"), "cat", "/sys/class/net/eth0/ifindex")
-		return strconv.Atoi(strings.TrimSpace(s))
+		i, err := strconv.Atoi(strings.TrimSpace(s))
+		return i, []netip.Prefix{netip.MustParsePrefix(f.b + f.bits)}, err
 	}
 	fd, err := unix.Open("/var/run/netns/"+ns("b"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -191,7 +194,7 @@ func keepsConnection(t *testing.T, f family, p string) {
 		}
 		var entries []Entry
 		if keep {
-			entries = []Entry{{netip.MustParseAddr(f.vip), "eth0", netip.MustParseAddr(f.a)}}
+			entries = []Entry{{netip.MustParseAddr(f.vip), "eth0", netip.MustParseAddr(f.a), "a", time.UnixMilli(1795880000000)}}
 		}
 		if err := k.Apply(entries); err != nil {
 			t.Fatal(err)
@@ -221,6 +224,17 @@ func keepsConnection(t *testing.T, f family, p string) {
 	t.Logf("nft list table %s %s:\n%s", f.table, TableName, out)
 	if !strings.Contains(out, "dup to "+f.a+` device "eth0" drop`) {
 		t.Errorf("the rule is not as expected:\n%s", out)
+	}
+	if !strings.Contains(out, "> 1 ") {
+		t.Errorf("no TTL guard in the rule:\n%s", out)
+	}
+	got, err := k.List()
+	if want := (Entry{netip.MustParseAddr(f.vip), "eth0", netip.MustParseAddr(f.a), "a", time.UnixMilli(1795880000000)}); err != nil || len(got) != 1 || got[0] != want {
+		t.Errorf("List: %v (%v), want [%v]", got, err, want)
+	}
+	// A former holder on no subnet of the interface: left out, named.
+	if err := k.Apply([]Entry{{netip.MustParseAddr(f.vip), "eth0", offLink[f.name], "x", time.Now()}}); err == nil || !strings.Contains(err.Error(), "no subnet") {
+		t.Errorf("an off-link former holder: %v", err)
 	}
 	if err := k.Apply(nil); err != nil {
 		t.Fatal(err)
