@@ -115,4 +115,3 @@ func TestHandoverAdoptsWhatAPredecessorLeft(t *testing.T) {
 		t.Fatalf("answering %v, entries %v; want %v kept as it was", l.answers(ip), kernel.Entries, left)
 	}
 }
-

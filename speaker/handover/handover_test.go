@@ -149,4 +149,3 @@ func TestTrackerAdopt(t *testing.T) {
 		t.Fatalf("adopted: %v next %v", res.Entries, res.Next)
 	}
 }
-
