@@ -13,8 +13,10 @@
 // the replies go straight to the client. A connection this node opened
 // began with a SYN, so conntrack knows it and no rule matches it.
 //
-// Only the current holder forwards, and only to the holder before it, so
-// packets do not go round in circles. Two nodes may still point at each
+// Only the current holder forwards, to the holder before it, and, for
+// LostGrace after it lost the address, the node that held it just before
+// (clients still sending there until the new holder's announcement
+// reaches them), so packets do not go round in circles. Two nodes may still point at each
 // other for the moment both think they hold an address; the kernel's dup
 // takes a hop of TTL from each copy (wrapping at 0), so the rules match
 // only packets with a TTL (hop limit) above 1: a packet known to neither
@@ -57,7 +59,18 @@ type Kernel interface {
 type move struct {
 	from string
 	at   time.Time
+	// ifaces are where this node answered for the address; lost is
+	// when it stopped (zero: it still does).
+	ifaces []string
+	lost   time.Time
 }
+
+// LostGrace is how long a node that lost an address goes on forwarding
+// its former holder's connections: clients keep sending to it until the
+// new holder's gratuitous announcement reaches them, or, for one that
+// missed it, until their neighbour entry goes stale and is resolved
+// again (Linux: up to about 45 s reachable, 5 s delay, then probes).
+const LostGrace = time.Minute
 
 // Tracker follows the addresses this node holds and which of them it took
 // over from a live member lately. Pure: the caller passes the time.
@@ -85,7 +98,12 @@ func (t *Tracker) Adopt(entries []Entry) {
 			continue
 		}
 		t.held[e.Addr] = true
-		t.moves[e.Addr] = move{from: e.From, at: e.At}
+		m := t.moves[e.Addr]
+		m.from, m.at = e.From, e.At
+		if !slices.Contains(m.ifaces, e.Iface) {
+			m.ifaces = append(m.ifaces, e.Iface)
+		}
+		t.moves[e.Addr] = m
 	}
 }
 
@@ -139,7 +157,7 @@ func (t *Tracker) Update(r Round) Result {
 			continue
 		}
 		if prev := t.other[a]; r.Keep > 0 && prev != "" && prev != r.Self && r.Live[prev] {
-			t.moves[a] = move{from: prev, at: r.Now}
+			t.moves[a] = move{from: prev, at: r.Now, ifaces: r.Held[a]}
 		}
 	}
 	for a := range t.other {
@@ -159,7 +177,17 @@ func (t *Tracker) Update(r Round) Result {
 	var res Result
 	for a, m := range t.moves {
 		end := m.at.Add(r.Keep)
-		if !t.held[a] || !r.Live[m.from] || !r.Now.Before(end) {
+		switch {
+		case t.held[a]:
+			m.ifaces, m.lost = r.Held[a], time.Time{}
+		case m.lost.IsZero():
+			m.lost = r.Now
+		}
+		if g := m.lost.Add(LostGrace); !m.lost.IsZero() && g.Before(end) {
+			end = g
+		}
+		t.moves[a] = m
+		if !r.Live[m.from] || !r.Now.Before(end) {
 			delete(t.moves, a)
 			continue
 		}
@@ -171,7 +199,7 @@ func (t *Tracker) Update(r Round) Result {
 			res.Unreachable = append(res.Unreachable, fmt.Sprintf("%s from %s (no address of its family)", a, m.from))
 			continue
 		}
-		for _, i := range r.Held[a] {
+		for _, i := range m.ifaces {
 			res.Entries = append(res.Entries, Entry{Addr: a, Iface: i, Via: via, From: m.from, At: m.at})
 		}
 	}

@@ -53,10 +53,16 @@ func TestTrackerPlannedMove(t *testing.T) {
 	if res := tr.Update(round(time.Minute, held, prev, "a", "b", "c")); len(res.Entries) != 3 {
 		t.Fatalf("a later round: %v, want the three entries kept", res.Entries)
 	}
-	// vip6 lost: only vip4's entries stay.
+	// vip6 lost: its entry stays for LostGrace (clients still send
+	// here until the new holder's announcement reaches them), then only
+	// vip4's entries stay.
 	held = map[netip.Addr][]string{vip4: {"eth0", "eth1"}}
-	if res := tr.Update(round(2*time.Minute, held, prev, "a", "b", "c")); len(res.Entries) != 2 || res.Entries[0].Addr != vip4 {
-		t.Fatalf("after losing %s: %v", vip6, res.Entries)
+	res = tr.Update(round(2*time.Minute, held, prev, "a", "b", "c"))
+	if len(res.Entries) != 3 || !res.Next.Equal(t0.Add(2*time.Minute+LostGrace)) {
+		t.Fatalf("just after losing %s: %v next %v, want all three until %v", vip6, res.Entries, res.Next, t0.Add(2*time.Minute+LostGrace))
+	}
+	if res := tr.Update(round(2*time.Minute+LostGrace, held, prev, "a", "b", "c")); len(res.Entries) != 2 || res.Entries[0].Addr != vip4 {
+		t.Fatalf("LostGrace after losing %s: %v", vip6, res.Entries)
 	}
 	// Keep over: nothing.
 	if res := tr.Update(round(time.Hour, held, prev, "a", "b", "c")); len(res.Entries) != 0 || !res.Next.IsZero() {
