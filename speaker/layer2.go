@@ -67,11 +67,13 @@ func (p *layer2Protocol) sync(r *round) result {
 	st := l2plan.Compute(in)
 	p.takeovers.Start(contested(st), func(a netip.Addr) string { prev, _ := p.state.Lookup(a); return prev.Winner })
 	ch := l2plan.Diff(p.state, st)
-	// Before this node answers for what it gained: the connections
-	// its former holder carries must already find their way there.
-	p.syncHandover(r, st, p.handoverBefore(in))
 	p.ann.Set(st.Announced())
 	p.responders.syncGroups()
+	// After this node answers ARP and NDP for what it gained (so that no
+	// request meets silence while the rules go in), before the
+	// gratuitous announcements that move the clients already talking to
+	// the former holder: their connections must find their way there.
+	p.syncHandover(r, st, p.handoverBefore(in))
 	if p.rejoined.Swap(false) {
 		p.announceAll(st)
 	} else {
@@ -379,7 +381,9 @@ func (p *layer2Protocol) syncHandover(r *round, st l2plan.State, before func(net
 	if p.handedOnce && slices.EqualFunc(res.Entries, p.handed, sameEntry) {
 		return
 	}
+	began := time.Now()
 	err := p.d.Handover.Apply(res.Entries)
+	took := time.Since(began)
 	p.logs.once("handover-error", fmt.Sprint(err), func() {
 		if err != nil {
 			p.d.Log.Warn("handover: forwarding the connections of moved addresses to their former holders", "err", err)
@@ -390,7 +394,7 @@ func (p *layer2Protocol) syncHandover(r *round, st l2plan.State, before func(net
 		for i, e := range res.Entries {
 			names[i] = e.String()
 		}
-		p.d.Log.Info("handover: connections this node did not open go to the former holder", "entries", names)
+		p.d.Log.Info("handover: connections this node did not open go to the former holder", "entries", names, "took", took.Round(time.Microsecond))
 	}
 	p.handed, p.handedOnce = res.Entries, true
 }
