@@ -133,7 +133,7 @@ test: unit-test ## unit tests (the chart's included), every fuzz target for 10s,
 e2e-all: toolchain helm ## (root) every e2e test: the whole suite in binary mode, its image-mode pass, then real nodes (about 2 hours; not in CI)
 	@$(MAKE) e2e-test E2E_TESTS=. E2E_PACKAGES=./... E2E_TESTFLAGS='-count=1 -p 1 -timeout 150m'
 	@$(MAKE) e2e-image-test
-	@$(MAKE) e2e-real-test E2E_REAL_TESTS='^(TestSourceIPWalkthrough|TestProxy|TestProxyNFTables)$$$$'
+	@$(MAKE) e2e-real-test E2E_REAL_TESTS='^(TestSourceIPWalkthrough|TestProxy|TestProxyNFTables|TestL2MoveKeepsConnections|$(E2E_FAULT_TESTS))$$$$'
 
 # unit-test gives the chart's tests the pinned Helm, so under make they run
 # rather than skip (a bare `go test ./...` without Helm skips them, saying so).
@@ -194,12 +194,17 @@ e2e-test: toolchain helm ## the e2e tests of make test, E2E_TESTS in E2E_PACKAGE
 # images first (e2e-images), which TestInitContainers and TestProbes only
 # look for: on a fresh machine they run before anything else has made them.
 # make e2e-all runs it after the binary-mode suite.
-E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestInitContainers|TestProbes|TestUpstreamImages|TestUpstreamConformance)$$
+# E2E_FAULT_TESTS are the fault tests that run on herald's image too
+# (issue #36): make e2e-all runs them in its image-mode and real-node
+# passes. TestFaultsNetworkPartition makes a 4-node binary-mode lab of its
+# own and runs in the binary pass.
+E2E_FAULT_TESTS := TestFaultsControlPlaneAPIServerDown|TestFaultsNetworkRouterRestart|TestFaultsNetworkNodeNotReady
+E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestInitContainers|TestProbes|TestUpstreamImages|TestUpstreamConformance|TestL2MoveKeepsConnections|$(E2E_FAULT_TESTS))$$
 e2e-image-test: toolchain ## (root) make image, then the walkthrough, the L2, BGP, proxy, kubelet API and init-container e2e tests, the upstream images and a subset of the upstream sig-network suite, with herald's pods running that image under runc
 	@$(MAKE) image
 	@$(MAKE) e2e-images
 	(cd e2e && $(GO) run ./cmd/herald-lab build)
-	cd e2e && ../hack/recap.sh e2e-image-test env HERALD_LAB_IMAGE=1 $(GO) test -count=1 -p 1 -timeout 50m -run '$(E2E_IMAGE_TESTS)' . ./labtest
+	cd e2e && ../hack/recap.sh e2e-image-test env HERALD_LAB_IMAGE=1 $(GO) test -count=1 -p 1 -timeout 70m -run '$(E2E_IMAGE_TESTS)' . ./labtest
 
 # e2e-real-test runs the user-facing tests on real nodes: each lab node
 # runs the real kubelet of the pinned release with its own containerd
