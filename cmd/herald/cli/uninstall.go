@@ -7,6 +7,7 @@ import (
 
 	"github.com/herald-lb/herald/internal/daemon"
 	"github.com/herald-lb/herald/proxy"
+	"github.com/herald-lb/herald/speaker/handover"
 )
 
 // Bounds of the work at SIGTERM; with the speaker's own shutdown (at
@@ -66,6 +67,18 @@ func (g *uninstallGuard) finish(p *proxy.Proxy) {
 	if err := p.RemoveRules(ctx, g.log); err != nil {
 		g.log.Error("uninstall: removing herald's rules failed", "err", err)
 	}
+	removeHandover(g.log)
+}
+
+// removeHandover removes the speaker's forwarding of moved connections
+// (speaker/handover), which a speaker that stops for good removes
+// itself; one that crashed and never came back leaves it.
+func removeHandover(log *slog.Logger) {
+	if err := (handover.Netlink{}).Apply(nil); err != nil {
+		log.Info("cleanup: the handover tables not removed", "err", err)
+		return
+	}
+	log.Info("cleanup: the handover tables removed")
 }
 
 // runProxy is `herald proxy`: the proxy, and its rules removed at stop
@@ -73,7 +86,9 @@ func (g *uninstallGuard) finish(p *proxy.Proxy) {
 // --config's file changes.
 func runProxy(ctx context.Context, o proxy.Options, reread func() (proxy.Options, error), log *slog.Logger) error {
 	if o.Cleanup {
-		return proxy.Run(ctx, o, log)
+		err := proxy.Run(ctx, o, log)
+		removeHandover(log)
+		return err
 	}
 	g := guardUninstall(ctx, o, log)
 	p := proxy.New(o)
