@@ -378,7 +378,7 @@ func (p *layer2Protocol) syncHandover(r *round, st l2plan.State, before func(net
 	if !res.Next.IsZero() {
 		p.handTimer = time.AfterFunc(time.Until(res.Next)+10*time.Millisecond, p.trigger)
 	}
-	if p.handedOnce && slices.EqualFunc(res.Entries, p.handed, sameEntry) {
+	if p.handedOnce && slices.Equal(res.Entries, p.handed) {
 		return
 	}
 	began := time.Now()
@@ -397,10 +397,6 @@ func (p *layer2Protocol) syncHandover(r *round, st l2plan.State, before func(net
 		p.d.Log.Info("handover: connections this node did not open go to the former holder", "entries", names, "took", took.Round(time.Microsecond))
 	}
 	p.handed, p.handedOnce = res.Entries, true
-}
-
-func sameEntry(a, b handover.Entry) bool {
-	return a.Addr == b.Addr && a.Iface == b.Iface && a.Via == b.Via && a.From == b.From && a.At.Equal(b.At)
 }
 
 // StopHandover removes the forwarding when the speaker stops for good
