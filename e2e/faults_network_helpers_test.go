@@ -200,3 +200,110 @@ spec:
 	}
 	return yaml.String()
 }
+
+// unansweredDetail names the address-rounds in [from, to) that got no
+// answer: the address, the round's start after from, and the nodes that
+// answered it alone in the nearest rounds before and after.
+func (a *answerLog) unansweredDetail(from, to time.Time) []string {
+	var out []string
+	for i, r := range a.answers {
+		if a.at[i].Before(from) || !a.at[i].Before(to) {
+			continue
+		}
+		for _, ip := range slices.Sorted(maps.Keys(r)) {
+			if len(r[ip]) > 0 {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s at +%s (%s before, %s after)", ip, a.at[i].Sub(from).Round(10*time.Millisecond),
+				a.single(ip, i, -1), a.single(ip, i, 1)))
+		}
+	}
+	return out
+}
+
+// single is the node that alone answered ip in the nearest round from
+// i in direction step, "none" when no round had one answer.
+func (a *answerLog) single(ip string, i, step int) string {
+	for j := i + step; j >= 0 && j < len(a.answers); j += step {
+		if macs := a.answers[j][ip]; len(macs) == 1 {
+			return a.owner[macs[0]]
+		}
+	}
+	return "none"
+}
+
+// l2Event is a speaker starting or stopping to answer for an address,
+// as its log says ("announcing", "stopped announcing"), logged just
+// after its responders took the change.
+type l2Event struct {
+	at     time.Time
+	node   string
+	ip     string
+	gained bool
+}
+
+// l2Events reads the layer-2 announcement changes of the speaker logs
+// (node -> log, text format) for the addresses ips, sorted by time.
+func l2Events(logs map[string]string, ips []string) []l2Event {
+	want := map[string]bool{}
+	for _, ip := range ips {
+		want[ip] = true
+	}
+	var out []l2Event
+	for node, text := range logs {
+		for _, line := range strings.Split(text, "\n") {
+			gained := strings.Contains(line, " msg=announcing ")
+			if !gained && !strings.Contains(line, ` msg="stopped announcing" `) {
+				continue
+			}
+			ip := logField(line, "ip")
+			ts, err := time.Parse(time.RFC3339Nano, logField(line, "time"))
+			if err != nil || !want[ip] {
+				continue
+			}
+			out = append(out, l2Event{at: ts, node: node, ip: ip, gained: gained})
+		}
+	}
+	slices.SortFunc(out, func(x, y l2Event) int { return x.at.Compare(y.at) })
+	return out
+}
+
+// logField is the value of key in a text-format log line ("" if absent).
+func logField(line, key string) string {
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 && strings.HasPrefix(line, key+"=") {
+		i = -1
+	} else if i < 0 {
+		return ""
+	}
+	v := line[i+len(key)+2:]
+	if j := strings.IndexByte(v, ' '); j >= 0 {
+		v = v[:j]
+	}
+	return v
+}
+
+// handoffs pairs, per address, each stop on one node with the next
+// start on another (and the other way round) from the time from on: the
+// gap between the two, positive when nobody answered meanwhile, negative
+// when both did.
+func handoffs(events []l2Event, from time.Time) []string {
+	last := map[string]l2Event{}
+	var out []string
+	for _, e := range events {
+		if e.at.Before(from) {
+			continue
+		}
+		p, ok := last[e.ip]
+		last[e.ip] = e
+		if !ok || p.node == e.node || p.gained == e.gained {
+			continue
+		}
+		oldNode, newNode, gap := p.node, e.node, e.at.Sub(p.at)
+		if p.gained { // the start came first: both answered meanwhile
+			oldNode, newNode, gap = e.node, p.node, -gap
+		}
+		out = append(out, fmt.Sprintf("%s %s->%s at +%s: gap %s", e.ip, oldNode, newNode, p.at.Sub(from).Round(time.Millisecond), gap.Round(time.Millisecond)))
+	}
+	return out
+}

@@ -136,6 +136,14 @@ func TestFaultsNetworkPartition(t *testing.T) {
 	t.Logf("holders before %v", countBy(before))
 	t.Logf("holders during %v", countBy(during))
 	t.Logf("holders after  %v", countBy(after))
+	t.Logf("unanswered during the partition: %v", log.unansweredDetail(settled, healAt))
+	t.Logf("unanswered after healing: %v", log.unansweredDetail(healAt, end))
+	logs := map[string]string{}
+	for _, n := range all {
+		logs[n] = s.speakerLogs(n)
+	}
+	events := l2Events(logs, ips)
+	t.Logf("FIGURE hand-offs from the cut on, as the speakers logged them: %v", handoffs(events, start))
 
 	// The onset too: a speaker taking over an address from a member
 	// declared dead waits until nobody answers for it on the LAN, so the

@@ -795,14 +795,14 @@ next:
 }
 
 // speakerLogs is the speaker log of a node (every container run).
-func (b bgpLab) speakerLogs(node string) string {
-	files := b.Lab.PodLogFiles(node, heraldNS, speakerDS+"-", "speaker")
-	var s strings.Builder
+func (s l2) speakerLogs(node string) string {
+	files := s.Lab.PodLogFiles(node, heraldNS, speakerDS+"-", "speaker")
+	var out strings.Builder
 	for _, f := range files {
 		data, _ := os.ReadFile(f)
-		s.Write(data)
+		out.Write(data)
 	}
-	return s.String()
+	return out.String()
 }
 
 // speakerLogTail is the last lines of a node's speaker log mentioning

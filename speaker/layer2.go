@@ -15,6 +15,7 @@ import (
 	"github.com/herald-lb/herald/speaker/handover"
 	"github.com/herald-lb/herald/speaker/layer2"
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
+	"github.com/herald-lb/herald/speaker/layer2/release"
 	"github.com/herald-lb/herald/speaker/partition"
 )
 
@@ -41,10 +42,15 @@ type layer2Protocol struct {
 	handed     []handover.Entry
 	handedOnce bool
 	handTimer  *time.Timer
+	// releases are the addresses won from a live member that wait for
+	// its word that it stopped answering; relTimer syncs when the
+	// earliest wait runs out.
+	releases *release.Waits
+	relTimer *time.Timer
 }
 
 func newLayer2Protocol(e *env, tk *partition.Takeovers, ifs *Interfaces, rejoined *atomic.Bool) *layer2Protocol {
-	p := &layer2Protocol{env: e, takeovers: tk, ifs: ifs, rejoined: rejoined, handover: handover.NewTracker()}
+	p := &layer2Protocol{env: e, takeovers: tk, ifs: ifs, rejoined: rejoined, handover: handover.NewTracker(), releases: release.New(e.d.Node, nil)}
 	p.responders = &responderSet{env: e, ann: &p.ann, live: map[string]*responderEntry{}, retired: map[string]layer2.Stats{}}
 	return p
 }
@@ -64,11 +70,17 @@ func (p *layer2Protocol) sync(r *round) result {
 		Reporter:     r.reporter,
 		Previous:     &p.state,
 	}
+	last := p.lastWinners()
+	in.Awaiting = p.releases.Awaited(last, r.releasing)
 	st := l2plan.Compute(in)
 	p.takeovers.Start(contested(st), func(a netip.Addr) string { prev, _ := p.state.Lookup(a); return prev.Winner })
+	p.settleReleases(st, last, r.releasing)
 	ch := l2plan.Diff(p.state, st)
 	p.ann.Set(st.Announced())
 	p.responders.syncGroups()
+	// Once this node no longer answers for them, it says so to their new
+	// winners, which wait for that.
+	p.release(st, r.releasing)
 	// After this node answers ARP and NDP for what it gained (so that no
 	// request meets silence while the rules go in), before the
 	// gratuitous announcements that move the clients already talking to
@@ -97,6 +109,86 @@ func (p *layer2Protocol) winners() []partition.Winner {
 		out = append(out, partition.Winner{Addr: ip.Addr, Node: ip.Winner})
 	}
 	return out
+}
+
+// lastWinners are the last election's winners by address; none before
+// this speaker's first election: a speaker that just started answers
+// what it wins at once, as the holders it would wait for may be the
+// previous process on this node or members keeping its addresses for a
+// restart in place, which answer nothing.
+func (p *layer2Protocol) lastWinners() map[netip.Addr]string {
+	if p.state.Node == "" {
+		return nil
+	}
+	out := make(map[netip.Addr]string, len(p.state.IPs))
+	for _, ip := range p.state.IPs {
+		out[ip.Addr] = ip.Winner
+	}
+	return out
+}
+
+// settleReleases starts and ends the waits for former holders' releases
+// after an election, logs and counts the ended ones, and arms a sync for
+// when the earliest wait runs out.
+func (p *layer2Protocol) settleReleases(st l2plan.State, last map[netip.Addr]string, releasing map[string]bool) {
+	var held []netip.Addr
+	answered := map[netip.Addr]bool{}
+	for _, ip := range st.IPs {
+		switch {
+		case ip.Reason == l2plan.ReasonAwaiting:
+			held = append(held, ip.Addr)
+		case ip.Announced():
+			answered[ip.Addr] = true
+		}
+	}
+	ended, next := p.releases.Settle(held, func(a netip.Addr) string { return last[a] }, answered, releasing)
+	for _, e := range ended {
+		p.d.Metrics.handoffs.WithLabelValues(string(e.Outcome)).Inc()
+		switch e.Outcome {
+		case release.Released:
+			p.d.Log.Info("the former holder of an address stopped answering for it; answering", "ip", e.Addr, "from", e.From, "waited", e.Waited.Round(time.Microsecond))
+		case release.Gone:
+			p.d.Log.Info("the former holder of an address left while this node waited for it to stop answering; answering", "ip", e.Addr, "from", e.From, "waited", e.Waited.Round(time.Microsecond))
+		default:
+			p.d.Log.Warn("the former holder of an address did not say it stopped answering for it within the longest wait; answering (two nodes may answer until it learns of the change)", "ip", e.Addr, "from", e.From, "waited", e.Waited.Round(time.Millisecond))
+		}
+	}
+	if p.relTimer != nil {
+		p.relTimer.Stop()
+		p.relTimer = nil
+	}
+	if !next.IsZero() {
+		p.relTimer = time.AfterFunc(time.Until(next)+10*time.Millisecond, p.trigger)
+	}
+}
+
+// release tells the new winners of the addresses this node stopped
+// answering for, when they are live members that wait for it, that it
+// has. The messages go from goroutines of their own: the loop does not
+// wait on the network. A failed send is logged; the winner then answers
+// after its longest wait.
+func (p *layer2Protocol) release(st l2plan.State, releasing map[string]bool) {
+	to := map[string][]netip.Addr{}
+	for _, old := range p.state.IPs {
+		if !old.Announced() {
+			continue
+		}
+		ip, ok := st.Lookup(old.Addr)
+		if !ok || ip.Announced() || ip.Winner == p.d.Node || !releasing[ip.Winner] {
+			continue
+		}
+		to[ip.Winner] = append(to[ip.Winner], old.Addr)
+	}
+	for node, addrs := range to {
+		msg := release.Encode(release.Message{From: p.d.Node, To: node, Addrs: addrs})
+		go func() {
+			if err := p.send(node, msg); err != nil {
+				p.d.Log.Warn("telling the new winner of addresses that this node stopped answering for them; it answers after its longest wait", "node", node, "ips", addrs, "err", err)
+				return
+			}
+			p.d.Log.Info("told the new winner that this node stopped answering", "node", node, "ips", addrs)
+		}()
+	}
 }
 
 // contested are the addresses st holds back while their takeover is

@@ -61,7 +61,8 @@ type Interfaces struct {
 
 // Meta is the memberlist metadata for ifs.
 func (ifs Interfaces) Meta() members.Meta {
-	return members.Meta{Interfaces: slices.Clone(ifs.Names), DownInterfaces: slices.Clone(ifs.Down)}
+	// Releases is set here, not per round, so that fitMeta counts it.
+	return members.Meta{Interfaces: slices.Clone(ifs.Names), DownInterfaces: slices.Clone(ifs.Down), Releases: true}
 }
 
 // SelectInterfaces picks the interfaces this node may answer ARP and NDP

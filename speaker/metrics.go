@@ -30,6 +30,8 @@ type Metrics struct {
 	keys            prometheus.Gauge
 	contested       prometheus.Gauge
 	takeovers       *prometheus.CounterVec
+	awaiting        prometheus.Gauge
+	handoffs        *prometheus.CounterVec
 
 	// speaker is read at scrape time by the responder and BGP
 	// collectors, registered before it exists so that the registry
@@ -98,8 +100,16 @@ func NewMetrics() *Metrics {
 			Name: "herald_speaker_takeovers_total",
 			Help: "LoadBalancer IPs this node won from a speaker declared dead, by how the check that the latter no longer answers ended: clear (nobody answered), waited (it answered, then stopped), forced (it still answered after the longest wait: two answers), unchecked (the check failed).",
 		}, []string{"outcome"}),
+		awaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_speaker_handoffs_awaiting",
+			Help: "LoadBalancer IPs this node won from a live speaker and does not answer for yet, until the latter says it stopped answering for them.",
+		}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_speaker_handoffs_total",
+			Help: "LoadBalancer IPs this node won from a live speaker and answers now, by how the wait for the latter ended: released (it said it stopped), timeout (it said nothing within 2s: two nodes may have answered), gone (it left the members meanwhile).",
+		}, []string{"outcome"}),
 	}
-	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.known, m.recovering, m.drained, m.keys, m.contested, m.takeovers,
+	m.Registry.MustRegister(m.announced, m.unannounced, m.unadvertised, m.elected, m.members, m.electionChanges, m.syncs, m.isolated, m.known, m.recovering, m.drained, m.keys, m.contested, m.takeovers, m.awaiting, m.handoffs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("speaker"),
 		responderCollector{m}, bgpCollector{m})
 	return m
@@ -138,16 +148,20 @@ func (m *Metrics) observeL2(st l2plan.State, ch l2plan.Changes) {
 	}
 	m.elected.Set(float64(elected))
 	m.unannounced.Reset()
-	contested := 0
+	contested, awaiting := 0, 0
 	for _, ip := range st.IPs {
 		if ip.Winner == "" && ip.Reason != "" {
 			m.unannounced.WithLabelValues(ip.Reason).Inc()
 		}
-		if ip.Reason == l2plan.ReasonContested {
+		switch ip.Reason {
+		case l2plan.ReasonContested:
 			contested++
+		case l2plan.ReasonAwaiting:
+			awaiting++
 		}
 	}
 	m.contested.Set(float64(contested))
+	m.awaiting.Set(float64(awaiting))
 	m.electionChanges.Add(float64(len(ch.Moved)))
 }
 

@@ -36,8 +36,10 @@ type round struct {
 	// live counts the live members.
 	live int
 	// liveNames are the live members; present adds those held for a
-	// restart in place.
-	liveNames, present map[string]bool
+	// restart in place; releasing are the live members other than this
+	// node that say when they stop answering for an address
+	// (members.Meta.Releases).
+	liveNames, present, releasing map[string]bool
 	// members are the layer-2 election's candidates.
 	members []l2plan.Member
 	// meta is this node's metadata as handed to memberlist.
@@ -62,4 +64,6 @@ type env struct {
 	d       *Deps
 	logs    onceLog
 	trigger func()
+	// send sends a message to another member (members.Cluster.Send).
+	send func(to string, msg []byte) error
 }

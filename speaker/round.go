@@ -78,11 +78,24 @@ func (s *Speaker) round(snap Snapshot, now time.Time) *round {
 	meta.CountedOutAt = s.partition.CountedOutAt().Truncate(time.Millisecond)
 	meta.Drained = s.drain.wanted
 	s.publishIfChanged(meta)
+	releasing, all := releasingMembers(live, s.d.Node)
+	// Leaving recovery or a drain, this node gains addresses. When every
+	// other member releases what it loses (speaker/layer2/release), this
+	// node claims them at once and answers each when its holder says it
+	// stopped; otherwise it claims them only once the others can know
+	// (its metadata is published), so that they stop first. Into a drain
+	// it keeps answering until the others can know, either way.
+	recovering := meta.Recovering || (!all && s.node.publishedRecovering.Load())
+	drained := s.node.publishedDrained.Load()
+	if all {
+		drained = drained && s.drain.wanted
+	}
 	r := &round{
 		now: now, snap: snap, standing: standing, live: len(live),
+		releasing:    releasing,
 		holdBack:     dec.HoldBack,
-		recovering:   meta.Recovering || s.node.publishedRecovering.Load(),
-		drained:      s.node.publishedDrained.Load(),
+		recovering:   recovering,
+		drained:      drained,
 		drainMarked:  s.drain.wanted,
 		meta:         meta,
 		unprogrammed: s.proxyWait.Unprogrammed(snap.Services, now),
@@ -108,13 +121,31 @@ func (s *Speaker) round(snap Snapshot, now time.Time) *round {
 	return r
 }
 
+// releasingMembers are the live members other than self that release
+// what they lose, and whether every one of them does.
+func releasingMembers(live []members.Member, self string) (map[string]bool, bool) {
+	out := map[string]bool{}
+	all := true
+	for _, m := range live {
+		if m.Name == self {
+			continue
+		}
+		if m.Meta.Releases {
+			out[m.Name] = true
+		} else {
+			all = false
+		}
+	}
+	return out, all
+}
+
 // publishIfChanged hands changed metadata to the publisher.
 func (s *Speaker) publishIfChanged(meta members.Meta) {
 	ifsChanged := !s.node.metaSet || !slices.Equal(meta.Interfaces, s.node.meta.Interfaces) || !slices.Equal(meta.DownInterfaces, s.node.meta.DownInterfaces)
 	if ifsChanged {
 		s.d.Log.Info("interfaces", "announceable", meta.Interfaces, "down", meta.DownInterfaces, "skipped", s.node.ifs.Skipped)
 	}
-	if ifsChanged || meta.Recovering != s.node.meta.Recovering || !meta.CountedOutAt.Equal(s.node.meta.CountedOutAt) || meta.Drained != s.node.meta.Drained {
+	if ifsChanged || meta.Recovering != s.node.meta.Recovering || !meta.CountedOutAt.Equal(s.node.meta.CountedOutAt) || meta.Drained != s.node.meta.Drained || meta.Releases != s.node.meta.Releases {
 		s.node.meta, s.node.metaSet = meta, true
 		s.setMeta(meta)
 	}

@@ -195,7 +195,7 @@ func joinCluster(o Options, src *kubeSource, sp *Speaker, bind, advertise netip.
 	cluster, err := members.New(members.Config{
 		NodeName: o.NodeName, BindAddr: bind, BindPort: o.Port, AdvertiseAddr: advertise,
 		Secret: secret, Extra: extra, Meta: meta, Timers: o.Timers,
-		OnEvent: sp.MemberEvent, OnDeclaredDead: sp.DeclaredDead, Log: log.With("component", "memberlist"),
+		OnEvent: sp.MemberEvent, OnDeclaredDead: sp.DeclaredDead, OnMessage: sp.Message, Log: log.With("component", "memberlist"),
 	})
 	if err != nil {
 		return nil, nil, err

@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -19,6 +20,7 @@ import (
 	"github.com/herald-lb/herald/speaker/handover"
 	"github.com/herald-lb/herald/speaker/layer2"
 	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
+	"github.com/herald-lb/herald/speaker/layer2/release"
 	"github.com/herald-lb/herald/speaker/members"
 	"github.com/herald-lb/herald/speaker/partition"
 	"github.com/herald-lb/herald/speaker/view"
@@ -149,8 +151,10 @@ type Speaker struct {
 	loop  loopState
 	node  nodeState
 	drain drainState
-	logs  onceLog // owned by the loop
-	swept map[string]bool
+	// badMessage is when a malformed message was last logged (UnixNano).
+	badMessage atomic.Int64
+	logs       onceLog // owned by the loop
+	swept      map[string]bool
 }
 
 // loopState is what Live, Ready and the memberlist callback read of
@@ -222,7 +226,7 @@ func New(d Deps) *Speaker {
 		Ended: func(o partition.Outcome) { d.Metrics.takeovers.WithLabelValues(string(o)).Inc() },
 	})
 	s.proxyWait = partition.NewProxyWait(d.Proxy, d.ProxyWait, s.Trigger, d.Log)
-	env := &env{d: &s.d, logs: s.logs, trigger: s.Trigger}
+	env := &env{d: &s.d, logs: s.logs, trigger: s.Trigger, send: s.send}
 	s.l2 = newLayer2Protocol(env, s.takeovers, &s.node.ifs, &s.loop.rejoined)
 	s.protocols = []protocol{s.l2}
 	if d.BGP != nil {
@@ -231,6 +235,31 @@ func New(d Deps) *Speaker {
 	}
 	d.Metrics.attach(s)
 	return s
+}
+
+// send sends msg to the member to.
+func (s *Speaker) send(to string, msg []byte) error {
+	if s.cluster == nil {
+		return errors.New("no cluster")
+	}
+	return s.cluster.Send(to, msg)
+}
+
+// Message takes a message another speaker sent (members.Config.OnMessage):
+// a release of addresses this node waits for (speaker/layer2/release). A
+// malformed one is logged and dropped.
+func (s *Speaker) Message(b []byte) {
+	m, err := release.Decode(b)
+	if err != nil {
+		if now := time.Now().UnixNano(); now-s.badMessage.Load() > int64(time.Minute) {
+			s.badMessage.Store(now)
+			s.d.Log.Warn("dropping a memberlist message that is not a release (logged once a minute)", "err", err, "bytes", len(b))
+		}
+		return
+	}
+	if s.l2.releases.Received(m) {
+		s.Trigger()
+	}
 }
 
 // SetCluster sets the memberlist membership. It is separate from New

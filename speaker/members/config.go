@@ -57,6 +57,9 @@ type Config struct {
 	// remembered the previous process on this node as dead or left (from
 	// is this node's own name for a graceful leave). It must not block.
 	OnDeclaredDead func(from string)
+	// OnMessage receives the messages other members sent with Send, from
+	// memberlist's goroutines; it must not block. Nil drops them.
+	OnMessage func([]byte)
 
 	// wrapTransport, for benchmarks, wraps the UDP and TCP transport
 	// memberlist sends through (to count the bytes a member sends).

@@ -22,6 +22,9 @@ type Fake struct {
 	JoinErr error
 	// Keys are the key materials of the last SetKeys, primary first.
 	Keys []Secret
+	// OnSend, when set, receives what Send sends (a test delivers it to
+	// the other speaker); Send fails for a member not in the list.
+	OnSend func(to string, msg []byte)
 }
 
 var _ Cluster = (*Fake)(nil)
@@ -86,6 +89,24 @@ func (f *Fake) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
+	return nil
+}
+
+// Send implements Cluster.
+func (f *Fake) Send(to string, msg []byte) error {
+	f.mu.Lock()
+	_, ok := f.members[to]
+	closed, onSend := f.closed, f.OnSend
+	f.mu.Unlock()
+	switch {
+	case closed:
+		return errors.New("memberlist is closed")
+	case !ok:
+		return errors.New(to + " is not a live member")
+	}
+	if onSend != nil {
+		onSend(to, slices.Clone(msg))
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package members
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,9 @@ type Cluster interface {
 	// Restart leaves as Close does, telling the others that a new
 	// speaker takes this one's place on the same node (Meta.Restarting).
 	Restart() error
+	// Send sends msg to the live member named to over a stream (TCP),
+	// encrypted as the gossip is; it returns once the message is written.
+	Send(to string, msg []byte) error
 }
 
 // Member is one speaker in the cluster. memberlist does not expose a
@@ -347,6 +351,25 @@ func (m *Memberlist) UpdateMeta(meta Meta) error {
 	return nil
 }
 
+// Send implements Cluster.
+func (m *Memberlist) Send(to string, msg []byte) error {
+	if m.closed.Load() {
+		return errors.New("memberlist is closed")
+	}
+	m.mu.Lock()
+	mem, ok := m.table[to]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%s is not a live member", to)
+	}
+	// A Node of our own: memberlist's are written under its lock.
+	n := &memberlist.Node{Name: mem.Name, Addr: mem.Addr.Addr().Unmap().AsSlice(), Port: mem.Addr.Port()}
+	if err := m.ml.SendReliable(n, msg); err != nil {
+		return fmt.Errorf("sending to %s: %w", to, err)
+	}
+	return nil
+}
+
 // Close implements Cluster: it broadcasts the leave so peers move this
 // node's IPs at once rather than after failure detection, waits at most
 // LeaveTimeout for it, shuts down, and delivers the pending events.
@@ -418,8 +441,7 @@ func toMember(n *memberlist.Node) Member {
 	return mem
 }
 
-// delegate hands memberlist our metadata; the speakers exchange nothing
-// else through it.
+// delegate hands memberlist our metadata and the messages of Send.
 type delegate struct{ m *Memberlist }
 
 func (d delegate) NodeMeta(limit int) []byte {
@@ -431,7 +453,14 @@ func (d delegate) NodeMeta(limit int) []byte {
 	}
 	return b
 }
-func (delegate) NotifyMsg([]byte)                     {}
+
+// NotifyMsg hands a message of another member's Send on; memberlist
+// reuses the buffer after the call.
+func (d delegate) NotifyMsg(b []byte) {
+	if d.m.cfg.OnMessage != nil && len(b) > 0 {
+		d.m.cfg.OnMessage(bytes.Clone(b))
+	}
+}
 func (delegate) GetBroadcasts(_, _ int) [][]byte      { return nil }
 func (delegate) LocalState(bool) []byte               { return nil }
 func (delegate) MergeRemoteState(_ []byte, join bool) {}

@@ -48,6 +48,10 @@ type Meta struct {
 	// elect it only for addresses no other node may announce, and take
 	// the rest over while it still answers.
 	Drained bool
+	// Releases: the speaker tells the new winner of an address it stops
+	// answering for that it has stopped (speaker/layer2/release), so the
+	// new winner may wait for that before it answers.
+	Releases bool
 }
 
 // wireMeta is compact because 512 bytes is little: with 15-character
@@ -69,6 +73,8 @@ type wireMeta struct {
 	// Older speakers ignore it: to them a drained node is an ordinary
 	// candidate (upgrade every speaker before draining).
 	Drained bool `json:"dr,omitempty"`
+	// Older speakers ignore it: they answer at once what they win.
+	Releases bool `json:"rl,omitempty"`
 }
 
 // ErrMetaTooLarge is returned (wrapped) when the metadata does not fit.
@@ -99,7 +105,7 @@ func EncodeMeta(m Meta) ([]byte, error) {
 			}
 		}
 	}
-	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering, CountedOutAt: unixMilli(m.CountedOutAt), Leaving: m.Leaving, Restarting: m.Restarting, Drained: m.Drained})
+	b, err := json.Marshal(wireMeta{V: metaVersion, Up: normalize(m.Interfaces), Down: normalize(m.DownInterfaces), Recovering: m.Recovering, CountedOutAt: unixMilli(m.CountedOutAt), Leaving: m.Leaving, Restarting: m.Restarting, Drained: m.Drained, Releases: m.Releases})
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
 	}
@@ -136,7 +142,7 @@ func DecodeMeta(b []byte) (Meta, error) {
 		}
 		return normalize(out)
 	}
-	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering, CountedOutAt: fromUnixMilli(w.CountedOutAt), Leaving: w.Leaving, Restarting: w.Restarting, Drained: w.Drained}, nil
+	return Meta{Interfaces: keep(w.Up), DownInterfaces: keep(w.Down), Recovering: w.Recovering, CountedOutAt: fromUnixMilli(w.CountedOutAt), Leaving: w.Leaving, Restarting: w.Restarting, Drained: w.Drained, Releases: w.Releases}, nil
 }
 
 func unixMilli(t time.Time) int64 {

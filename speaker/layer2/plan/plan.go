@@ -92,6 +92,11 @@ type Input struct {
 	// the other side of a partition that has not found itself a
 	// minority yet.
 	Contested map[netip.Addr]bool
+	// Awaiting are addresses whose last winner is a live member that
+	// says when it stops answering (speaker/layer2/release): won here,
+	// they are not answered (ReasonAwaiting) until it has, so that one
+	// node answers at a time.
+	Awaiting map[netip.Addr]bool
 }
 
 // Why a Service's IP is left out of the layer-2 election (besides the
@@ -108,6 +113,7 @@ const (
 	ReasonIsolated     = "this speaker reaches no more than a minority of the speakers while the API shows the others alive; it announces only addresses no other node may announce"
 	ReasonUnprogrammed = view.ReasonUnprogrammed
 	ReasonContested    = "this node won the IP from a node declared dead and checks that the latter no longer answers for it on the LAN"
+	ReasonAwaiting     = "this node won the IP from a live node and waits for it to say it stopped answering for it"
 )
 
 // IP is the election result for one address.
@@ -276,6 +282,8 @@ func Compute(in Input) State {
 				ip.Reason = ReasonLocalDown
 			case in.Contested[a]:
 				ip.Reason, ip.Checking = ReasonContested, ifs
+			case in.Awaiting[a]:
+				ip.Reason = ReasonAwaiting
 			default:
 				ip.Interfaces = ifs
 			}
