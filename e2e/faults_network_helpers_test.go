@@ -233,8 +233,9 @@ func (a *answerLog) single(ip string, i, step int) string {
 }
 
 // l2Event is a speaker starting or stopping to answer for an address,
-// as its log says ("announcing", "stopped announcing"), logged just
-// after its responders took the change.
+// as its log says ("announcing", "answering an address its former holder
+// released", "stopped announcing"), logged just after its responders
+// took the change.
 type l2Event struct {
 	at     time.Time
 	node   string
@@ -252,7 +253,7 @@ func l2Events(logs map[string]string, ips []string) []l2Event {
 	var out []l2Event
 	for node, text := range logs {
 		for _, line := range strings.Split(text, "\n") {
-			gained := strings.Contains(line, " msg=announcing ")
+			gained := strings.Contains(line, " msg=announcing ") || strings.Contains(line, ` msg="answering an address its former holder released" `)
 			if !gained && !strings.Contains(line, ` msg="stopped announcing" `) {
 				continue
 			}

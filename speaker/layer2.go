@@ -50,8 +50,17 @@ type layer2Protocol struct {
 }
 
 func newLayer2Protocol(e *env, tk *partition.Takeovers, ifs *Interfaces, rejoined *atomic.Bool) *layer2Protocol {
-	p := &layer2Protocol{env: e, takeovers: tk, ifs: ifs, rejoined: rejoined, handover: handover.NewTracker(), releases: release.New(e.d.Node, nil)}
+	p := &layer2Protocol{env: e, takeovers: tk, ifs: ifs, rejoined: rejoined, handover: handover.NewTracker(), releases: release.New(e.d.Node, e.d.TakeoverClock)}
 	p.responders = &responderSet{env: e, ann: &p.ann, live: map[string]*responderEntry{}, retired: map[string]layer2.Stats{}}
+	// A release is answered the moment it arrives; the sync it triggers
+	// does the rest (the gratuitous burst, the status, the handover).
+	p.releases.Notify(func(from string, ips map[netip.Addr][]string) {
+		p.ann.Add(ips)
+		p.responders.syncGroups()
+		for a, ifaces := range ips {
+			p.d.Log.Info("answering an address its former holder released", "ip", a, "from", from, "interfaces", ifaces)
+		}
+	})
 	return p
 }
 
@@ -76,8 +85,19 @@ func (p *layer2Protocol) sync(r *round) result {
 	p.takeovers.Start(contested(st), func(a netip.Addr) string { prev, _ := p.state.Lookup(a); return prev.Winner })
 	p.settleReleases(st, last, r.releasing)
 	ch := l2plan.Diff(p.state, st)
-	p.ann.Set(st.Announced())
+	p.releases.Do(func(released map[netip.Addr][]string) {
+		// Released since the election: answered already (Notify), and
+		// by the next election.
+		ann := st.Announced()
+		for a, ifaces := range released {
+			if _, ok := ann[a]; !ok {
+				ann[a] = ifaces
+			}
+		}
+		p.ann.Set(ann)
+	})
 	p.responders.syncGroups()
+	p.logChanges(st, ch) // as the answers changed, before the releases go out
 	// Once this node no longer answers for them, it says so to their new
 	// winners, which wait for that.
 	p.release(st, r.releasing)
@@ -96,7 +116,6 @@ func (p *layer2Protocol) sync(r *round) result {
 		}
 	}
 	p.events(ch)
-	p.logChanges(st, ch)
 	p.d.Metrics.observeL2(st, ch)
 	p.state = st
 	return result{anns: slices.Clone(st.Announcements)}
@@ -131,12 +150,12 @@ func (p *layer2Protocol) lastWinners() map[netip.Addr]string {
 // after an election, logs and counts the ended ones, and arms a sync for
 // when the earliest wait runs out.
 func (p *layer2Protocol) settleReleases(st l2plan.State, last map[netip.Addr]string, releasing map[string]bool) {
-	var held []netip.Addr
+	held := map[netip.Addr][]string{}
 	answered := map[netip.Addr]bool{}
 	for _, ip := range st.IPs {
 		switch {
 		case ip.Reason == l2plan.ReasonAwaiting:
-			held = append(held, ip.Addr)
+			held[ip.Addr] = ip.Checking
 		case ip.Announced():
 			answered[ip.Addr] = true
 		}
@@ -146,7 +165,7 @@ func (p *layer2Protocol) settleReleases(st l2plan.State, last map[netip.Addr]str
 		p.d.Metrics.handoffs.WithLabelValues(string(e.Outcome)).Inc()
 		switch e.Outcome {
 		case release.Released:
-			p.d.Log.Info("the former holder of an address stopped answering for it; answering", "ip", e.Addr, "from", e.From, "waited", e.Waited.Round(time.Microsecond))
+			p.d.Log.Debug("waited for the former holder's release", "ip", e.Addr, "from", e.From, "waited", e.Waited.Round(time.Microsecond))
 		case release.Gone:
 			p.d.Log.Info("the former holder of an address left while this node waited for it to stop answering; answering", "ip", e.Addr, "from", e.From, "waited", e.Waited.Round(time.Microsecond))
 		default:
@@ -456,7 +475,15 @@ func (p *layer2Protocol) syncHandover(r *round, st l2plan.State, before func(net
 	for _, ip := range st.IPs {
 		winners[ip.Addr] = ip.Winner
 	}
-	res := p.handover.Update(handover.Round{Now: time.Now(), Keep: p.d.HandoverKeep, Self: p.d.Node, Held: st.Announced(),
+	// An address awaiting its former holder's release gets its rule now,
+	// so that it is in place the moment the release is answered.
+	held := st.Announced()
+	for _, ip := range st.IPs {
+		if ip.Reason == l2plan.ReasonAwaiting {
+			held[ip.Addr] = ip.Checking
+		}
+	}
+	res := p.handover.Update(handover.Round{Now: time.Now(), Keep: p.d.HandoverKeep, Self: p.d.Node, Held: held,
 		Winners: winners, Before: before, Live: r.present, Addresses: addrs})
 	p.logs.once("handover-unreachable", strings.Join(res.Unreachable, ", "), func() {
 		if len(res.Unreachable) > 0 {

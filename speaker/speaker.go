@@ -103,7 +103,8 @@ type Deps struct {
 	// from a member declared dead, that the member no longer answers
 	// for it on the LAN (partition.Takeovers); nil: answer at once.
 	Takeover partition.Check
-	// TakeoverClock is the takeovers' clock (tests); nil: time.Now.
+	// TakeoverClock is the clock of the takeovers and of the waits for
+	// releases (tests); nil: time.Now.
 	TakeoverClock func() time.Time
 	// BGPDrainWait is how long a drained node advertises its routes with
 	// GRACEFUL_SHUTDOWN before it withdraws them (drain.go).

@@ -115,8 +115,9 @@ type Round struct {
 	Keep time.Duration
 	// Self is this node's name.
 	Self string
-	// Held are the addresses this node answers for now, with their
-	// interfaces.
+	// Held are the addresses this node answers for now, or will once
+	// their former holder releases them (speaker/layer2/release), with
+	// their interfaces.
 	Held map[netip.Addr][]string
 	// Winners are this round's winner of every elected address.
 	Winners map[netip.Addr]string

@@ -144,6 +144,21 @@ func (s *Announcements) Set(ips map[netip.Addr][]string) {
 	s.mu.Unlock()
 }
 
+// Add announces more IPs, keeping the others: for an address whose
+// former holder just said it stopped, between two elections.
+func (s *Announcements) Add(ips map[netip.Addr][]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[netip.Addr][]string, len(s.m)+len(ips))
+	for ip, ifaces := range s.m {
+		m[ip] = ifaces
+	}
+	for ip, ifaces := range ips {
+		m[ip.Unmap()] = slices.Clone(ifaces)
+	}
+	s.m = m
+}
+
 // Announcing implements Announcer.
 func (s *Announcements) Announcing(ip netip.Addr, iface string) bool {
 	s.mu.RLock()

@@ -211,6 +211,12 @@ func TestAnnouncements(t *testing.T) {
 	if got := a.On("eth1"); !slices.Equal(got, []netip.Addr{vip4, netip.MustParseAddr("198.51.100.30")}) {
 		t.Errorf("On(eth1) = %v", got)
 	}
+	add := map[netip.Addr][]string{netip.MustParseAddr("::ffff:198.51.100.40"): {"eth1"}}
+	a.Add(add)
+	add[netip.MustParseAddr("::ffff:198.51.100.40")][0] = "changed" // Add copies
+	if !a.Announcing(netip.MustParseAddr("198.51.100.40"), "eth1") || !a.Announcing(vip4, "eth0") {
+		t.Error("Add: the added IP (unmapped) and the others are announced")
+	}
 	a.Set(nil)
 	if a.Announcing(vip4, "eth0") {
 		t.Error("Set(nil) kept an IP")

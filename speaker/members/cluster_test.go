@@ -78,6 +78,7 @@ type node struct {
 	port int
 	m    *Memberlist
 	rec  *recorder
+	msgs chan []byte
 }
 
 // logs collects every member's log output, to check it for the secret.
@@ -100,7 +101,7 @@ func (l *logs) String() string {
 
 func start(t *testing.T, name string, port int, secret Secret, lg *logs, rejoin time.Duration) (*node, error) {
 	t.Helper()
-	n := &node{name: name, port: port, rec: &recorder{}}
+	n := &node{name: name, port: port, rec: &recorder{}, msgs: make(chan []byte, 16)}
 	m, err := New(Config{
 		NodeName:       name,
 		BindAddr:       netip.MustParseAddr("127.0.0.1"),
@@ -110,6 +111,7 @@ func start(t *testing.T, name string, port int, secret Secret, lg *logs, rejoin 
 		Meta:           Meta{Interfaces: []string{"eth0"}},
 		RejoinInterval: rejoin,
 		OnEvent:        n.rec.add,
+		OnMessage:      func(b []byte) { n.msgs <- b },
 		Log:            slog.New(slog.NewTextHandler(lg, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
@@ -340,6 +342,41 @@ func TestRejoinHealsPartition(t *testing.T) {
 	healed := waitEvent(t, "a rejoins c", since, joinOf("node-a"), c)
 	t.Logf("rejoin loop (every %v) merged the restarted member after %v", every, healed)
 	waitUntil(t, "a sees c", func() bool { return len(a.m.Members()) == 2 })
+}
+
+// TestSend: a message sent to a member reaches its OnMessage whole,
+// over the encrypted stream; a member not in the list is an error.
+func TestSend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets")
+	}
+	lg := &logs{}
+	a := mustStart(t, "node-a", freePort(t), lg, 0)
+	b := mustStart(t, "node-b", freePort(t), lg, 0)
+	if _, err := a.m.Join([]string{addr(b)}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "joined", func() bool { return len(a.m.Members()) == 2 && len(b.m.Members()) == 2 })
+	msg := []byte(`{"k":"release","f":"node-a","t":"node-b","a":["198.51.100.1"]}`)
+	sent := time.Now()
+	if err := a.m.Send("node-b", msg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-b.msgs:
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("received %q, want %q", got, msg)
+		}
+		t.Logf("delivered in %v", time.Since(sent))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the message did not arrive")
+	}
+	if err := a.m.Send("node-x", msg); err == nil || !strings.Contains(err.Error(), "node-x is not a live member") {
+		t.Fatalf("send to a stranger: %v", err)
+	}
+	if strings.Contains(lg.String(), "release") {
+		t.Fatalf("the message's content reached the logs:\n%s", lg.String())
+	}
 }
 
 // TestWrongSecretCannotJoin: gossip is encrypted, so a member with a

@@ -22,6 +22,7 @@ func TestMetaRoundTrip(t *testing.T) {
 		{Meta{Interfaces: []string{"eth0"}, Recovering: true}, Meta{Interfaces: []string{"eth0"}, Recovering: true}},
 		{Meta{Interfaces: []string{"eth0"}, Leaving: true, Restarting: true}, Meta{Interfaces: []string{"eth0"}, Leaving: true, Restarting: true}},
 		{Meta{Interfaces: []string{"eth0"}, Drained: true}, Meta{Interfaces: []string{"eth0"}, Drained: true}},
+		{Meta{Interfaces: []string{"eth0"}, Releases: true}, Meta{Interfaces: []string{"eth0"}, Releases: true}},
 		// Milliseconds, in UTC.
 		{Meta{Interfaces: []string{"eth0"}, Recovering: true, CountedOutAt: time.Date(2026, 11, 28, 1, 2, 3, 456789000, time.FixedZone("x", 3600))},
 			Meta{Interfaces: []string{"eth0"}, Recovering: true, CountedOutAt: time.Date(2026, 11, 28, 0, 2, 3, 456000000, time.UTC)}},

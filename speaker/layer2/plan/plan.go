@@ -131,8 +131,10 @@ type IP struct {
 	// Interfaces are where this node answers for the address, sorted;
 	// empty unless this node won and has one of them up.
 	Interfaces []string
-	// Checking are where this node would answer for a contested address
-	// (Input.Contested), and so where it checks that nobody else does.
+	// Checking are where this node would answer for an address it holds
+	// back: a contested one (Input.Contested), where it checks that
+	// nobody else answers, or an awaited one (Input.Awaiting), where it
+	// answers once the former holder released it.
 	Checking []string
 	// Reason is set when no node announces the address, or this node won
 	// but cannot.
@@ -283,7 +285,7 @@ func Compute(in Input) State {
 			case in.Contested[a]:
 				ip.Reason, ip.Checking = ReasonContested, ifs
 			case in.Awaiting[a]:
-				ip.Reason = ReasonAwaiting
+				ip.Reason, ip.Checking = ReasonAwaiting, ifs
 			default:
 				ip.Interfaces = ifs
 			}

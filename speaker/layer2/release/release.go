@@ -120,6 +120,8 @@ type Waits struct {
 	mu       sync.Mutex
 	released map[netip.Addr]receipt
 	waiting  map[netip.Addr]wait
+	// onRelease answers for released addresses at once (Notify).
+	onRelease func(from string, ips map[netip.Addr][]string)
 }
 
 type receipt struct {
@@ -130,6 +132,8 @@ type receipt struct {
 type wait struct {
 	from  string
 	since time.Time
+	// ifaces are where this node answers once the address is released.
+	ifaces []string
 }
 
 // New returns the waits of node self; now is the clock (nil: time.Now).
@@ -140,7 +144,19 @@ func New(self string, now func() time.Time) *Waits {
 	return &Waits{self: self, now: now, released: map[netip.Addr]receipt{}, waiting: map[netip.Addr]wait{}}
 }
 
-// Received records m; it reports whether m was for this node.
+// Notify sets what answers for released addresses the moment their
+// release arrives (their interfaces as Settle last saw them), not at the
+// next election: the gap between the two nodes is then the message's
+// time alone. It runs with the waits locked, as Do's function does, so
+// the two never interleave.
+func (w *Waits) Notify(fn func(from string, ips map[netip.Addr][]string)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.onRelease = fn
+}
+
+// Received records m and answers at once (Notify) for the addresses it
+// releases that are waited for; it reports whether m was for this node.
 func (w *Waits) Received(m Message) bool {
 	if m.To != w.self || m.From == w.self {
 		return false
@@ -148,10 +164,34 @@ func (w *Waits) Received(m Message) bool {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	answer := map[netip.Addr][]string{}
 	for _, a := range m.Addrs {
 		w.released[a] = receipt{from: m.From, at: now}
+		if wt, ok := w.waiting[a]; ok && wt.from == m.From && len(wt.ifaces) > 0 {
+			answer[a] = wt.ifaces
+		}
+	}
+	if len(answer) > 0 && w.onRelease != nil {
+		w.onRelease(m.From, answer)
 	}
 	return true
+}
+
+// Do runs fn with the waits locked and the addresses released since
+// Settle (with their interfaces): the loop sets what it answers for in
+// fn, so that a release arriving meanwhile is not undone by an election
+// that did not know of it yet.
+func (w *Waits) Do(fn func(released map[netip.Addr][]string)) {
+	now := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[netip.Addr][]string{}
+	for a, wt := range w.waiting {
+		if len(wt.ifaces) > 0 && w.releasedBy(a, wt.from, now) {
+			out[a] = wt.ifaces
+		}
+	}
+	fn(out)
 }
 
 // releasedBy tells whether from released a lately; w.mu is held.
@@ -187,24 +227,26 @@ func (w *Waits) Awaited(last map[netip.Addr]string, releasing map[string]bool) m
 }
 
 // Settle takes the election's outcome: held are the addresses it holds
-// back as awaited (from: their last winner), answered those this node
-// answers now. It starts the waits of newly held addresses, ends those of
+// back as awaited, with the interfaces this node answers on once they are
+// released (from: their last winner); answered those this node answers
+// now. It starts the waits of newly held addresses, ends those of
 // addresses answered (returned, with how they ended) or no longer won,
 // uses up the releases of answered addresses and forgets stale ones. next
 // is when the earliest wait times out (zero: none), for a sync then.
-func (w *Waits) Settle(held []netip.Addr, from func(netip.Addr) string, answered map[netip.Addr]bool, releasing map[string]bool) (ended []Ended, next time.Time) {
+func (w *Waits) Settle(held map[netip.Addr][]string, from func(netip.Addr) string, answered map[netip.Addr]bool, releasing map[string]bool) (ended []Ended, next time.Time) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	keep := map[netip.Addr]bool{}
-	for _, a := range held {
-		keep[a] = true
-		if _, ok := w.waiting[a]; !ok {
-			w.waiting[a] = wait{from: from(a), since: now}
+	for a, ifaces := range held {
+		wt, ok := w.waiting[a]
+		if !ok {
+			wt = wait{from: from(a), since: now}
 		}
+		wt.ifaces = slices.Clone(ifaces)
+		w.waiting[a] = wt
 	}
 	for a, wt := range w.waiting {
-		if keep[a] {
+		if _, ok := held[a]; ok {
 			continue
 		}
 		if answered[a] {

@@ -1,0 +1,213 @@
+package speaker
+
+import (
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/herald-lb/herald/speaker/handover"
+	l2plan "github.com/herald-lb/herald/speaker/layer2/plan"
+	"github.com/herald-lb/herald/speaker/layer2/release"
+	"github.com/herald-lb/herald/speaker/members"
+)
+
+// releasing is a peer's metadata: eth0, and it releases what it loses.
+func releasing(drained bool) members.Meta {
+	return members.Meta{Interfaces: []string{"eth0"}, Releases: true, Drained: drained}
+}
+
+// outbox collects what a lab's speaker sends to node.
+func (l *lab) outbox(node string) chan []byte {
+	ch := make(chan []byte, 8)
+	l.cluster.OnSend = func(to string, msg []byte) {
+		if to == node {
+			ch <- msg
+		}
+	}
+	return ch
+}
+
+func receive(t *testing.T, ch chan []byte, what string) []byte {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no message: %s", what)
+		return nil
+	}
+}
+
+func (l *lab) reason(ip string) string {
+	got, _ := l.sp.State().Lookup(addr(ip))
+	return got.Reason
+}
+
+// TestDrainHandOffByRelease: between speakers that release, a drain and
+// its undo move the address with one node answering at a time and no
+// wait on gossip: the node losing the address stops, then tells the
+// winner, which answers on that word and not before.
+func TestDrainHandOffByRelease(t *testing.T) {
+	nodes := []string{"node1", "node2"}
+	ip := ipFor(t, "node1", nodes...)
+	l := newLab(t, "node1", nodes...)
+	l.cluster.Set(members.Member{Name: "node2", Meta: releasing(false)})
+	l.service("web", false, ip)
+	kernel := &handover.Fake{}
+	o := newLabWith(t, "node2", nodes, func(d *Deps) { d.Handover, d.HandoverKeep = kernel, time.Hour })
+	node1IP := netip.MustParseAddr("198.51.100.11")
+	o.src.set(func(sn *Snapshot) { sn.Nodes[0].Addresses = []netip.Addr{node1IP} })
+	o.cluster.Set(members.Member{Name: "node1", Meta: releasing(false)})
+	o.service("web", false, ip)
+	l.sp.Sync()
+	l.sp.publishOnce()
+	o.sp.Sync()
+	if !l.answers(ip) || o.answersAnywhere(ip) {
+		t.Fatalf("before the drain: node1 answers %v, node2 %v; want node1 alone", l.answers(ip), o.answersAnywhere(ip))
+	}
+	toNode1, toNode2 := o.outbox("node1"), l.outbox("node2")
+	one := func(when string) {
+		t.Helper()
+		if l.answersAnywhere(ip) && o.answersAnywhere(ip) {
+			t.Fatalf("%s: both nodes answer for %s", when, ip)
+		}
+	}
+
+	// Drain: node2 learns of it and waits; node1 stops once its mark is
+	// out, and says so.
+	l.mark("node1", "true", true)
+	l.sp.Sync()
+	o.cluster.Set(members.Member{Name: "node1", Meta: releasing(true)})
+	o.sp.Sync()
+	one("node2 learned of the drain")
+	if o.answersAnywhere(ip) || o.reason(ip) != l2plan.ReasonAwaiting {
+		t.Fatalf("node2 answers %v, reason %q: want it waiting for node1", o.answersAnywhere(ip), o.reason(ip))
+	}
+	if got := testutil.ToFloat64(o.sp.d.Metrics.awaiting); got != 1 {
+		t.Errorf("herald_speaker_handoffs_awaiting = %v, want 1", got)
+	}
+	// The forwarding of node1's connections is in place before node2
+	// answers.
+	if want := []handover.Entry{{Addr: addr(ip), Iface: "eth0", Via: node1IP, From: "node1"}}; !slices.EqualFunc(kernel.Entries, want, sameButTime) {
+		t.Fatalf("waiting for node1: handover entries %v, want %v", kernel.Entries, want)
+	}
+	if !l.answers(ip) {
+		t.Fatal("node1 stopped before its drain was published: a gap")
+	}
+	l.sp.publishOnce()
+	l.sp.Sync()
+	if l.answersAnywhere(ip) {
+		t.Fatal("node1 drained and published, yet answering")
+	}
+	msg := receive(t, toNode2, "node1's release to node2")
+	o.sp.Message(msg)
+	if !o.answers(ip) {
+		t.Fatal("node2 got node1's release but waits for its next election to answer")
+	}
+	o.sp.Sync()
+	if !o.answers(ip) {
+		t.Fatalf("node2 got node1's release but does not answer (reason %q)", o.reason(ip))
+	}
+	if g := o.responders.live("eth0").takeGratuitous(); !slices.Contains(g, addr(ip)) {
+		t.Errorf("node2 took %s over without a gratuitous burst: %v", ip, g)
+	}
+	if got := testutil.ToFloat64(o.sp.d.Metrics.handoffs.WithLabelValues(string(release.Released))); got != 1 {
+		t.Errorf(`herald_speaker_handoffs_total{outcome="released"} = %v, want 1`, got)
+	}
+
+	// Undo: node1 claims the address at once, without waiting for its
+	// metadata to go out, and answers when node2 released it.
+	l.mark("node1", "", false)
+	l.sp.Sync()
+	one("node1 undid its drain")
+	if l.answersAnywhere(ip) || l.reason(ip) != l2plan.ReasonAwaiting {
+		t.Fatalf("undone: node1 answers %v, reason %q; want it waiting for node2", l.answersAnywhere(ip), l.reason(ip))
+	}
+	l.sp.publishOnce()
+	o.cluster.Set(members.Member{Name: "node1", Meta: releasing(false)})
+	o.sp.Sync()
+	if o.answersAnywhere(ip) {
+		t.Fatal("node2 still answers after learning of the undo")
+	}
+	l.sp.Message(receive(t, toNode1, "node2's release to node1"))
+	l.sp.Sync()
+	if !l.answers(ip) {
+		t.Fatalf("node1 got node2's release but does not answer (reason %q)", l.reason(ip))
+	}
+}
+
+// TestHandOffWaitIsBounded: a former holder that never releases (its
+// view lags, or the message was lost) is answered over after
+// release.MaxWait, with a sync armed for that moment.
+func TestHandOffWaitIsBounded(t *testing.T) {
+	nodes := []string{"node1", "node2"}
+	ip := ipFor(t, "node1", nodes...)
+	var skew atomic.Int64
+	l := newLabWith(t, "node1", nodes, func(d *Deps) {
+		d.TakeoverClock = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	})
+	l.cluster.Set(members.Member{Name: "node2", Meta: releasing(false)})
+	l.service("web", false, ip)
+	l.mark("node1", "true", true)
+	l.sp.Sync()
+	l.sp.publishOnce()
+	l.sp.Sync()
+	if l.answersAnywhere(ip) {
+		t.Fatal("drained, yet answering")
+	}
+	l.mark("node1", "", false)
+	l.sp.Sync()
+	if l.reason(ip) != l2plan.ReasonAwaiting {
+		t.Fatalf("undone: reason %q, want waiting for node2", l.reason(ip))
+	}
+	if l.sp.l2.relTimer == nil {
+		t.Fatal("no sync armed for the end of the wait")
+	}
+	skew.Store(int64(release.MaxWait))
+	l.sp.Sync()
+	if !l.answers(ip) {
+		t.Fatalf("after the longest wait: reason %q, want answering", l.reason(ip))
+	}
+	if got := testutil.ToFloat64(l.sp.d.Metrics.handoffs.WithLabelValues(string(release.TimedOut))); got != 1 {
+		t.Errorf(`herald_speaker_handoffs_total{outcome="timeout"} = %v, want 1`, got)
+	}
+}
+
+// TestNoWaitForOlderSpeakers: a holder that does not advertise releases
+// (an older speaker) is not waited for, and this node claims only once
+// its metadata is out, as before.
+func TestNoWaitForOlderSpeakers(t *testing.T) {
+	nodes := []string{"node1", "node2"}
+	ip := ipFor(t, "node1", nodes...)
+	l := newLab(t, "node1", nodes...) // node2's metadata has no Releases
+	l.service("web", false, ip)
+	l.mark("node1", "true", true)
+	l.sp.Sync()
+	l.sp.publishOnce()
+	l.sp.Sync()
+	l.mark("node1", "", false)
+	l.sp.Sync()
+	if l.answersAnywhere(ip) || l.reason(ip) == l2plan.ReasonAwaiting {
+		t.Fatalf("undone, unpublished: answers %v, reason %q; want neither", l.answersAnywhere(ip), l.reason(ip))
+	}
+	l.sp.publishOnce()
+	l.sp.Sync()
+	if !l.answers(ip) {
+		t.Fatalf("undone and published: reason %q, want answering", l.reason(ip))
+	}
+}
+
+// TestMalformedMessageIgnored: garbage from the membership is dropped
+// and changes nothing.
+func TestMalformedMessageIgnored(t *testing.T) {
+	l := newLab(t, "node1", "node1", "node2")
+	l.sp.Message([]byte("\x00not json"))
+	l.sp.Message(release.Encode(release.Message{From: "node2", To: "node9", Addrs: nil}))
+	if n := l.sp.l2.releases.Len(); n != 0 {
+		t.Fatalf("%d waits after garbage", n)
+	}
+}
