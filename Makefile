@@ -196,9 +196,9 @@ e2e-test: toolchain helm ## the e2e tests of make test, E2E_TESTS in E2E_PACKAGE
 # make e2e-all runs it after the binary-mode suite.
 # E2E_FAULT_TESTS are the fault tests that run on herald's image too
 # (issue #36): make e2e-all runs them in its image-mode and real-node
-# passes. TestFaultsNetworkPartition makes a 4-node binary-mode lab of its
-# own and runs in the binary pass.
-E2E_FAULT_TESTS := TestFaultsControlPlaneAPIServerDown|TestFaultsNetworkRouterRestart|TestFaultsNetworkNodeNotReady
+# passes. TestFaultsNetworkPartition makes a 4-node lab of its own, in
+# the mode the pass asks for.
+E2E_FAULT_TESTS := TestFaultsControlPlaneAPIServerDown|TestFaultsNetworkRouterRestart|TestFaultsNetworkNodeNotReady|TestFaultsNetworkPartition
 E2E_IMAGE_TESTS ?= ^(TestSourceIPWalkthrough|TestSpeakerL2|TestSpeakerBGP|TestProxy|TestKubeletAPI|TestInitContainers|TestProbes|TestUpstreamImages|TestUpstreamConformance|TestL2MoveKeepsConnections|$(E2E_FAULT_TESTS))$$
 e2e-image-test: toolchain ## (root) make image, then the walkthrough, the L2, BGP, proxy, kubelet API and init-container e2e tests, the upstream images and a subset of the upstream sig-network suite, with herald's pods running that image under runc
 	@$(MAKE) image

@@ -241,6 +241,8 @@ type l2Event struct {
 	node   string
 	ip     string
 	gained bool
+	// released: a start on the former holder's release.
+	released bool
 }
 
 // l2Events reads the layer-2 announcement changes of the speaker logs
@@ -253,7 +255,8 @@ func l2Events(logs map[string]string, ips []string) []l2Event {
 	var out []l2Event
 	for node, text := range logs {
 		for _, line := range strings.Split(text, "\n") {
-			gained := strings.Contains(line, " msg=announcing ") || strings.Contains(line, ` msg="answering an address its former holder released" `)
+			released := strings.Contains(line, ` msg="answering an address its former holder released" `)
+			gained := released || strings.Contains(line, " msg=announcing ")
 			if !gained && !strings.Contains(line, ` msg="stopped announcing" `) {
 				continue
 			}
@@ -262,7 +265,7 @@ func l2Events(logs map[string]string, ips []string) []l2Event {
 			if err != nil || !want[ip] {
 				continue
 			}
-			out = append(out, l2Event{at: ts, node: node, ip: ip, gained: gained})
+			out = append(out, l2Event{at: ts, node: node, ip: ip, gained: gained, released: released})
 		}
 	}
 	slices.SortFunc(out, func(x, y l2Event) int { return x.at.Compare(y.at) })
@@ -284,13 +287,30 @@ func logField(line, key string) string {
 	return v
 }
 
+// handoff is an address moving from one speaker to another, as their
+// logs tell: gap is from the stop to the start, negative when the start
+// came first (both answered meanwhile).
+type handoff struct {
+	ip, from, to string
+	at           time.Time
+	gap          time.Duration
+	// released: the new holder answered on the former one's release.
+	released bool
+}
+
+func (h handoff) String(since time.Time) string {
+	how := ""
+	if h.released {
+		how = ", on release"
+	}
+	return fmt.Sprintf("%s %s->%s at +%s: gap %s%s", h.ip, h.from, h.to, h.at.Sub(since).Round(time.Millisecond), h.gap.Round(time.Millisecond), how)
+}
+
 // handoffs pairs, per address, each stop on one node with the next
-// start on another (and the other way round) from the time from on: the
-// gap between the two, positive when nobody answered meanwhile, negative
-// when both did.
-func handoffs(events []l2Event, from time.Time) []string {
+// start on another (and the other way round) from the time from on.
+func handoffs(events []l2Event, from time.Time) []handoff {
 	last := map[string]l2Event{}
-	var out []string
+	var out []handoff
 	for _, e := range events {
 		if e.at.Before(from) {
 			continue
@@ -300,11 +320,20 @@ func handoffs(events []l2Event, from time.Time) []string {
 		if !ok || p.node == e.node || p.gained == e.gained {
 			continue
 		}
-		oldNode, newNode, gap := p.node, e.node, e.at.Sub(p.at)
+		h := handoff{ip: e.ip, from: p.node, to: e.node, at: p.at, gap: e.at.Sub(p.at), released: e.released}
 		if p.gained { // the start came first: both answered meanwhile
-			oldNode, newNode, gap = e.node, p.node, -gap
+			h = handoff{ip: e.ip, from: e.node, to: p.node, at: p.at, gap: -h.gap, released: p.released}
 		}
-		out = append(out, fmt.Sprintf("%s %s->%s at +%s: gap %s", e.ip, oldNode, newNode, p.at.Sub(from).Round(time.Millisecond), gap.Round(time.Millisecond)))
+		out = append(out, h)
 	}
 	return out
+}
+
+// handoffList prints hand-offs with their times after since.
+func handoffList(hs []handoff, since time.Time) string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.String(since))
+	}
+	return "[" + strings.Join(out, "; ") + "]"
 }

@@ -143,7 +143,20 @@ func TestFaultsNetworkPartition(t *testing.T) {
 		logs[n] = s.speakerLogs(n)
 	}
 	events := l2Events(logs, ips)
-	t.Logf("FIGURE hand-offs from the cut on, as the speakers logged them: %v", handoffs(events, start))
+	t.Logf("FIGURE hand-offs from the cut on, as the speakers logged them: %s", handoffList(handoffs(events, start), start))
+	// The moves back after healing are between live speakers: each new
+	// holder waited for the former one to say it stopped, and none had
+	// to give up waiting (speaker/layer2/release).
+	released, timedOut := 0.0, 0.0
+	for _, n := range all {
+		r, _ := s.speakerMetric(n, `herald_speaker_handoffs_total{outcome="released"}`)
+		o, _ := s.speakerMetric(n, `herald_speaker_handoffs_total{outcome="timeout"}`)
+		released, timedOut = released+r, timedOut+o
+	}
+	t.Logf("FIGURE hand-offs by release %v, by timeout %v (herald_speaker_handoffs_total, all nodes)", released, timedOut)
+	if mHeal > 0 && (released < float64(mHeal) || timedOut > 0) {
+		t.Errorf("%d moves after healing, %v handed off by release and %v after the longest wait; want every one by release", mHeal, released, timedOut)
+	}
 
 	// The onset too: a speaker taking over an address from a member
 	// declared dead waits until nobody answers for it on the LAN, so the

@@ -91,6 +91,17 @@ func TestL2MoveKeepsConnections(t *testing.T) {
 	if len(changes) != 3 || changes[0].MAC != m.macOf[winner] || changes[1].MAC != m.macOf[next] || changes[2].MAC != m.macOf[winner] {
 		t.Errorf("the client's neighbour entry went %s, want %s, %s, then %s again", macChanges(changes, m.owner, start), winner, next, winner)
 	}
+	// Both moves are between live speakers: the loser stops, says so,
+	// and the winner answers on that word (speaker/layer2/release).
+	logs := map[string]string{}
+	for _, n := range m.nodeNames() {
+		logs[n] = m.speakerLogs(n)
+	}
+	hs := handoffs(l2Events(logs, []string{ip}), start)
+	t.Logf("MOVE hand-offs of %s, as the speakers logged them: %s", ip, handoffList(hs, start))
+	if len(hs) != 2 || !hs[0].released || !hs[1].released || hs[0].gap < 0 || hs[1].gap < 0 {
+		t.Errorf("want two hand-offs of %s, each on the former holder's release, never two answering at once", ip)
+	}
 	var at []time.Time
 	for _, k := range []struct {
 		what string

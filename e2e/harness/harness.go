@@ -171,9 +171,9 @@ func UpOwnLab(t *testing.T, ctx context.Context, opts cluster.Options) *T {
 		data, _ := os.ReadFile(logf.Name())
 		t.Fatalf("lab up: %v\n%s", err, data)
 	}
-	t.Logf("lab %q up in %s (%s of it waiting for the machine and building), %d nodes, service proxy %s, image mode %v; its log: %s",
+	t.Logf("lab %q up in %s (%s of it waiting for the machine and building), %d nodes, service proxy %s, image mode %v, real nodes %v; its log: %s",
 		opts.Prefix, time.Since(start).Round(time.Millisecond), (time.Since(start) - lab.Timings.Total).Round(time.Millisecond),
-		lab.Nodes, lab.Proxy, lab.ImageMode, logf.Name())
+		lab.Nodes, lab.Proxy, lab.ImageMode, lab.RealNodes, logf.Name())
 	t.Cleanup(func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
