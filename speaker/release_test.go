@@ -42,6 +42,21 @@ func receive(t *testing.T, ch chan []byte, what string) []byte {
 	}
 }
 
+// drainThenUndo drains node1 (published: it no longer answers for ip),
+// then undoes the drain, not published yet.
+func (l *lab) drainThenUndo(ip string) {
+	l.t.Helper()
+	l.mark("node1", "true", true)
+	l.sp.Sync()
+	l.sp.publishOnce()
+	l.sp.Sync()
+	if l.answersAnywhere(ip) {
+		l.t.Fatal("drained, yet answering")
+	}
+	l.mark("node1", "", false)
+	l.sp.Sync()
+}
+
 func (l *lab) reason(ip string) string {
 	got, _ := l.sp.State().Lookup(addr(ip))
 	return got.Reason
@@ -152,15 +167,7 @@ func TestHandOffWaitIsBounded(t *testing.T) {
 	})
 	l.cluster.Set(members.Member{Name: "node2", Meta: releasing(false)})
 	l.service("web", false, ip)
-	l.mark("node1", "true", true)
-	l.sp.Sync()
-	l.sp.publishOnce()
-	l.sp.Sync()
-	if l.answersAnywhere(ip) {
-		t.Fatal("drained, yet answering")
-	}
-	l.mark("node1", "", false)
-	l.sp.Sync()
+	l.drainThenUndo(ip)
 	if l.reason(ip) != l2plan.ReasonAwaiting {
 		t.Fatalf("undone: reason %q, want waiting for node2", l.reason(ip))
 	}
@@ -185,12 +192,7 @@ func TestNoWaitForOlderSpeakers(t *testing.T) {
 	ip := ipFor(t, "node1", nodes...)
 	l := newLab(t, "node1", nodes...) // node2's metadata has no Releases
 	l.service("web", false, ip)
-	l.mark("node1", "true", true)
-	l.sp.Sync()
-	l.sp.publishOnce()
-	l.sp.Sync()
-	l.mark("node1", "", false)
-	l.sp.Sync()
+	l.drainThenUndo(ip)
 	if l.answersAnywhere(ip) || l.reason(ip) == l2plan.ReasonAwaiting {
 		t.Fatalf("undone, unpublished: answers %v, reason %q; want neither", l.answersAnywhere(ip), l.reason(ip))
 	}
@@ -209,5 +211,33 @@ func TestMalformedMessageIgnored(t *testing.T) {
 	l.sp.Message(release.Encode(release.Message{From: "node2", To: "node9", Addrs: nil}))
 	if n := l.sp.l2.releases.Len(); n != 0 {
 		t.Fatalf("%d waits after garbage", n)
+	}
+}
+
+// TestReleaseDuringSync: releases arrive on memberlist's goroutines while
+// the loop runs its elections (go test -race checks the locking); once
+// the last one is in, the address is answered.
+func TestReleaseDuringSync(t *testing.T) {
+	nodes := []string{"node1", "node2"}
+	ip := ipFor(t, "node1", nodes...)
+	l := newLab(t, "node1", nodes...)
+	l.cluster.Set(members.Member{Name: "node2", Meta: releasing(false)})
+	l.service("web", false, ip)
+	l.drainThenUndo(ip)
+	msg := release.Encode(release.Message{From: "node2", To: "node1", Addrs: []netip.Addr{addr(ip)}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			l.sp.Message(msg)
+		}
+	}()
+	for range 50 {
+		l.sp.Sync()
+	}
+	<-done
+	l.sp.Sync()
+	if !l.answers(ip) {
+		t.Fatalf("released, yet not answering (reason %q)", l.reason(ip))
 	}
 }
