@@ -268,7 +268,8 @@ func l2Events(logs map[string]string, ips []string) []l2Event {
 			out = append(out, l2Event{at: ts, node: node, ip: ip, gained: gained, released: released})
 		}
 	}
-	slices.SortFunc(out, func(x, y l2Event) int { return x.at.Compare(y.at) })
+	// Stable: a node's lines of one millisecond stay in their order.
+	slices.SortStableFunc(out, func(x, y l2Event) int { return x.at.Compare(y.at) })
 	return out
 }
 

@@ -144,6 +144,18 @@ func TestFaultsNetworkPartition(t *testing.T) {
 	}
 	events := l2Events(logs, ips)
 	t.Logf("FIGURE hand-offs from the cut on, as the speakers logged them: %s", handoffList(handoffs(events, start), start))
+	// Each address moves back once: a node whose recovery hold ended
+	// first does not take an address on its way to the node whose hold
+	// ends a moment later.
+	perIP := map[string][]string{}
+	for _, h := range handoffs(events, healAt) {
+		perIP[h.ip] = append(perIP[h.ip], h.String(healAt))
+	}
+	for ip, hs := range perIP {
+		if len(hs) > 1 {
+			t.Errorf("%s moved %d times after healing (%s); want once", ip, len(hs), strings.Join(hs, "; "))
+		}
+	}
 	// The moves back after healing are between live speakers: each new
 	// holder waited for the former one to say it stopped, and none had
 	// to give up waiting (speaker/layer2/release).

@@ -254,6 +254,22 @@ func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded E
 			candidates = append(candidates, name)
 		}
 	}
+	// A node out of its hold counted out together with one still in its
+	// hold waits for it: the holds of one event end together, so an
+	// address moves once, where it goes when all are back, not first to
+	// the node whose hold ended a moment earlier.
+	if len(candidates) > 0 && len(recovering) > 0 {
+		var healthy []string
+		inHold := slices.Clone(recovering)
+		for _, c := range candidates {
+			if togetherWithAny(e.eligible[c], inHold, e.eligible) {
+				recovering = append(recovering, c)
+			} else {
+				healthy = append(healthy, c)
+			}
+		}
+		candidates = healthy
+	}
 	// A recovering node counted out together with every healthy
 	// candidate is their peer.
 	if len(candidates) > 0 && len(recovering) > 0 {
@@ -296,6 +312,15 @@ func Together(a, b Node) bool {
 	}
 	d := a.CountedOutAt.Sub(b.CountedOutAt)
 	return d <= TogetherWindow && d >= -TogetherWindow
+}
+
+func togetherWithAny(n Node, others []string, nodes map[string]Node) bool {
+	for _, o := range others {
+		if Together(n, nodes[o]) {
+			return true
+		}
+	}
+	return false
 }
 
 func togetherWithAll(n Node, healthy []string, nodes map[string]Node) bool {

@@ -87,9 +87,15 @@ func TestCandidatesFilters(t *testing.T) {
 			ns[1].CountedOutAt = epoch.Add(-TogetherWindow - time.Millisecond)
 			ns[2].Live = false
 		}, []string{"node2"}, map[string]string{"node1": ReasonRecovering, "node3": ReasonNotLive}},
-		{"recovering, counted out with one healthy node but not another: ranked after both", func(ns []Node, _ *IP, _ *Options) {
+		{"recovering, counted out with a node whose hold ended but not with another: both wait", func(ns []Node, _ *IP, _ *Options) {
+			// A partition healed: node1 and node2 were counted out by
+			// one event, node2's hold ended a moment before node1's.
 			ns[0].Recovering, ns[0].CountedOutAt = true, epoch
-			ns[1].CountedOutAt = epoch
+			ns[1].CountedOutAt = epoch.Add(-63 * time.Millisecond)
+		}, []string{"node3"}, map[string]string{"node1": ReasonRecovering, "node2": ReasonRecovering}},
+		{"recovered, counted out apart from the one recovering: a candidate", func(ns []Node, _ *IP, _ *Options) {
+			ns[0].Recovering, ns[0].CountedOutAt = true, epoch
+			ns[1].CountedOutAt = epoch.Add(-TogetherWindow - time.Millisecond)
 		}, []string{"node2", "node3"}, map[string]string{"node1": ReasonRecovering}},
 		{"recovering, a healthy node never counted out: ranked after it", func(ns []Node, _ *IP, _ *Options) {
 			ns[0].Recovering, ns[0].CountedOutAt = true, epoch

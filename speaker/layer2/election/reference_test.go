@@ -89,13 +89,26 @@ func referenceCandidates(ip IP, nodes []Node, opts Options) ([]string, map[strin
 		}
 		candidates = append(candidates, n.Name)
 	}
+	byName := map[string]Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	// Out of its hold but counted out with one still in it: waits too.
+	if len(recovering) > 0 {
+		inHold := slices.Clone(recovering)
+		candidates = slices.DeleteFunc(candidates, func(c string) bool {
+			for _, r := range inHold {
+				if Together(byName[c], byName[r]) {
+					recovering = append(recovering, c)
+					return true
+				}
+			}
+			return false
+		})
+	}
 	if len(candidates) == 0 {
 		candidates = recovering
 	} else {
-		byName := map[string]Node{}
-		for _, n := range nodes {
-			byName[n.Name] = n
-		}
 		healthy := slices.Clone(candidates)
 		for _, r := range recovering {
 			peer := true
