@@ -16,8 +16,11 @@
 //     a takeover check or for the node's proxy;
 //  2. every protocol runs on that round, as equals behind one interface
 //     (protocol): layer 2 (layer2.go: the pure election of
-//     speaker/layer2/plan, then the ARP/NDP responders of speaker/layer2)
-//     and BGP (bgpproto.go: speaker/bgp/plan, applied by speaker/bgp);
+//     speaker/layer2/plan, then the ARP/NDP responders of speaker/layer2;
+//     an address moving between two live speakers is handed off by a
+//     message, speaker/layer2/release, and its connections forwarded,
+//     speaker/handover) and BGP (bgpproto.go: speaker/bgp/plan, applied
+//     by speaker/bgp);
 //  3. the one StatusWriter gets what they announce: ServiceAnnouncements
 //     and this node's NodeAnnouncement.
 //
