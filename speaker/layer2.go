@@ -85,17 +85,7 @@ func (p *layer2Protocol) sync(r *round) result {
 	p.takeovers.Start(contested(st), func(a netip.Addr) string { prev, _ := p.state.Lookup(a); return prev.Winner })
 	p.settleReleases(st, last, r.releasing)
 	ch := l2plan.Diff(p.state, st)
-	p.releases.Do(func(released map[netip.Addr][]string) {
-		// Released since the election: answered already (Notify), and
-		// by the next election.
-		ann := st.Announced()
-		for a, ifaces := range released {
-			if _, ok := ann[a]; !ok {
-				ann[a] = ifaces
-			}
-		}
-		p.ann.Set(ann)
-	})
+	p.answer(st)
 	p.responders.syncGroups()
 	p.logChanges(st, ch) // as the answers changed, before the releases go out
 	// Once this node no longer answers for them, it says so to their new
@@ -130,6 +120,22 @@ func (p *layer2Protocol) winners() []partition.Winner {
 	return out
 }
 
+// answer makes the responders answer for what st announces, and for the
+// addresses released since the election that computed st: answered
+// already on arrival (Notify), they stay answered until the next
+// election, which knows of their release.
+func (p *layer2Protocol) answer(st l2plan.State) {
+	p.releases.Do(func(released map[netip.Addr][]string) {
+		ann := st.Announced()
+		for a, ifaces := range released {
+			if _, ok := ann[a]; !ok {
+				ann[a] = ifaces
+			}
+		}
+		p.ann.Set(ann)
+	})
+}
+
 // lastWinners are the last election's winners by address; none before
 // this speaker's first election: a speaker that just started answers
 // what it wins at once, as the holders it would wait for may be the
@@ -160,13 +166,20 @@ func (p *layer2Protocol) settleReleases(st l2plan.State, last map[netip.Addr]str
 			answered[ip.Addr] = true
 		}
 	}
-	ended, next := p.releases.Settle(held, func(a netip.Addr) string { return last[a] }, answered, releasing)
+	ended, next := p.releases.Settle(release.Round{Held: held, Answered: answered, Releasing: releasing,
+		Last:   func(a netip.Addr) string { return last[a] },
+		Winner: func(a netip.Addr) string { ip, _ := st.Lookup(a); return ip.Winner },
+	})
 	for _, e := range ended {
 		p.d.Metrics.handoffs.WithLabelValues(string(e.Outcome)).Inc()
-		switch e.Outcome {
-		case release.Released:
+		switch {
+		case e.Outcome == release.Released && e.Waited == 0:
+			// Released before this node decided: answered now, by this
+			// election, with no wait (and no answer on arrival to log).
+			p.d.Log.Info("answering an address its former holder released", "ip", e.Addr, "from", e.From, "interfaces", st.Announced()[e.Addr])
+		case e.Outcome == release.Released:
 			p.d.Log.Debug("waited for the former holder's release", "ip", e.Addr, "from", e.From, "waited", e.Waited.Round(time.Microsecond))
-		case release.Gone:
+		case e.Outcome == release.Gone:
 			p.d.Log.Info("the former holder of an address left while this node waited for it to stop answering; answering", "ip", e.Addr, "from", e.From, "waited", e.Waited.Round(time.Microsecond))
 		default:
 			p.d.Log.Warn("the former holder of an address did not say it stopped answering for it within the longest wait; answering (two nodes may answer until it learns of the change)", "ip", e.Addr, "from", e.From, "waited", e.Waited.Round(time.Millisecond))
@@ -181,15 +194,18 @@ func (p *layer2Protocol) settleReleases(st l2plan.State, last map[netip.Addr]str
 	}
 }
 
-// release tells the new winners of the addresses this node stopped
-// answering for, when they are live members that wait for it, that it
-// has. The messages go from goroutines of their own: the loop does not
-// wait on the network. A failed send is logged; the winner then answers
-// after its longest wait.
+// release tells the new winners of the addresses this node won in the
+// last election and no longer answers for, when they are live members
+// that wait for it, that it does not. That includes addresses it won
+// without answering yet (waiting itself, or for its proxy): the new
+// winner waits for this node, its last winner, and silence would cost
+// it the longest wait. The messages go from goroutines of their own: the
+// loop does not wait on the network. A failed send is logged; the
+// winner then answers after its longest wait.
 func (p *layer2Protocol) release(st l2plan.State, releasing map[string]bool) {
 	to := map[string][]netip.Addr{}
 	for _, old := range p.state.IPs {
-		if !old.Announced() {
+		if old.Winner != p.d.Node {
 			continue
 		}
 		ip, ok := st.Lookup(old.Addr)

@@ -241,3 +241,24 @@ func TestReleaseDuringSync(t *testing.T) {
 		t.Fatalf("released, yet not answering (reason %q)", l.reason(ip))
 	}
 }
+
+// TestReleaseDuringElection: a release that arrives after an election
+// held the address back, but before the loop sets what it answers, is
+// not undone by that election's result.
+func TestReleaseDuringElection(t *testing.T) {
+	nodes := []string{"node1", "node2"}
+	ip := ipFor(t, "node1", nodes...)
+	l := newLab(t, "node1", nodes...)
+	l.cluster.Set(members.Member{Name: "node2", Meta: releasing(false)})
+	l.service("web", false, ip)
+	l.drainThenUndo(ip)
+	held := l.sp.l2.state // the election that holds ip back
+	if got, _ := held.Lookup(addr(ip)); got.Reason != l2plan.ReasonAwaiting {
+		t.Fatalf("reason %q, want waiting", got.Reason)
+	}
+	l.sp.Message(release.Encode(release.Message{From: "node2", To: "node1", Addrs: []netip.Addr{addr(ip)}}))
+	l.sp.l2.answer(held)
+	if !l.answers(ip) {
+		t.Fatal("a release that came during the election was undone by its result")
+	}
+}

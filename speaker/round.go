@@ -157,14 +157,16 @@ func (s *Speaker) publishIfChanged(meta members.Meta) {
 func (s *Speaker) members(live []members.Member, r *round) ([]l2plan.Member, map[string]bool) {
 	var out []l2plan.Member
 	present := map[string]bool{}
-	own := l2plan.Member{Name: s.d.Node, Interfaces: r.meta.Interfaces, DownInterfaces: r.meta.DownInterfaces, Recovering: r.recovering, CountedOutAt: r.meta.CountedOutAt, Drained: r.drained}
+	own := l2plan.Member{Name: s.d.Node, Interfaces: r.meta.Interfaces, DownInterfaces: r.meta.DownInterfaces, Recovering: r.recovering, CountedOutAt: r.meta.CountedOutAt, Drained: r.drained, HoldsTogether: true}
 	for _, m := range live {
 		present[m.Name] = true
 		if m.Name == s.d.Node {
 			out = append(out, own)
 			continue
 		}
-		out = append(out, l2plan.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces, Recovering: m.Meta.Recovering, CountedOutAt: m.Meta.CountedOutAt, Drained: m.Meta.Drained})
+		// Releases marks the speakers of this version, whose election
+		// also holds nodes counted out together.
+		out = append(out, l2plan.Member{Name: m.Name, Interfaces: m.Meta.Interfaces, DownInterfaces: m.Meta.DownInterfaces, Recovering: m.Meta.Recovering, CountedOutAt: m.Meta.CountedOutAt, Drained: m.Meta.Drained, HoldsTogether: m.Meta.Releases})
 	}
 	if !present[s.d.Node] {
 		out = append(out, own)

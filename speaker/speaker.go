@@ -182,15 +182,19 @@ type nodeState struct {
 	metaSet bool
 	metaCh  chan members.Meta
 	// publishedRecovering is the Recovering flag of the metadata last
-	// handed to memberlist. This node counts itself recovering while
-	// either it or the published flag is set, so on leaving recovery it
-	// claims addresses back only once the others can know.
+	// handed to memberlist. While a live member does not release what
+	// it loses (an older speaker), this node counts itself recovering
+	// while either it or the published flag is set, so on leaving
+	// recovery it claims addresses back only once the others can know;
+	// otherwise it claims them at once and waits for their releases
+	// (round).
 	publishedRecovering atomic.Bool
 	// publishedDrained is the Drained flag of the metadata last handed
-	// to memberlist. This node counts itself drained only once it is
-	// published, both ways: drained, it answers until the others can
-	// know to take its addresses; undone, it claims them back only once
-	// they can know to let them go.
+	// to memberlist. Drained, this node counts itself so only once it is
+	// published: it answers until the others can know to take its
+	// addresses. Undone, it claims them back only once the others can
+	// know to let them go while a live member does not release what it
+	// loses, and at once otherwise, waiting for the releases.
 	publishedDrained atomic.Bool
 	// recoveryTimer runs a sync when recovery ends.
 	recoveryTimer *time.Timer
@@ -288,7 +292,7 @@ func (s *Speaker) MemberEvent(ev members.Event) {
 		// A graceful stop: gone, not hidden behind a partition.
 		s.partition.MemberLeft(ev.Member.Name)
 		m := ev.Member.Meta
-		if m.Restarting && s.partition.HoldRestarting(l2plan.Member{Name: ev.Member.Name, Interfaces: m.Interfaces, DownInterfaces: m.DownInterfaces, Recovering: m.Recovering, CountedOutAt: m.CountedOutAt}) {
+		if m.Restarting && s.partition.HoldRestarting(l2plan.Member{Name: ev.Member.Name, Interfaces: m.Interfaces, DownInterfaces: m.DownInterfaces, Recovering: m.Recovering, CountedOutAt: m.CountedOutAt, HoldsTogether: m.Releases}) {
 			s.heldRestarting(ev.Member.Name)
 		}
 	case ev.Type == members.EventLeave:

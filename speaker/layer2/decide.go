@@ -127,7 +127,8 @@ func Decide(frame []byte, ifi Interface, a Announcer) Decision {
 
 // Announcements is a concurrency-safe Announcer: the set of IPs this node
 // announces and, per IP, the interfaces it announces them on. The speaker
-// replaces it wholesale after each election.
+// replaces it wholesale after each election, and adds an address between
+// two when its former holder released it.
 type Announcements struct {
 	mu sync.RWMutex
 	m  map[netip.Addr][]string

@@ -52,6 +52,12 @@ type Node struct {
 	// metadata); it wins an IP only when no other candidate is left,
 	// recovering ones included (see Candidates).
 	Drained bool
+	// HoldsTogether: the speaker holds a node out of its recovery hold
+	// back while one counted out with it is still in its hold (see
+	// Candidates); speakers that release what they lose do
+	// (members.Meta.Releases). While a live speaker does not, none
+	// does, so that every speaker elects alike.
+	HoldsTogether bool
 }
 
 // ExcludeLabel keeps a node out of external load balancing, as for
@@ -94,6 +100,7 @@ const (
 	ReasonNoLocalEndpoint    = "externalTrafficPolicy Local and no local endpoint"
 	ReasonRecovering         = "speaker recovering: the cluster declared it dead or it was isolated lately, and another candidate, not counted out with it, is healthy"
 	ReasonDrained            = "node drained (herald drain), and another candidate is not"
+	ReasonHeldTogether       = "speaker out of its recovery hold, waiting for a node counted out with it that is still in its hold, while another candidate is healthy"
 )
 
 // Candidates returns the nodes eligible to announce ip, sorted by name,
@@ -136,15 +143,20 @@ type Eligibility struct {
 	// drained.
 	names    []string
 	excluded map[string]string
+	// holdTogether: every live node holds together (Node.HoldsTogether).
+	holdTogether bool
 }
 
 // Eligible checks nodes (with unique names) against everything but the
 // Services of an IP announced by ads.
 func Eligible(ads []*config.L2Advertisement, nodes []Node, opts Options) Eligibility {
-	e := Eligibility{excluded: map[string]string{}, eligible: map[string]Node{}}
+	e := Eligibility{excluded: map[string]string{}, eligible: map[string]Node{}, holdTogether: true}
 	ip := IP{Advertisements: ads}
 	lesser := false
 	for _, n := range nodes {
+		if n.Live && !n.HoldsTogether {
+			e.holdTogether = false
+		}
 		if why := ineligible(n, ip, opts, nil); why != "" {
 			e.excluded[n.Name] = why
 			continue
@@ -181,12 +193,21 @@ func (x Exclusions) Reason(node string) string {
 		return ReasonNoLocalEndpoint
 	}
 	if slices.Contains(x.recovering, node) {
-		return ReasonRecovering
+		return x.recoveringReason(node)
 	}
 	if slices.Contains(x.drained, node) {
 		return ReasonDrained
 	}
 	return ""
+}
+
+// recoveringReason tells a node in its recovery hold from one out of it
+// that waits for a node counted out with it.
+func (x Exclusions) recoveringReason(node string) string {
+	if x.eligible[node].Recovering {
+		return ReasonRecovering
+	}
+	return ReasonHeldTogether
 }
 
 // Map is every excluded node with its reason.
@@ -203,7 +224,7 @@ func (x Exclusions) Map() map[string]string {
 		}
 	}
 	for _, n := range x.recovering {
-		out[n] = ReasonRecovering
+		out[n] = x.recoveringReason(n)
 	}
 	for _, n := range x.drained {
 		out[n] = ReasonDrained
@@ -257,18 +278,24 @@ func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded E
 	// A node out of its hold counted out together with one still in its
 	// hold waits for it: the holds of one event end together, so an
 	// address moves once, where it goes when all are back, not first to
-	// the node whose hold ended a moment earlier.
-	if len(candidates) > 0 && len(recovering) > 0 {
+	// the node whose hold ended a moment earlier. When no healthy node
+	// is left but those, they stay the healthy ones, and the peer rule
+	// below adds those still in their holds.
+	var waiting []string
+	if e.holdTogether && len(candidates) > 0 && len(recovering) > 0 {
 		var healthy []string
-		inHold := slices.Clone(recovering)
 		for _, c := range candidates {
-			if togetherWithAny(e.eligible[c], inHold, e.eligible) {
-				recovering = append(recovering, c)
+			if togetherWithAny(e.eligible[c], recovering, e.eligible) {
+				waiting = append(waiting, c)
 			} else {
 				healthy = append(healthy, c)
 			}
 		}
-		candidates = healthy
+		if len(healthy) > 0 {
+			candidates = healthy
+		} else {
+			waiting = nil
+		}
 	}
 	// A recovering node counted out together with every healthy
 	// candidate is their peer.
@@ -284,6 +311,9 @@ func (e Eligibility) Candidates(svcs []Service) (candidates []string, excluded E
 		}
 		recovering = lesser
 	}
+	// Those waiting are not peers of the healthy nodes: that would hand
+	// them what the node they wait for wins when it is back.
+	recovering = append(recovering, waiting...)
 	sort.Strings(recovering)
 	sort.Strings(drained)
 	switch {

@@ -14,10 +14,11 @@ func nodes(n int) []Node {
 	var out []Node
 	for i := 1; i <= n; i++ {
 		out = append(out, Node{
-			Name:       fmt.Sprintf("node%d", i),
-			Labels:     map[string]string{"kubernetes.io/hostname": fmt.Sprintf("node%d", i), "rack": fmt.Sprint(i % 2)},
-			Live:       true,
-			Interfaces: []string{"eth0"},
+			Name:          fmt.Sprintf("node%d", i),
+			Labels:        map[string]string{"kubernetes.io/hostname": fmt.Sprintf("node%d", i), "rack": fmt.Sprint(i % 2)},
+			Live:          true,
+			Interfaces:    []string{"eth0"},
+			HoldsTogether: true,
 		})
 	}
 	return out
@@ -92,7 +93,12 @@ func TestCandidatesFilters(t *testing.T) {
 			// one event, node2's hold ended a moment before node1's.
 			ns[0].Recovering, ns[0].CountedOutAt = true, epoch
 			ns[1].CountedOutAt = epoch.Add(-63 * time.Millisecond)
-		}, []string{"node3"}, map[string]string{"node1": ReasonRecovering, "node2": ReasonRecovering}},
+		}, []string{"node3"}, map[string]string{"node1": ReasonRecovering, "node2": ReasonHeldTogether}},
+		{"recovering with a node whose hold ended, a speaker of an older version live: the old rule", func(ns []Node, _ *IP, _ *Options) {
+			ns[0].Recovering, ns[0].CountedOutAt = true, epoch
+			ns[1].CountedOutAt = epoch.Add(-63 * time.Millisecond)
+			ns[2].HoldsTogether = false
+		}, []string{"node2", "node3"}, map[string]string{"node1": ReasonRecovering}},
 		{"recovered, counted out apart from the one recovering: a candidate", func(ns []Node, _ *IP, _ *Options) {
 			ns[0].Recovering, ns[0].CountedOutAt = true, epoch
 			ns[1].CountedOutAt = epoch.Add(-TogetherWindow - time.Millisecond)
@@ -135,6 +141,22 @@ func TestCandidatesFilters(t *testing.T) {
 				t.Errorf("candidates %v %v, want %v %v", got, why, c.want, c.why)
 			}
 		})
+	}
+}
+
+// TestHoldTogetherKeepsThePeerRule: when every healthy node was counted
+// out with a node still in its hold, they stay the healthy ones, that
+// node is their peer, and a node in a hold of another event stays after
+// them all.
+func TestHoldTogetherKeepsThePeerRule(t *testing.T) {
+	ns := nodes(4)
+	ns[0].Recovering, ns[0].CountedOutAt = true, epoch
+	ns[1].CountedOutAt, ns[2].CountedOutAt = epoch, epoch.Add(time.Second)
+	ns[3].Recovering, ns[3].CountedOutAt = true, epoch.Add(-20*time.Second)
+	ip := IP{Addr: netip.MustParseAddr("198.51.100.200"), Advertisements: []*config.L2Advertisement{anyNode}}
+	got, why := Candidates(ip, ns, Options{})
+	if want := []string{"node1", "node2", "node3"}; !reflect.DeepEqual(got, want) || why["node4"] != ReasonRecovering || len(why) != 1 {
+		t.Errorf("candidates %v %v, want %v with node4 recovering", got, why, want)
 	}
 }
 

@@ -93,18 +93,31 @@ func referenceCandidates(ip IP, nodes []Node, opts Options) ([]string, map[strin
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
-	// Out of its hold but counted out with one still in it: waits too.
-	if len(recovering) > 0 {
-		inHold := slices.Clone(recovering)
-		candidates = slices.DeleteFunc(candidates, func(c string) bool {
-			for _, r := range inHold {
+	// Out of its hold but counted out with one still in it: waits too,
+	// unless every speaker does not do so yet, or no healthy node would
+	// be left.
+	together := true
+	for _, n := range nodes {
+		together = together && (!n.Live || n.HoldsTogether)
+	}
+	heldTogether := map[string]bool{}
+	if together {
+		var rest []string
+		for _, c := range candidates {
+			for _, r := range recovering {
 				if Together(byName[c], byName[r]) {
-					recovering = append(recovering, c)
-					return true
+					heldTogether[c] = true
 				}
 			}
-			return false
-		})
+			if !heldTogether[c] {
+				rest = append(rest, c)
+			}
+		}
+		if len(rest) == 0 {
+			clear(heldTogether)
+		} else {
+			candidates = rest
+		}
 	}
 	if len(candidates) == 0 {
 		candidates = recovering
@@ -121,6 +134,9 @@ func referenceCandidates(ip IP, nodes []Node, opts Options) ([]string, map[strin
 				excluded[r] = ReasonRecovering
 			}
 		}
+		for c := range heldTogether {
+			excluded[c] = ReasonHeldTogether
+		}
 	}
 	sort.Strings(candidates)
 	return candidates, excluded
@@ -133,12 +149,13 @@ func TestCandidatesMatchReferenceOnRandomWorlds(t *testing.T) {
 	r := rand.New(rand.NewPCG(19, 3))
 	racks := []*config.L2Advertisement{anyNode, {Name: "rack1", Pools: []string{"lan"}, NodeSelectors: config.Selectors{
 		config.SelectorFromLabels(map[string]string{"rack": "1"})}, Interfaces: []string{"eth1"}}}
-	for world := range 500 {
+	for world := range 5000 {
 		ns := nodes(1 + r.IntN(8))
 		for i := range ns {
 			ns[i].Live = r.IntN(6) != 0
 			ns[i].NetworkUnavailable = r.IntN(8) == 0
 			ns[i].Recovering = r.IntN(3) == 0
+			ns[i].HoldsTogether = r.IntN(10) != 0
 			if r.IntN(2) == 0 { // counted out at one of a few moments, some together
 				ns[i].CountedOutAt = epoch.Add(time.Duration(r.IntN(4)) * 4 * time.Second)
 			}

@@ -45,6 +45,9 @@ type Member struct {
 	// Drained: the node carries herald drain's mark
 	// (election.Node.Drained).
 	Drained bool
+	// HoldsTogether: the speaker runs this version's election
+	// (election.Node.HoldsTogether).
+	HoldsTogether bool
 }
 
 // Local is this node: its name and its own view of its interfaces.
@@ -407,6 +410,7 @@ func electionNodes(in Input) (nodes []election.Node, localLabels map[string]stri
 			Recovering:         m.Recovering,
 			CountedOutAt:       m.CountedOutAt,
 			Drained:            m.Drained,
+			HoldsTogether:      m.HoldsTogether,
 		})
 		if n.Name == in.Local.Name {
 			localLabels, localKnown = n.Labels, true

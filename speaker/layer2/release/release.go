@@ -111,22 +111,19 @@ type Ended struct {
 
 // Waits are, on one node, the addresses it won from a live member and
 // does not answer until that member released them, and the releases
-// received. The loop calls Awaited and Settle; Received is called from
-// the membership's goroutine.
+// received. The loop calls Awaited before an election, Settle after it
+// and sets what the node answers in Do; Received is called from the
+// membership's goroutines.
 type Waits struct {
 	self string
 	now  func() time.Time
 
-	mu       sync.Mutex
-	released map[netip.Addr]receipt
+	mu sync.Mutex
+	// released: per address, when each sender released it.
+	released map[netip.Addr]map[string]time.Time
 	waiting  map[netip.Addr]wait
 	// onRelease answers for released addresses at once (Notify).
 	onRelease func(from string, ips map[netip.Addr][]string)
-}
-
-type receipt struct {
-	from string
-	at   time.Time
 }
 
 type wait struct {
@@ -141,7 +138,7 @@ func New(self string, now func() time.Time) *Waits {
 	if now == nil {
 		now = time.Now
 	}
-	return &Waits{self: self, now: now, released: map[netip.Addr]receipt{}, waiting: map[netip.Addr]wait{}}
+	return &Waits{self: self, now: now, released: map[netip.Addr]map[string]time.Time{}, waiting: map[netip.Addr]wait{}}
 }
 
 // Notify sets what answers for released addresses the moment their
@@ -166,7 +163,10 @@ func (w *Waits) Received(m Message) bool {
 	defer w.mu.Unlock()
 	answer := map[netip.Addr][]string{}
 	for _, a := range m.Addrs {
-		w.released[a] = receipt{from: m.From, at: now}
+		if w.released[a] == nil {
+			w.released[a] = map[string]time.Time{}
+		}
+		w.released[a][m.From] = now
 		if wt, ok := w.waiting[a]; ok && wt.from == m.From && len(wt.ifaces) > 0 {
 			answer[a] = wt.ifaces
 		}
@@ -196,8 +196,8 @@ func (w *Waits) Do(fn func(released map[netip.Addr][]string)) {
 
 // releasedBy tells whether from released a lately; w.mu is held.
 func (w *Waits) releasedBy(a netip.Addr, from string, now time.Time) bool {
-	r, ok := w.released[a]
-	return ok && r.from == from && now.Sub(r.at) < Keep
+	at, ok := w.released[a][from]
+	return ok && now.Sub(at) < Keep
 }
 
 // Awaited are the addresses the election must not answer yet if this
@@ -226,43 +226,71 @@ func (w *Waits) Awaited(last map[netip.Addr]string, releasing map[string]bool) m
 	return out
 }
 
-// Settle takes the election's outcome: held are the addresses it holds
-// back as awaited, with the interfaces this node answers on once they are
-// released (from: their last winner); answered those this node answers
-// now. It starts the waits of newly held addresses, ends those of
-// addresses answered (returned, with how they ended) or no longer won,
-// uses up the releases of answered addresses and forgets stale ones. next
+// Round is an election's outcome as Settle needs it.
+type Round struct {
+	// Held are the addresses the election holds back as awaited, with
+	// the interfaces this node answers on once they are released.
+	Held map[netip.Addr][]string
+	// Answered are the addresses this node answers for now.
+	Answered map[netip.Addr]bool
+	// Last is an address's winner in the election before; Winner, in
+	// this one.
+	Last, Winner func(netip.Addr) string
+	// Releasing are the live members that release what they lose.
+	Releasing map[string]bool
+}
+
+// Settle takes the election's outcome. It starts the waits of newly held
+// addresses, ends those of addresses answered (returned, with how they
+// ended; a release that came before this node decided ends one with no
+// wait) or no longer won, uses up the releases of answered addresses and
+// forgets stale ones and those whose sender won the address back. next
 // is when the earliest wait times out (zero: none), for a sync then.
-func (w *Waits) Settle(held map[netip.Addr][]string, from func(netip.Addr) string, answered map[netip.Addr]bool, releasing map[string]bool) (ended []Ended, next time.Time) {
+func (w *Waits) Settle(r Round) (ended []Ended, next time.Time) {
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for a, ifaces := range held {
+	for a, ifaces := range r.Held {
 		wt, ok := w.waiting[a]
 		if !ok {
-			wt = wait{from: from(a), since: now}
+			wt = wait{from: r.Last(a), since: now}
 		}
 		wt.ifaces = slices.Clone(ifaces)
 		w.waiting[a] = wt
 	}
 	for a, wt := range w.waiting {
-		if _, ok := held[a]; ok {
+		if _, ok := r.Held[a]; ok {
 			continue
 		}
-		if answered[a] {
+		if r.Answered[a] {
 			e := Ended{Addr: a, From: wt.from, Outcome: TimedOut, Waited: now.Sub(wt.since)}
 			switch {
 			case w.releasedBy(a, wt.from, now):
 				e.Outcome = Released
-			case !releasing[wt.from]:
+			case !r.Releasing[wt.from]:
 				e.Outcome = Gone
 			}
 			ended = append(ended, e)
 		}
 		delete(w.waiting, a)
 	}
-	for a, r := range w.released {
-		if answered[a] || now.Sub(r.at) >= Keep {
+	for a, senders := range w.released {
+		if r.Answered[a] {
+			if _, waited := w.waiting[a]; !waited {
+				if from := r.Last(a); from != w.self && w.releasedBy(a, from, now) && !slices.ContainsFunc(ended, func(e Ended) bool { return e.Addr == a }) {
+					ended = append(ended, Ended{Addr: a, From: from, Outcome: Released})
+				}
+			}
+			delete(w.released, a)
+			continue
+		}
+		winner := r.Winner(a)
+		for from, at := range senders {
+			if now.Sub(at) >= Keep || from == winner {
+				delete(senders, from)
+			}
+		}
+		if len(senders) == 0 {
 			delete(w.released, a)
 		}
 	}

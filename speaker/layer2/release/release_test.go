@@ -21,6 +21,20 @@ func newWaits(self string) (*Waits, *clock) {
 	return New(self, c.now), c
 }
 
+// is is a winner function: every address's winner is node.
+func is(node string) func(netip.Addr) string { return func(netip.Addr) string { return node } }
+
+// hold is the round in which node4 wins a from node2 and holds it back.
+func hold(rel map[string]bool) Round {
+	return Round{Held: map[netip.Addr][]string{a: {"eth0"}}, Last: is("node2"), Winner: is("node4"), Releasing: rel}
+}
+
+// answered is a round in which node4 answers a, whose last winner was
+// last.
+func answered(rel map[string]bool, last string) Round {
+	return Round{Answered: map[netip.Addr]bool{a: true}, Last: is(last), Winner: is("node4"), Releasing: rel}
+}
+
 func TestMessageRoundTrip(t *testing.T) {
 	m := Message{From: "node2", To: "node4", Addrs: []netip.Addr{a, b}}
 	got, err := Decode(Encode(m))
@@ -57,7 +71,7 @@ func TestWaitEndsOnRelease(t *testing.T) {
 	if got := w.Awaited(last, rel); !got[a] {
 		t.Fatalf("awaited %v, want %s held for node2", got, a)
 	}
-	ended, next := w.Settle(map[netip.Addr][]string{a: {"eth0"}}, func(netip.Addr) string { return "node2" }, nil, rel)
+	ended, next := w.Settle(hold(rel))
 	if len(ended) != 0 || !next.Equal(c.t.Add(MaxWait)) {
 		t.Fatalf("settle: ended %v next %v", ended, next)
 	}
@@ -80,7 +94,7 @@ func TestWaitEndsOnRelease(t *testing.T) {
 		t.Fatalf("released: awaited %v", got)
 	}
 	c.add(time.Millisecond)
-	ended, next = w.Settle(nil, nil, map[netip.Addr]bool{a: true}, rel)
+	ended, next = w.Settle(answered(rel, "node4"))
 	if len(ended) != 1 || ended[0].Outcome != Released || ended[0].From != "node2" || ended[0].Waited != 41*time.Millisecond || !next.IsZero() {
 		t.Fatalf("ended %+v next %v, want one released after 41ms", ended, next)
 	}
@@ -100,7 +114,10 @@ func TestReleaseBeforeDecision(t *testing.T) {
 	if got := w.Awaited(last, rel); got[a] {
 		t.Fatalf("released before: awaited %v", got)
 	}
-	w.Settle(nil, nil, map[netip.Addr]bool{a: true}, rel)
+	ended, _ := w.Settle(answered(rel, "node2"))
+	if len(ended) != 1 || ended[0].Outcome != Released || ended[0].From != "node2" || ended[0].Waited != 0 {
+		t.Fatalf("ended %+v, want one released by node2 with no wait", ended)
+	}
 	// Used up: a later move from node2 waits again.
 	if got := w.Awaited(last, rel); !got[a] {
 		t.Fatalf("the release was used: awaited %v, want %s held", got, a)
@@ -121,7 +138,7 @@ func TestWaitTimesOut(t *testing.T) {
 	w, c := newWaits("node4")
 	rel := map[string]bool{"node2": true}
 	w.Awaited(map[netip.Addr]string{a: "node2"}, rel)
-	w.Settle(map[netip.Addr][]string{a: {"eth0"}}, func(netip.Addr) string { return "node2" }, nil, rel)
+	w.Settle(hold(rel))
 	c.add(MaxWait - time.Millisecond)
 	last := map[netip.Addr]string{a: "node4"}
 	if got := w.Awaited(last, rel); !got[a] {
@@ -131,7 +148,7 @@ func TestWaitTimesOut(t *testing.T) {
 	if got := w.Awaited(last, rel); got[a] {
 		t.Fatalf("at MaxWait: awaited %v", got)
 	}
-	ended, _ := w.Settle(nil, nil, map[netip.Addr]bool{a: true}, rel)
+	ended, _ := w.Settle(answered(rel, "node4"))
 	if len(ended) != 1 || ended[0].Outcome != TimedOut {
 		t.Fatalf("ended %+v, want a timeout", ended)
 	}
@@ -141,12 +158,12 @@ func TestHolderGone(t *testing.T) {
 	w, _ := newWaits("node4")
 	rel := map[string]bool{"node2": true}
 	w.Awaited(map[netip.Addr]string{a: "node2"}, rel)
-	w.Settle(map[netip.Addr][]string{a: {"eth0"}}, func(netip.Addr) string { return "node2" }, nil, rel)
+	w.Settle(hold(rel))
 	gone := map[string]bool{}
 	if got := w.Awaited(map[netip.Addr]string{a: "node4"}, gone); got[a] {
 		t.Fatalf("holder left: awaited %v", got)
 	}
-	ended, _ := w.Settle(nil, nil, map[netip.Addr]bool{a: true}, gone)
+	ended, _ := w.Settle(answered(gone, "node4"))
 	if len(ended) != 1 || ended[0].Outcome != Gone {
 		t.Fatalf("ended %+v, want gone", ended)
 	}
@@ -168,8 +185,8 @@ func TestWaitDroppedWhenLost(t *testing.T) {
 	w, _ := newWaits("node4")
 	rel := map[string]bool{"node2": true}
 	w.Awaited(map[netip.Addr]string{a: "node2"}, rel)
-	w.Settle(map[netip.Addr][]string{a: {"eth0"}}, func(netip.Addr) string { return "node2" }, nil, rel)
-	ended, next := w.Settle(nil, nil, nil, rel)
+	w.Settle(hold(rel))
+	ended, next := w.Settle(Round{Last: is("node4"), Winner: is("node1"), Releasing: rel})
 	if len(ended) != 0 || !next.IsZero() || w.Len() != 0 {
 		t.Fatalf("ended %v next %v len %d", ended, next, w.Len())
 	}
@@ -189,9 +206,8 @@ func TestReleaseAnswersAtOnce(t *testing.T) {
 		got = append(got, m)
 	})
 	w.Awaited(map[netip.Addr]string{a: "node2", b: "node3"}, rel)
-	w.Settle(map[netip.Addr][]string{a: {"eth0"}, b: {"eth1"}}, func(x netip.Addr) string {
-		return map[netip.Addr]string{a: "node2", b: "node3"}[x]
-	}, nil, rel)
+	from := func(x netip.Addr) string { return map[netip.Addr]string{a: "node2", b: "node3"}[x] }
+	w.Settle(Round{Held: map[netip.Addr][]string{a: {"eth0"}, b: {"eth1"}}, Last: from, Winner: is("node4"), Releasing: rel})
 	w.Received(Message{From: "node3", To: "node4", Addrs: []netip.Addr{a}}) // not a's holder
 	if len(got) != 0 {
 		t.Fatalf("a release from another member answered: %v", got)
@@ -205,4 +221,35 @@ func TestReleaseAnswersAtOnce(t *testing.T) {
 			t.Errorf("Do: released %v, want %s on eth0", released, a)
 		}
 	})
+}
+
+// Releases are kept per sender: a second sender's does not hide the
+// holder's.
+func TestReleasesPerSender(t *testing.T) {
+	w, _ := newWaits("node4")
+	rel := map[string]bool{"node2": true, "node3": true}
+	w.Awaited(map[netip.Addr]string{a: "node2"}, rel)
+	w.Settle(hold(rel))
+	w.Received(Message{From: "node2", To: "node4", Addrs: []netip.Addr{a}})
+	w.Received(Message{From: "node3", To: "node4", Addrs: []netip.Addr{a}})
+	if got := w.Awaited(map[netip.Addr]string{a: "node4"}, rel); got[a] {
+		t.Fatalf("node2 released, then node3: awaited %v", got)
+	}
+	w.Do(func(released map[netip.Addr][]string) {
+		if _, ok := released[a]; !ok {
+			t.Errorf("Do: %s not released", a)
+		}
+	})
+}
+
+// A release whose sender won the address back is dropped: it no longer
+// says that the sender is silent.
+func TestReleaseDroppedWhenSenderWinsBack(t *testing.T) {
+	w, _ := newWaits("node4")
+	rel := map[string]bool{"node2": true}
+	w.Received(Message{From: "node2", To: "node4", Addrs: []netip.Addr{a}})
+	w.Settle(Round{Last: is("node2"), Winner: is("node2"), Releasing: rel})
+	if got := w.Awaited(map[netip.Addr]string{a: "node2"}, rel); !got[a] {
+		t.Fatalf("node2 won %s back after releasing it: awaited %v, want it held", a, got)
+	}
 }
