@@ -3,6 +3,7 @@ package speaker
 import (
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -47,10 +48,28 @@ type layer2Protocol struct {
 	// earliest wait runs out.
 	releases *release.Waits
 	relTimer *time.Timer
+	// others are the addresses this node handed over and answers for
+	// with the new holder's MAC until that one answers itself;
+	// othersTimer syncs when the first ends.
+	others      map[netip.Addr]answeredFor
+	othersTimer *time.Timer
 }
 
+// answeredFor is an address answered for its new holder.
+type answeredFor struct {
+	node  string
+	macs  map[string]net.HardwareAddr // per interface
+	until time.Time
+}
+
+// AnswerForHolder is how long a node that handed an address over answers
+// for it with the new holder's MAC: longer than the new holder's longest
+// wait for the release (release.MaxWait), after which it answers itself
+// in any case.
+const AnswerForHolder = release.MaxWait + time.Second
+
 func newLayer2Protocol(e *env, tk *partition.Takeovers, ifs *Interfaces, rejoined *atomic.Bool) *layer2Protocol {
-	p := &layer2Protocol{env: e, takeovers: tk, ifs: ifs, rejoined: rejoined, handover: handover.NewTracker(), releases: release.New(e.d.Node, e.d.TakeoverClock)}
+	p := &layer2Protocol{env: e, takeovers: tk, ifs: ifs, rejoined: rejoined, handover: handover.NewTracker(), releases: release.New(e.d.Node, e.d.TakeoverClock), others: map[netip.Addr]answeredFor{}}
 	p.responders = &responderSet{env: e, ann: &p.ann, live: map[string]*responderEntry{}, retired: map[string]layer2.Stats{}}
 	// A release is answered the moment it arrives; the sync it triggers
 	// does the rest (the gratuitous burst, the status, the handover).
@@ -84,6 +103,7 @@ func (p *layer2Protocol) sync(r *round) result {
 	st := l2plan.Compute(in)
 	p.takeovers.Start(contested(st), func(a netip.Addr) string { prev, _ := p.state.Lookup(a); return prev.Winner })
 	p.settleReleases(st, last, r.releasing)
+	p.answerForHolders(r, st)
 	ch := l2plan.Diff(p.state, st)
 	p.answer(st)
 	p.responders.syncGroups()
@@ -132,8 +152,70 @@ func (p *layer2Protocol) answer(st l2plan.State) {
 				ann[a] = ifaces
 			}
 		}
-		p.ann.Set(ann)
+		others := make(map[netip.Addr]map[string]net.HardwareAddr, len(p.others))
+		for a, o := range p.others {
+			others[a] = o.macs
+		}
+		p.ann.SetBoth(ann, others)
 	})
+}
+
+// answerForHolders follows the addresses this node handed over to a live
+// member that releases: from the moment it stops answering for one until
+// the new holder surely answers itself, it answers requests for it with
+// the new holder's MAC, which it finds in its neighbour table (that
+// node's InternalIPs on the interface). A request meets silence neither
+// while the release travels nor while the new holder takes it in, and
+// every answer names the new holder. Without a neighbour entry it just
+// stops, as before.
+func (p *layer2Protocol) answerForHolders(r *round, st l2plan.State) {
+	now := time.Now()
+	for a, o := range p.others {
+		ip, _ := st.Lookup(a)
+		if ip.Winner != o.node || ip.Announced() || !r.releasing[o.node] || !now.Before(o.until) {
+			delete(p.others, a)
+		}
+	}
+	if p.d.Neighbors != nil {
+		addrs := make(map[string][]netip.Addr, len(r.snap.Nodes))
+		for _, n := range r.snap.Nodes {
+			addrs[n.Name] = n.Addresses
+		}
+		for _, old := range p.state.IPs {
+			ip, ok := st.Lookup(old.Addr)
+			if !old.Announced() || !ok || ip.Announced() || ip.Winner == p.d.Node || !r.releasing[ip.Winner] {
+				continue
+			}
+			macs := map[string]net.HardwareAddr{}
+			for _, i := range old.Interfaces {
+				mac, err := p.d.Neighbors.MAC(i, addrs[ip.Winner])
+				if err != nil {
+					p.d.Log.Warn("reading the neighbour table for the new holder's MAC", "interface", i, "node", ip.Winner, "err", err)
+				}
+				if mac != nil {
+					macs[i] = mac
+				}
+			}
+			if len(macs) == 0 {
+				continue
+			}
+			p.others[old.Addr] = answeredFor{node: ip.Winner, macs: macs, until: now.Add(AnswerForHolder)}
+			p.d.Log.Info("answering for the new holder of an address with its MAC until it answers itself", "ip", old.Addr, "node", ip.Winner, "macs", fmt.Sprint(macs), "for", AnswerForHolder)
+		}
+	}
+	if p.othersTimer != nil {
+		p.othersTimer.Stop()
+		p.othersTimer = nil
+	}
+	var next time.Time
+	for _, o := range p.others {
+		if next.IsZero() || o.until.Before(next) {
+			next = o.until
+		}
+	}
+	if !next.IsZero() {
+		p.othersTimer = time.AfterFunc(time.Until(next)+10*time.Millisecond, p.trigger)
+	}
 }
 
 // lastWinners are the last election's winners by address; none before
@@ -409,7 +491,7 @@ func (rs *responderSet) syncGroups() {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	for name, e := range rs.live {
-		if err := e.r.SyncGroups(rs.ann.On(name)); err != nil {
+		if err := e.r.SyncGroups(rs.ann.Listening(name)); err != nil {
 			rs.d.Log.Warn("joining solicited-node multicast groups", "interface", name, "err", err)
 		}
 	}

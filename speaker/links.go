@@ -28,6 +28,14 @@ type Link struct {
 	Addrs []netip.Prefix
 }
 
+// Neighbors reads the node's neighbour table: the MAC another node has
+// on one of this node's links.
+type Neighbors interface {
+	// MAC is the link-layer address of the first of ips that has a
+	// usable entry on iface, nil when none has.
+	MAC(iface string, ips []netip.Addr) (net.HardwareAddr, error)
+}
+
 // Links lists and watches the node's network interfaces. The netlink
 // implementation reads the speaker's network namespace (the node's, with
 // hostNetwork); tests use a fake.

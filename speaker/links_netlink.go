@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -110,4 +111,32 @@ func (NetlinkLinks) Watch(ctx context.Context, changed func()) error {
 			return fmt.Errorf("netlink notifications: %w", err)
 		}
 	}
+}
+
+// NetlinkNeighbors reads the neighbour table of the process's network
+// namespace over rtnetlink.
+type NetlinkNeighbors struct{}
+
+// MAC implements Neighbors. An entry counts when the kernel resolved it
+// once (reachable, stale, delay, probe or permanent), not while it is
+// incomplete or failed.
+func (NetlinkNeighbors) MAC(iface string, ips []netip.Addr) (net.HardwareAddr, error) {
+	l, err := netlink.LinkByName(iface)
+	if err != nil {
+		return nil, fmt.Errorf("interface %s: %w", iface, err)
+	}
+	entries, err := netlink.NeighList(l.Attrs().Index, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("neighbours of %s: %w", iface, err)
+	}
+	usable := unix.NUD_REACHABLE | unix.NUD_STALE | unix.NUD_DELAY | unix.NUD_PROBE | unix.NUD_PERMANENT
+	for _, ip := range ips {
+		for _, n := range entries {
+			a, ok := netip.AddrFromSlice(n.IP)
+			if ok && a.Unmap() == ip.Unmap() && n.State&usable != 0 && len(n.HardwareAddr) == 6 {
+				return slices.Clone(n.HardwareAddr), nil
+			}
+		}
+	}
+	return nil, nil
 }

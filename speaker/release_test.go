@@ -1,6 +1,8 @@
 package speaker
 
 import (
+	"bytes"
+	"net"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -260,5 +262,79 @@ func TestReleaseDuringElection(t *testing.T) {
 	l.sp.l2.answer(held)
 	if !l.answers(ip) {
 		t.Fatal("a release that came during the election was undone by its result")
+	}
+}
+
+// fakeNeighbors maps addresses to MACs, on any interface.
+type fakeNeighbors map[netip.Addr]net.HardwareAddr
+
+func (f fakeNeighbors) MAC(_ string, ips []netip.Addr) (net.HardwareAddr, error) {
+	for _, ip := range ips {
+		if m, ok := f[ip]; ok {
+			return m, nil
+		}
+	}
+	return nil, nil
+}
+
+// TestAnswersForTheNewHolder: a node that hands an address over answers
+// for it with the new holder's MAC (from its neighbour table) until the
+// new holder surely answers itself, not as its own; it stops when the
+// address goes elsewhere, and without a neighbour entry it just stops.
+func TestAnswersForTheNewHolder(t *testing.T) {
+	nodes := []string{"node1", "node2", "node3"}
+	ip := ipFor(t, "node1", nodes...)
+	next := winner(ip, "node2", "node3")
+	nextIP, nextMAC := netip.MustParseAddr("198.51.100.12"), mac(9)
+	l := newLabWith(t, "node1", nodes, func(d *Deps) { d.Neighbors = fakeNeighbors{nextIP: nextMAC} })
+	l.src.set(func(sn *Snapshot) {
+		for i := range sn.Nodes {
+			if sn.Nodes[i].Name == next {
+				sn.Nodes[i].Addresses = []netip.Addr{nextIP}
+			}
+		}
+	})
+	for _, n := range []string{"node2", "node3"} {
+		l.cluster.Set(members.Member{Name: n, Meta: releasing(false)})
+	}
+	l.service("web", false, ip)
+	l.sp.Sync()
+	l.sp.publishOnce()
+	l.mark("node1", "true", true)
+	l.sp.Sync()
+	l.sp.publishOnce()
+	l.sp.Sync()
+	ann := l.sp.Announcements()
+	if l.answersAnywhere(ip) {
+		t.Fatal("drained and published, yet announcing as its own")
+	}
+	if got := ann.AnsweringFor(addr(ip), "eth0"); !bytes.Equal(got, nextMAC) {
+		t.Fatalf("answering for %s with %v, want %s's MAC %s", ip, got, next, nextMAC)
+	}
+	if !slices.Contains(ann.Listening("eth0"), addr(ip)) {
+		t.Error("the responder no longer listens for the address it answers for the new holder")
+	}
+	// The new holder leaves: nothing is answered for it.
+	l.cluster.Remove(next)
+	l.sp.Sync()
+	if got := ann.AnsweringFor(addr(ip), "eth0"); got != nil {
+		t.Fatalf("%s left, yet answering for it with %s", next, got)
+	}
+
+	// No neighbour entry: it stops, as before.
+	o := newLab(t, "node1", nodes...)
+	o.sp.d.Neighbors = fakeNeighbors{}
+	for _, n := range []string{"node2", "node3"} {
+		o.cluster.Set(members.Member{Name: n, Meta: releasing(false)})
+	}
+	o.service("web", false, ip)
+	o.sp.Sync()
+	o.sp.publishOnce()
+	o.mark("node1", "true", true)
+	o.sp.Sync()
+	o.sp.publishOnce()
+	o.sp.Sync()
+	if o.answersAnywhere(ip) || o.sp.Announcements().AnsweringFor(addr(ip), "eth0") != nil {
+		t.Fatal("no neighbour entry for the new holder, yet answering")
 	}
 }

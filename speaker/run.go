@@ -84,7 +84,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	guard := partition.New(partition.Config{Self: o.NodeName, Window: 3 * o.HeartbeatPeriod, RecoveryHold: o.RecoveryHold, RestartHold: o.RestartHold})
 	sp := New(Deps{
 		Node: o.NodeName, Options: view.Options{IgnoreExcludeLabel: o.IgnoreExcludeLB},
-		Source: w.src, Links: NetlinkLinks{}, NewResponder: PacketResponders(log.With("component", "layer2")),
+		Source: w.src, Links: NetlinkLinks{}, Neighbors: NetlinkNeighbors{}, NewResponder: PacketResponders(log.With("component", "layer2")),
 		Status: status, Events: rec, Metrics: m, Log: log, BGP: w.bgpMgr,
 		Partition: guard, BGPDrainWait: o.BGPDrainWait,
 		Handover: handover.Netlink{}, HandoverKeep: o.HandoverKeep,

@@ -76,6 +76,10 @@ type Deps struct {
 	Options view.Options
 	Source  Source
 	Links   Links
+	// Neighbors finds the new holder's MAC when this node hands an
+	// address over (it answers for it with that MAC meanwhile); nil:
+	// it stops answering at once.
+	Neighbors Neighbors
 	// NewResponder starts the ARP/NDP responder of an interface.
 	NewResponder ResponderFactory
 	Status       StatusSink

@@ -3,6 +3,7 @@ package layer2
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -28,6 +29,15 @@ type AnnouncerFunc func(ip netip.Addr, iface string) bool
 
 // Announcing calls f.
 func (f AnnouncerFunc) Announcing(ip netip.Addr, iface string) bool { return f(ip, iface) }
+
+// forOther is optionally implemented by an Announcer (Announcements
+// does): the MAC of the node this one answers for ip on iface, nil when
+// none. A node that just handed an address over answers for it with the
+// new holder's MAC until the new holder answers itself, so that no
+// request meets silence and every answer names one MAC.
+type forOther interface {
+	AnsweringFor(ip netip.Addr, iface string) net.HardwareAddr
+}
 
 // anywhere is optionally implemented by an Announcer (Announcements does)
 // to tell "announced on another interface" from "not announced" in
@@ -106,6 +116,14 @@ func Decide(frame []byte, ifi Interface, a Announcer) Decision {
 		}
 		return d
 	}
+	mac := ifi.MAC
+	if !announced {
+		mac = nil
+		if f, ok := a.(forOther); ok {
+			mac = f.AnsweringFor(d.Target, ifi.Name)
+		}
+		announced = mac != nil
+	}
 	if !announced {
 		d.Reason = ReasonNotAnnounced
 		if w, ok := a.(anywhere); ok && w.AnnouncingAnywhere(d.Target) {
@@ -114,9 +132,9 @@ func Decide(frame []byte, ifi Interface, a Announcer) Decision {
 		return d
 	}
 	if req.ARP != nil {
-		d.Reply, err = ARPReply(*req.ARP, ifi.MAC)
+		d.Reply, err = ARPReplyFor(*req.ARP, ifi.MAC, mac)
 	} else {
-		d.Reply, err = NeighborAdvertisement(*req.NS, ifi.MAC)
+		d.Reply, err = NeighborAdvertisementFor(*req.NS, ifi.MAC, mac)
 	}
 	if err != nil {
 		return Decision{Reason: ReasonEncode, Err: err, Family: d.Family, Target: d.Target}
@@ -132,6 +150,63 @@ func Decide(frame []byte, ifi Interface, a Announcer) Decision {
 type Announcements struct {
 	mu sync.RWMutex
 	m  map[netip.Addr][]string
+	// others are the addresses answered for another node: per address
+	// and interface, its MAC.
+	others map[netip.Addr]map[string]net.HardwareAddr
+}
+
+// SetOthers replaces the addresses answered for other nodes, with their
+// MACs per interface. They are not announced by this node (Announcing
+// is false for them); only requests are answered.
+func (s *Announcements) SetOthers(m map[netip.Addr]map[string]net.HardwareAddr) {
+	c := cloneOthers(m)
+	s.mu.Lock()
+	s.others = c
+	s.mu.Unlock()
+}
+
+// SetBoth is Set and SetOthers at once: no request meets the state
+// between the two.
+func (s *Announcements) SetBoth(ips map[netip.Addr][]string, others map[netip.Addr]map[string]net.HardwareAddr) {
+	m := make(map[netip.Addr][]string, len(ips))
+	for ip, ifaces := range ips {
+		m[ip.Unmap()] = slices.Clone(ifaces)
+	}
+	c := cloneOthers(others)
+	s.mu.Lock()
+	s.m, s.others = m, c
+	s.mu.Unlock()
+}
+
+func cloneOthers(m map[netip.Addr]map[string]net.HardwareAddr) map[netip.Addr]map[string]net.HardwareAddr {
+	c := make(map[netip.Addr]map[string]net.HardwareAddr, len(m))
+	for ip, macs := range m {
+		c[ip.Unmap()] = maps.Clone(macs)
+	}
+	return c
+}
+
+// AnsweringFor implements forOther.
+func (s *Announcements) AnsweringFor(ip netip.Addr, iface string) net.HardwareAddr {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.others[ip.Unmap()][iface]
+}
+
+// Listening is what the responder of iface must receive requests for:
+// the IPs announced there and those answered there for other nodes,
+// sorted (the IPv6 ones are what Responder.SyncGroups needs).
+func (s *Announcements) Listening(iface string) []netip.Addr {
+	ips := s.On(iface)
+	s.mu.RLock()
+	for ip, macs := range s.others {
+		if _, ok := macs[iface]; ok && !slices.Contains(ips, ip) {
+			ips = append(ips, ip)
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return ips
 }
 
 // Set replaces the announced IPs: ips maps each IP to its interfaces.

@@ -1,11 +1,16 @@
 package layer2
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
 )
 
 // announced is the Announcer of most tests: vip4 and vip6 on eth0, and
@@ -220,5 +225,50 @@ func TestAnnouncements(t *testing.T) {
 	a.Set(nil)
 	if a.Announcing(vip4, "eth0") {
 		t.Error("Set(nil) kept an IP")
+	}
+}
+
+// TestDecideForOther: an address answered for another node gets that
+// node's MAC in the ARP sender and NDP target link-layer fields, from
+// this interface's own Ethernet source, and only on its interface; a
+// gratuitous ARP from that node is no conflict.
+func TestDecideForOther(t *testing.T) {
+	holder := mustMAC("02:00:5e:00:00:09")
+	var a Announcements
+	a.SetOthers(map[netip.Addr]map[string]net.HardwareAddr{vip4: {"eth0": holder}, vip6: {"eth0": holder}})
+	if a.Announcing(vip4, "eth0") || a.AnsweringFor(vip4, "eth1") != nil {
+		t.Fatal("an address answered for another node counts as announced, or on another interface")
+	}
+	if got := a.Listening("eth0"); !slices.Equal(got, []netip.Addr{vip4, vip6}) {
+		t.Errorf("Listening(eth0) = %v", got)
+	}
+	d := Decide(arpReq().bytes(), ourIf, &a)
+	if d.Reason != ReasonReplied {
+		t.Fatalf("ARP: %s (%v)", d.Reason, d.Err)
+	}
+	p := gopacket.NewPacket(d.Reply, layers.LayerTypeEthernet, gopacket.Default)
+	eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+	arp, _ := p.Layer(layers.LayerTypeARP).(*layers.ARP)
+	if eth == nil || arp == nil || !bytes.Equal(eth.SrcMAC, ourMAC) || !bytes.Equal(arp.SourceHwAddress, holder) {
+		t.Fatalf("ARP reply: Ethernet %v, ARP %v; want from %s saying %s", eth, arp, ourMAC, holder)
+	}
+	d = Decide(nsReq().bytes(), ourIf, &a)
+	if d.Reason != ReasonReplied {
+		t.Fatalf("NS: %s (%v)", d.Reason, d.Err)
+	}
+	p = gopacket.NewPacket(d.Reply, layers.LayerTypeEthernet, gopacket.Default)
+	eth, _ = p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+	na, _ := p.Layer(layers.LayerTypeICMPv6NeighborAdvertisement).(*layers.ICMPv6NeighborAdvertisement)
+	if eth == nil || na == nil || !bytes.Equal(eth.SrcMAC, ourMAC) || len(na.Options) != 1 || !bytes.Equal(na.Options[0].Data, holder) {
+		t.Fatalf("NA: Ethernet %v, NA %v; want from %s saying %s", eth, na, ourMAC, holder)
+	}
+	g := arpReq()
+	g.sha, g.spa, g.tpa, g.ethSrc = holder, vip4, vip4, holder
+	if d := Decide(g.bytes(), ourIf, &a); d.Reason != ReasonGratuitous {
+		t.Errorf("the holder's gratuitous ARP: %s, want %s", d.Reason, ReasonGratuitous)
+	}
+	a.SetOthers(nil)
+	if d := Decide(arpReq().bytes(), ourIf, &a); d.Reason != ReasonNotAnnounced {
+		t.Errorf("after SetOthers(nil): %s", d.Reason)
 	}
 }

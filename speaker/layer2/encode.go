@@ -31,7 +31,16 @@ func checkMAC(mac net.HardwareAddr) error {
 }
 
 func arpFrame(op uint16, ethDst, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, tpa netip.Addr) ([]byte, error) {
+	return arpFrameFrom(sha, op, ethDst, sha, spa, tha, tpa)
+}
+
+// arpFrameFrom is arpFrame sent from ethSrc, which differs from the
+// sender hardware address when this node answers for another.
+func arpFrameFrom(ethSrc net.HardwareAddr, op uint16, ethDst, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, tpa netip.Addr) ([]byte, error) {
 	if err := checkMAC(sha); err != nil {
+		return nil, err
+	}
+	if err := checkMAC(ethSrc); err != nil {
 		return nil, err
 	}
 	if !spa.Is4() || !tpa.Is4() {
@@ -39,7 +48,7 @@ func arpFrame(op uint16, ethDst, sha net.HardwareAddr, spa netip.Addr, tha net.H
 	}
 	s4, t4 := spa.As4(), tpa.As4()
 	return serialize(
-		&layers.Ethernet{SrcMAC: sha, DstMAC: ethDst, EthernetType: layers.EthernetTypeARP},
+		&layers.Ethernet{SrcMAC: ethSrc, DstMAC: ethDst, EthernetType: layers.EthernetTypeARP},
 		&layers.ARP{
 			AddrType:          layers.LinkTypeEthernet,
 			Protocol:          layers.EthernetTypeIPv4,
@@ -56,10 +65,17 @@ func arpFrame(op uint16, ethDst, sha net.HardwareAddr, spa netip.Addr, tha net.H
 // (RFC 826), so an RFC 5227 probe from 0.0.0.0 is answered to 0.0.0.0 as
 // that RFC expects.
 func ARPReply(req ARPRequest, mac net.HardwareAddr) ([]byte, error) {
+	return ARPReplyFor(req, mac, mac)
+}
+
+// ARPReplyFor is ARPReply saying "req.TargetIP is at mac" for another
+// node, sent from this interface's own MAC (ethSrc): switches keep
+// learning the other node's MAC on its own port.
+func ARPReplyFor(req ARPRequest, ethSrc, mac net.HardwareAddr) ([]byte, error) {
 	if !unicastMAC(req.SenderMAC) {
 		return nil, fmt.Errorf("ARP request sender %q is not a unicast MAC", req.SenderMAC)
 	}
-	return arpFrame(arpReply, req.SenderMAC, mac, req.TargetIP, req.SenderMAC, req.SenderIP)
+	return arpFrameFrom(ethSrc, arpReply, req.SenderMAC, mac, req.TargetIP, req.SenderMAC, req.SenderIP)
 }
 
 // GratuitousARPRequest announces "ip is at mac" to everyone in the request
@@ -77,7 +93,16 @@ func GratuitousARPReply(ip netip.Addr, mac net.HardwareAddr) ([]byte, error) {
 }
 
 func naFrame(ethDst net.HardwareAddr, mac net.HardwareAddr, dst, target netip.Addr, flags uint8) ([]byte, error) {
+	return naFrameFrom(mac, ethDst, mac, dst, target, flags)
+}
+
+// naFrameFrom is naFrame sent from ethSrc, which differs from the target
+// link-layer address when this node answers for another.
+func naFrameFrom(ethSrc, ethDst net.HardwareAddr, mac net.HardwareAddr, dst, target netip.Addr, flags uint8) ([]byte, error) {
 	if err := checkMAC(mac); err != nil {
+		return nil, err
+	}
+	if err := checkMAC(ethSrc); err != nil {
 		return nil, err
 	}
 	if !target.Is6() || target.Is4In6() || target.IsMulticast() || target.IsUnspecified() {
@@ -97,7 +122,7 @@ func naFrame(ethDst net.HardwareAddr, mac net.HardwareAddr, dst, target netip.Ad
 		return nil, err
 	}
 	return serialize(
-		&layers.Ethernet{SrcMAC: mac, DstMAC: ethDst, EthernetType: layers.EthernetTypeIPv6},
+		&layers.Ethernet{SrcMAC: ethSrc, DstMAC: ethDst, EthernetType: layers.EthernetTypeIPv6},
 		ip6, icmp,
 		&layers.ICMPv6NeighborAdvertisement{
 			Flags:         flags,
@@ -114,8 +139,14 @@ func naFrame(ethDst net.HardwareAddr, mac net.HardwareAddr, dst, target netip.Ad
 // is answered to all-nodes with the solicited flag clear, as the RFC
 // requires.
 func NeighborAdvertisement(ns NeighborSolicitation, mac net.HardwareAddr) ([]byte, error) {
+	return NeighborAdvertisementFor(ns, mac, mac)
+}
+
+// NeighborAdvertisementFor is NeighborAdvertisement saying "ns.Target is
+// at mac" for another node, sent from this interface's own MAC (ethSrc).
+func NeighborAdvertisementFor(ns NeighborSolicitation, ethSrc, mac net.HardwareAddr) ([]byte, error) {
 	if ns.DAD() {
-		return UnsolicitedNA(ns.Target, mac)
+		return naFrameFrom(ethSrc, MulticastMAC(allNodes), mac, allNodes, ns.Target, naOverride)
 	}
 	if !ns.Source.Is6() || ns.Source.IsMulticast() {
 		return nil, fmt.Errorf("neighbor solicitation source %s is not a unicast IPv6 address", ns.Source)
@@ -127,7 +158,7 @@ func NeighborAdvertisement(ns NeighborSolicitation, mac net.HardwareAddr) ([]byt
 	if !unicastMAC(ethDst) {
 		return nil, fmt.Errorf("neighbor solicitation sender %q is not a unicast MAC", ethDst)
 	}
-	return naFrame(ethDst, mac, ns.Source, ns.Target, naSolicited|naOverride)
+	return naFrameFrom(ethSrc, ethDst, mac, ns.Source, ns.Target, naSolicited|naOverride)
 }
 
 // UnsolicitedNA announces "ip is at mac" to all nodes (RFC 4861 §7.2.6):
