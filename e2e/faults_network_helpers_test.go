@@ -5,33 +5,20 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 )
 
 // arpRound sends one ARP request for every ip from the client at once
-// and returns the MACs that answered each within a second. Two MACs are
-// two nodes answering the same request: a double answer, not a handover
-// between two requests. (-d keeps arping listening for further replies
-// after the first.)
+// and returns, per address, the MACs that answered within a second, as
+// the ARP sender address (what the client's kernel caches; arpAsk). Two
+// MACs are two nodes answering the same request with their own MACs: a
+// double answer, not a handover between two requests. A failure to ask
+// at all fails the test.
 func (s l2) arpRound(ips []string) map[string][]string {
-	out := make(map[string][]string, len(ips))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, ip := range ips {
-		wg.Go(func() {
-			raw, _ := s.Exec("client", "arping", "-i", "eth0", "-c", "1", "-w", "1", "-d", "-r", ip)
-			set := map[string]bool{}
-			for _, m := range arpingMAC.FindAllString(raw, -1) {
-				set[strings.ToLower(m)] = true
-			}
-			macs := slices.Sorted(maps.Keys(set))
-			mu.Lock()
-			out[ip] = macs
-			mu.Unlock()
-		})
+	out, err := arpAsk(s.Layout.Client, "eth0", ips, time.Second)
+	if err != nil {
+		s.T.T.Fatal(err)
 	}
-	wg.Wait()
 	return out
 }
 

@@ -349,3 +349,40 @@ func (w tWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
 }
+
+// TestRealSocketsForOther: an address answered for another node leads a
+// real client's kernel to that node's MAC (the ARP sender and the NA's
+// target link-layer address), while the frames come from A's own MAC:
+// arping -r, which prints the Ethernet source, shows A's.
+func TestRealSocketsForOther(t *testing.T) {
+	l := newLab(t)
+	const vip4s, vip6s, holder = "198.51.100.10", "2001:db8::10", "02:00:5e:00:00:77"
+	var a Announcements
+	a.SetOthers(map[netip.Addr]map[string]net.HardwareAddr{
+		netip.MustParseAddr(vip4s): {l.ifA: mustMAC(holder)},
+		netip.MustParseAddr(vip6s): {l.ifA: mustMAC(holder)},
+	})
+	_, r, stop := startRealResponder(t, l, &a)
+	defer stop()
+	if err := r.SyncGroups(a.Listening(l.ifA)); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := exec.Command("ip", "netns", "exec", l.nsB, "arping", "-r", "-c", "1", "-w", "1", "-i", l.ifB, vip4s).CombinedOutput()
+	if got := strings.TrimSpace(string(out)); !strings.EqualFold(got, l.macA) {
+		t.Errorf("arping -r printed %q, want A's Ethernet source %s", got, l.macA)
+	}
+	for _, ip := range []string{vip4s, vip6s} {
+		// A datagram to the address makes B's kernel resolve it, as a
+		// client's does.
+		_ = exec.Command("ip", "netns", "exec", l.nsB, "bash", "-c", "echo x > /dev/udp/"+ip+"/9").Run()
+		var n string
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if n = sh(t, "ip", "-n", l.nsB, "neigh", "show", ip, "dev", l.ifB); strings.Contains(n, holder) {
+				break
+			}
+		}
+		if !strings.Contains(n, holder) {
+			t.Errorf("B's kernel resolved %s to %q, want the holder's %s", ip, n, holder)
+		}
+	}
+}
