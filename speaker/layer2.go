@@ -249,8 +249,7 @@ func (p *layer2Protocol) settleReleases(st l2plan.State, last map[netip.Addr]str
 		}
 	}
 	ended, next := p.releases.Settle(release.Round{Held: held, Answered: answered, Releasing: releasing,
-		Last:   func(a netip.Addr) string { return last[a] },
-		Winner: func(a netip.Addr) string { ip, _ := st.Lookup(a); return ip.Winner },
+		Last: func(a netip.Addr) string { return last[a] },
 	})
 	for _, e := range ended {
 		p.d.Metrics.handoffs.WithLabelValues(string(e.Outcome)).Inc()

@@ -36,8 +36,10 @@ import (
 const MaxWait = 2 * time.Second
 
 // Keep is how long a release received before this node decided to take
-// the address (the former holder learned first) stays good.
-const Keep = 10 * time.Second
+// the address (the former holder learned first) stays good: well above a
+// gossip round, short enough that a sender that won the address back
+// meanwhile (views flapping within seconds) is rarely taken for silent.
+const Keep = 5 * time.Second
 
 // kind tags the message, for the speakers' later messages to differ.
 const kind = "release"
@@ -233,9 +235,8 @@ type Round struct {
 	Held map[netip.Addr][]string
 	// Answered are the addresses this node answers for now.
 	Answered map[netip.Addr]bool
-	// Last is an address's winner in the election before; Winner, in
-	// this one.
-	Last, Winner func(netip.Addr) string
+	// Last is an address's winner in the election before.
+	Last func(netip.Addr) string
 	// Releasing are the live members that release what they lose.
 	Releasing map[string]bool
 }
@@ -244,7 +245,7 @@ type Round struct {
 // addresses, ends those of addresses answered (returned, with how they
 // ended; a release that came before this node decided ends one with no
 // wait) or no longer won, uses up the releases of answered addresses and
-// forgets stale ones and those whose sender won the address back. next
+// forgets stale ones. next
 // is when the earliest wait times out (zero: none), for a sync then.
 func (w *Waits) Settle(r Round) (ended []Ended, next time.Time) {
 	now := w.now()
@@ -284,9 +285,11 @@ func (w *Waits) Settle(r Round) (ended []Ended, next time.Time) {
 			delete(w.released, a)
 			continue
 		}
-		winner := r.Winner(a)
+		// A release is kept even while this node's election still
+		// names its sender the winner: the sender learned of the change
+		// first, and this node's view catches up within a gossip round.
 		for from, at := range senders {
-			if now.Sub(at) >= Keep || from == winner {
+			if now.Sub(at) >= Keep {
 				delete(senders, from)
 			}
 		}
