@@ -44,6 +44,18 @@ func receive(t *testing.T, ch chan []byte, what string) []byte {
 	}
 }
 
+// undoneBesideReleasing is node1, with a Service whose address it wins
+// beside node2, which releases, drained and then undone (not published).
+func undoneBesideReleasing(t *testing.T) (*lab, string) {
+	t.Helper()
+	ip := ipFor(t, "node1", "node1", "node2")
+	l := newLab(t, "node1", "node1", "node2")
+	l.cluster.Set(members.Member{Name: "node2", Meta: releasing(false)})
+	l.service("web", false, ip)
+	l.drainThenUndo(ip)
+	return l, ip
+}
+
 // drainThenUndo drains node1 (published: it no longer answers for ip),
 // then undoes the drain, not published yet.
 func (l *lab) drainThenUndo(ip string) {
@@ -220,12 +232,7 @@ func TestMalformedMessageIgnored(t *testing.T) {
 // the loop runs its elections (go test -race checks the locking); once
 // the last one is in, the address is answered.
 func TestReleaseDuringSync(t *testing.T) {
-	nodes := []string{"node1", "node2"}
-	ip := ipFor(t, "node1", nodes...)
-	l := newLab(t, "node1", nodes...)
-	l.cluster.Set(members.Member{Name: "node2", Meta: releasing(false)})
-	l.service("web", false, ip)
-	l.drainThenUndo(ip)
+	l, ip := undoneBesideReleasing(t)
 	msg := release.Encode(release.Message{From: "node2", To: "node1", Addrs: []netip.Addr{addr(ip)}})
 	done := make(chan struct{})
 	go func() {
@@ -248,12 +255,7 @@ func TestReleaseDuringSync(t *testing.T) {
 // held the address back, but before the loop sets what it answers, is
 // not undone by that election's result.
 func TestReleaseDuringElection(t *testing.T) {
-	nodes := []string{"node1", "node2"}
-	ip := ipFor(t, "node1", nodes...)
-	l := newLab(t, "node1", nodes...)
-	l.cluster.Set(members.Member{Name: "node2", Meta: releasing(false)})
-	l.service("web", false, ip)
-	l.drainThenUndo(ip)
+	l, ip := undoneBesideReleasing(t)
 	held := l.sp.l2.state // the election that holds ip back
 	if got, _ := held.Lookup(addr(ip)); got.Reason != l2plan.ReasonAwaiting {
 		t.Fatalf("reason %q, want waiting", got.Reason)
