@@ -51,7 +51,11 @@ func arpAsk(ns, iface string, ips []string, wait time.Duration) (map[string][]st
 		if err != nil {
 			return err
 		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifi.Index})
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifi.Index}); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ARP socket on %s in %s: %w", iface, ns, err)

@@ -181,6 +181,7 @@ func (p *layer2Protocol) answerForHolders(r *round, st l2plan.State) {
 		for _, n := range r.snap.Nodes {
 			addrs[n.Name] = n.Addresses
 		}
+		tables := map[string]map[netip.Addr]net.HardwareAddr{} // one dump per interface
 		for _, old := range p.state.IPs {
 			ip, ok := st.Lookup(old.Addr)
 			if !old.Announced() || !ok || ip.Announced() || ip.Winner == p.d.Node || !r.releasing[ip.Winner] {
@@ -188,12 +189,19 @@ func (p *layer2Protocol) answerForHolders(r *round, st l2plan.State) {
 			}
 			macs := map[string]net.HardwareAddr{}
 			for _, i := range old.Interfaces {
-				mac, err := p.d.Neighbors.MAC(i, addrs[ip.Winner])
-				if err != nil {
-					p.d.Log.Warn("reading the neighbour table for the new holder's MAC", "interface", i, "node", ip.Winner, "err", err)
+				table, read := tables[i]
+				if !read {
+					var err error
+					if table, err = p.d.Neighbors.Confirmed(i); err != nil {
+						p.d.Log.Warn("reading the neighbour table for the new holder's MAC", "interface", i, "err", err)
+					}
+					tables[i] = table
 				}
-				if mac != nil {
-					macs[i] = mac
+				for _, a := range addrs[ip.Winner] {
+					if mac, ok := table[a.Unmap()]; ok {
+						macs[i] = mac
+						break
+					}
 				}
 			}
 			if len(macs) == 0 {

@@ -28,12 +28,14 @@ type Link struct {
 	Addrs []netip.Prefix
 }
 
-// Neighbors reads the node's neighbour table: the MAC another node has
+// Neighbors reads the node's neighbour table: the MACs other hosts have
 // on one of this node's links.
 type Neighbors interface {
-	// MAC is the link-layer address of the first of ips that has a
-	// usable entry on iface, nil when none has.
-	MAC(iface string, ips []netip.Addr) (net.HardwareAddr, error)
+	// Confirmed are the entries of iface the kernel confirmed lately
+	// (reachable, or being checked again: delay, probe) and the permanent
+	// ones, by address. A stale entry is left out: the host may have
+	// changed its MAC since.
+	Confirmed(iface string) (map[netip.Addr]net.HardwareAddr, error)
 }
 
 // Links lists and watches the node's network interfaces. The netlink

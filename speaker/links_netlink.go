@@ -117,10 +117,8 @@ func (NetlinkLinks) Watch(ctx context.Context, changed func()) error {
 // namespace over rtnetlink.
 type NetlinkNeighbors struct{}
 
-// MAC implements Neighbors. An entry counts when the kernel resolved it
-// once (reachable, stale, delay, probe or permanent), not while it is
-// incomplete or failed.
-func (NetlinkNeighbors) MAC(iface string, ips []netip.Addr) (net.HardwareAddr, error) {
+// Confirmed implements Neighbors.
+func (NetlinkNeighbors) Confirmed(iface string) (map[netip.Addr]net.HardwareAddr, error) {
 	l, err := netlink.LinkByName(iface)
 	if err != nil {
 		return nil, fmt.Errorf("interface %s: %w", iface, err)
@@ -129,14 +127,13 @@ func (NetlinkNeighbors) MAC(iface string, ips []netip.Addr) (net.HardwareAddr, e
 	if err != nil {
 		return nil, fmt.Errorf("neighbours of %s: %w", iface, err)
 	}
-	usable := unix.NUD_REACHABLE | unix.NUD_STALE | unix.NUD_DELAY | unix.NUD_PROBE | unix.NUD_PERMANENT
-	for _, ip := range ips {
-		for _, n := range entries {
-			a, ok := netip.AddrFromSlice(n.IP)
-			if ok && a.Unmap() == ip.Unmap() && n.State&usable != 0 && len(n.HardwareAddr) == 6 {
-				return slices.Clone(n.HardwareAddr), nil
-			}
+	confirmed := unix.NUD_REACHABLE | unix.NUD_DELAY | unix.NUD_PROBE | unix.NUD_PERMANENT
+	out := map[netip.Addr]net.HardwareAddr{}
+	for _, n := range entries {
+		a, ok := netip.AddrFromSlice(n.IP)
+		if ok && n.State&confirmed != 0 && len(n.HardwareAddr) == 6 {
+			out[a.Unmap()] = slices.Clone(n.HardwareAddr)
 		}
 	}
-	return nil, nil
+	return out, nil
 }

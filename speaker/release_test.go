@@ -267,16 +267,11 @@ func TestReleaseDuringElection(t *testing.T) {
 	}
 }
 
-// fakeNeighbors maps addresses to MACs, on any interface.
-type fakeNeighbors map[netip.Addr]net.HardwareAddr
+// fakeNeighbors is the confirmed neighbour entries per interface.
+type fakeNeighbors map[string]map[netip.Addr]net.HardwareAddr
 
-func (f fakeNeighbors) MAC(_ string, ips []netip.Addr) (net.HardwareAddr, error) {
-	for _, ip := range ips {
-		if m, ok := f[ip]; ok {
-			return m, nil
-		}
-	}
-	return nil, nil
+func (f fakeNeighbors) Confirmed(iface string) (map[netip.Addr]net.HardwareAddr, error) {
+	return f[iface], nil
 }
 
 // TestAnswersForTheNewHolder: a node that hands an address over answers
@@ -288,7 +283,9 @@ func TestAnswersForTheNewHolder(t *testing.T) {
 	ip := ipFor(t, "node1", nodes...)
 	next := winner(ip, "node2", "node3")
 	nextIP, nextMAC := netip.MustParseAddr("198.51.100.12"), mac(9)
-	l := newLabWith(t, "node1", nodes, func(d *Deps) { d.Neighbors = fakeNeighbors{nextIP: nextMAC} })
+	l := newLabWith(t, "node1", nodes, func(d *Deps) {
+		d.Neighbors = fakeNeighbors{"eth0": {nextIP: nextMAC}, "eth1": {nextIP: mac(8)}}
+	})
 	l.src.set(func(sn *Snapshot) {
 		for i := range sn.Nodes {
 			if sn.Nodes[i].Name == next {
@@ -323,9 +320,17 @@ func TestAnswersForTheNewHolder(t *testing.T) {
 		t.Fatalf("%s left, yet answering for it with %s", next, got)
 	}
 
-	// No neighbour entry: it stops, as before.
+	// No entry for the new holder on the interface (only on another
+	// one): it stops, as before.
 	o := newLab(t, "node1", nodes...)
-	o.sp.d.Neighbors = fakeNeighbors{}
+	o.sp.d.Neighbors = fakeNeighbors{"eth1": {nextIP: nextMAC}}
+	o.src.set(func(sn *Snapshot) {
+		for i := range sn.Nodes {
+			if sn.Nodes[i].Name == next {
+				sn.Nodes[i].Addresses = []netip.Addr{nextIP}
+			}
+		}
+	})
 	for _, n := range []string{"node2", "node3"} {
 		o.cluster.Set(members.Member{Name: n, Meta: releasing(false)})
 	}

@@ -36,7 +36,10 @@ func (f AnnouncerFunc) Announcing(ip netip.Addr, iface string) bool { return f(i
 // new holder's MAC until the new holder answers itself, so that no
 // request meets silence and every answer names one MAC.
 type forOther interface {
-	AnsweringFor(ip netip.Addr, iface string) net.HardwareAddr
+	// AnswerWith is the MAC to answer for ip on iface with: this
+	// interface's own (own) when it announces ip there, another node's
+	// when it answers for that one, nil when neither, read at once.
+	AnswerWith(ip netip.Addr, iface string) (mac net.HardwareAddr, own bool)
 }
 
 // anywhere is optionally implemented by an Announcer (Announcements does)
@@ -106,7 +109,18 @@ func Decide(frame []byte, ifi Interface, a Announcer) Decision {
 		d.Reason = ReasonOtherHost
 		return d
 	}
-	announced := a.Announcing(d.Target, ifi.Name)
+	var announced bool
+	var mac net.HardwareAddr
+	if f, ok := a.(forOther); ok {
+		// One read, so that a change between two does not leave the
+		// request unanswered.
+		var own bool
+		if mac, own = f.AnswerWith(d.Target, ifi.Name); own {
+			mac, announced = ifi.MAC, true
+		}
+	} else if announced = a.Announcing(d.Target, ifi.Name); announced {
+		mac = ifi.MAC
+	}
 	if req.ARP != nil && req.ARP.Gratuitous() {
 		// Nobody is asking; someone is telling. If they tell about our
 		// IP, that is an address conflict worth reporting.
@@ -116,15 +130,7 @@ func Decide(frame []byte, ifi Interface, a Announcer) Decision {
 		}
 		return d
 	}
-	mac := ifi.MAC
-	if !announced {
-		mac = nil
-		if f, ok := a.(forOther); ok {
-			mac = f.AnsweringFor(d.Target, ifi.Name)
-		}
-		announced = mac != nil
-	}
-	if !announced {
+	if mac == nil {
 		d.Reason = ReasonNotAnnounced
 		if w, ok := a.(anywhere); ok && w.AnnouncingAnywhere(d.Target) {
 			d.Reason = ReasonOtherInterface
@@ -186,19 +192,36 @@ func cloneOthers(m map[netip.Addr]map[string]net.HardwareAddr) map[netip.Addr]ma
 	return c
 }
 
-// AnsweringFor implements forOther.
+// AnsweringFor is the MAC of the node this one answers for ip on iface
+// for, nil when none.
 func (s *Announcements) AnsweringFor(ip netip.Addr, iface string) net.HardwareAddr {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.others[ip.Unmap()][iface]
 }
 
+// AnswerWith implements forOther; nil, true means this node's own MAC.
+func (s *Announcements) AnswerWith(ip netip.Addr, iface string) (net.HardwareAddr, bool) {
+	ip = ip.Unmap()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if slices.Contains(s.m[ip], iface) {
+		return nil, true
+	}
+	return s.others[ip][iface], false
+}
+
 // Listening is what the responder of iface must receive requests for:
 // the IPs announced there and those answered there for other nodes,
 // sorted (the IPv6 ones are what Responder.SyncGroups needs).
 func (s *Announcements) Listening(iface string) []netip.Addr {
-	ips := s.On(iface)
 	s.mu.RLock()
+	var ips []netip.Addr
+	for ip, ifaces := range s.m {
+		if slices.Contains(ifaces, iface) {
+			ips = append(ips, ip)
+		}
+	}
 	for ip, macs := range s.others {
 		if _, ok := macs[iface]; ok && !slices.Contains(ips, ip) {
 			ips = append(ips, ip)

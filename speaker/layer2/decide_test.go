@@ -267,7 +267,15 @@ func TestDecideForOther(t *testing.T) {
 	if d := Decide(g.bytes(), ourIf, &a); d.Reason != ReasonGratuitous {
 		t.Errorf("the holder's gratuitous ARP: %s, want %s", d.Reason, ReasonGratuitous)
 	}
+	// Announced as its own again: its own MAC, whatever is left.
+	a.SetBoth(map[netip.Addr][]string{vip4: {"eth0"}}, map[netip.Addr]map[string]net.HardwareAddr{vip4: {"eth0": holder}})
+	d = Decide(arpReq().bytes(), ourIf, &a)
+	p = gopacket.NewPacket(d.Reply, layers.LayerTypeEthernet, gopacket.Default)
+	if arp, _ := p.Layer(layers.LayerTypeARP).(*layers.ARP); arp == nil || !bytes.Equal(arp.SourceHwAddress, ourMAC) {
+		t.Errorf("own and answered for another: %v, want this node's MAC", arp)
+	}
 	a.SetOthers(nil)
+	a.Set(nil)
 	if d := Decide(arpReq().bytes(), ourIf, &a); d.Reason != ReasonNotAnnounced {
 		t.Errorf("after SetOthers(nil): %s", d.Reason)
 	}
