@@ -283,26 +283,28 @@ func TestAnswersForTheNewHolder(t *testing.T) {
 	ip := ipFor(t, "node1", nodes...)
 	next := winner(ip, "node2", "node3")
 	nextIP, nextMAC := netip.MustParseAddr("198.51.100.12"), mac(9)
-	l := newLabWith(t, "node1", nodes, func(d *Deps) {
-		d.Neighbors = fakeNeighbors{"eth0": {nextIP: nextMAC}, "eth1": {nextIP: mac(8)}}
-	})
-	l.src.set(func(sn *Snapshot) {
-		for i := range sn.Nodes {
-			if sn.Nodes[i].Name == next {
-				sn.Nodes[i].Addresses = []netip.Addr{nextIP}
+	drained := func(nb fakeNeighbors) *lab {
+		l := newLabWith(t, "node1", nodes, func(d *Deps) { d.Neighbors = nb })
+		l.src.set(func(sn *Snapshot) {
+			for i := range sn.Nodes {
+				if sn.Nodes[i].Name == next {
+					sn.Nodes[i].Addresses = []netip.Addr{nextIP}
+				}
 			}
+		})
+		for _, n := range []string{"node2", "node3"} {
+			l.cluster.Set(members.Member{Name: n, Meta: releasing(false)})
 		}
-	})
-	for _, n := range []string{"node2", "node3"} {
-		l.cluster.Set(members.Member{Name: n, Meta: releasing(false)})
+		l.service("web", false, ip)
+		l.sp.Sync()
+		l.sp.publishOnce()
+		l.mark("node1", "true", true)
+		l.sp.Sync()
+		l.sp.publishOnce()
+		l.sp.Sync()
+		return l
 	}
-	l.service("web", false, ip)
-	l.sp.Sync()
-	l.sp.publishOnce()
-	l.mark("node1", "true", true)
-	l.sp.Sync()
-	l.sp.publishOnce()
-	l.sp.Sync()
+	l := drained(fakeNeighbors{"eth0": {nextIP: nextMAC}, "eth1": {nextIP: mac(8)}})
 	ann := l.sp.Announcements()
 	if l.answersAnywhere(ip) {
 		t.Fatal("drained and published, yet announcing as its own")
@@ -322,25 +324,7 @@ func TestAnswersForTheNewHolder(t *testing.T) {
 
 	// No entry for the new holder on the interface (only on another
 	// one): it stops, as before.
-	o := newLab(t, "node1", nodes...)
-	o.sp.d.Neighbors = fakeNeighbors{"eth1": {nextIP: nextMAC}}
-	o.src.set(func(sn *Snapshot) {
-		for i := range sn.Nodes {
-			if sn.Nodes[i].Name == next {
-				sn.Nodes[i].Addresses = []netip.Addr{nextIP}
-			}
-		}
-	})
-	for _, n := range []string{"node2", "node3"} {
-		o.cluster.Set(members.Member{Name: n, Meta: releasing(false)})
-	}
-	o.service("web", false, ip)
-	o.sp.Sync()
-	o.sp.publishOnce()
-	o.mark("node1", "true", true)
-	o.sp.Sync()
-	o.sp.publishOnce()
-	o.sp.Sync()
+	o := drained(fakeNeighbors{"eth1": {nextIP: nextMAC}})
 	if o.answersAnywhere(ip) || o.sp.Announcements().AnsweringFor(addr(ip), "eth0") != nil {
 		t.Fatal("no neighbour entry for the new holder, yet answering")
 	}
