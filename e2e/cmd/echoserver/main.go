@@ -63,14 +63,22 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// Serve returns as soon as Shutdown starts; main waits for Shutdown
+	// itself, or a request being answered would be cut off by the
+	// process's exit.
+	shutDown := make(chan struct{})
 	go func() {
+		defer close(shutDown)
 		<-ctx.Done()
 		fmt.Println("echoserver: signal received, shutting down")
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(sctx)
+		if err := srv.Shutdown(sctx); err != nil {
+			fmt.Printf("echoserver: shutdown: %v\n", err)
+		}
 	}()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Fatalf("echoserver: %v", err)
 	}
+	<-shutDown
 }
