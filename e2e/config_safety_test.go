@@ -126,7 +126,7 @@ func TestConfigEditsKeepTraffic(t *testing.T) {
 		general: general, md5: md5, adv: adv, comm: comm, secret: secret,
 		l2IP: l2IP, bgpIP: bgpIP, l2Anns: l2Anns, bgpAnns: bgpAnns, paths: paths}
 
-	probes := []*probe{startProbe(h.Layout.Client, l2IP), startProbe(h.Layout.Remote, bgpIP)}
+	probes := []*probe{h.StartProbe(h.Layout.Client, l2IP), h.StartProbe(h.Layout.Remote, bgpIP)}
 	defer func() {
 		for _, p := range probes {
 			p.Stop()
@@ -301,5 +301,3 @@ func checkUnchanged(b bgpLab, c ctl, l2Svc, bgpSvc, l2IP, bgpIP string, l2Anns, 
 
 // probe is harness.Probe: GET / every 20 ms, failures kept.
 type probe = harness.Probe
-
-func startProbe(ns, ip string) *probe { return harness.StartProbe(ns, ip) }

@@ -98,7 +98,7 @@ func TestDrainL2(t *testing.T) {
 	resets, packets := m.captures()
 
 	// Drain the announcer under the probe.
-	probe := harness.StartProbe(h.Layout.Client, ip)
+	probe := h.StartProbe(h.Layout.Client, ip)
 	stopMAC := harness.WatchMAC(h.Layout.Client, ip)
 	time.Sleep(2 * time.Second)
 	start := time.Now()
@@ -128,7 +128,7 @@ func TestDrainL2(t *testing.T) {
 
 	// Undo under the probe: the address may come back, once, without a
 	// failed request.
-	probe = harness.StartProbe(h.Layout.Client, ip)
+	probe = h.StartProbe(h.Layout.Client, ip)
 	stopMAC = harness.WatchMAC(h.Layout.Client, ip)
 	time.Sleep(2 * time.Second)
 	start = time.Now()
@@ -181,7 +181,7 @@ func TestDrainBGP(t *testing.T) {
 	b.waitRemoteEcho(url, func(string) bool { return true }, "the remote client to get an answer from "+url)
 	others := slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == victim })
 
-	probe := harness.StartProbe(h.Layout.Remote, ip)
+	probe := h.StartProbe(h.Layout.Remote, ip)
 	time.Sleep(2 * time.Second)
 	start := time.Now()
 	b.heraldDrain(victim, false)
@@ -223,7 +223,7 @@ func TestDrainBGP(t *testing.T) {
 		t.Errorf("herald status does not show %s drained", victim)
 	}
 
-	probe = harness.StartProbe(h.Layout.Remote, ip)
+	probe = h.StartProbe(h.Layout.Remote, ip)
 	time.Sleep(2 * time.Second)
 	start = time.Now()
 	b.heraldDrain(victim, true)

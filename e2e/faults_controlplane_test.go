@@ -370,11 +370,11 @@ func (ad *apiDownRun) startProbes() []*harness.Probe {
 	}
 	ad.resets = harness.StartRSTCapture(ad.h.T, captureIn)
 	return []*harness.Probe{
-		harness.StartProbe(ad.h.Layout.Client, ad.l2IP),
-		harness.StartProbe(ad.h.Layout.Remote, ad.bgpIP),
-		harness.StartProbePort(ad.h.Layout.Client, ad.victimIP, ad.nodePort),
-		harness.StartProbe(ad.podNS, ad.clusterIP),
-		harness.StartProbePort(ad.h.Node(ad.echoNode).Netns, ad.echoIP, 8080),
+		ad.h.StartProbe(ad.h.Layout.Client, ad.l2IP),
+		ad.h.StartProbe(ad.h.Layout.Remote, ad.bgpIP),
+		ad.h.StartProbePort(ad.h.Layout.Client, ad.victimIP, ad.nodePort),
+		ad.h.StartProbe(ad.podNS, ad.clusterIP),
+		ad.h.StartProbePort(ad.h.Node(ad.echoNode).Netns, ad.echoIP, 8080),
 	}
 }
 

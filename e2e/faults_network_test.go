@@ -145,7 +145,7 @@ func TestFaultsNetworkRouterRestart(t *testing.T) {
 	fault := func(what string, do func() error) {
 		t.Helper()
 		before, _ := b.frrPeers()
-		probe := harness.StartProbe(b.Layout.Remote, cluster0)
+		probe := b.StartProbe(b.Layout.Remote, cluster0)
 		time.Sleep(time.Second)
 		start := time.Now()
 		if err := do(); err != nil {
@@ -231,9 +231,9 @@ func TestFaultsNetworkNodeNotReady(t *testing.T) {
 	})
 	l2ip, bgpIP, localIP, victim, all := serveNotReadyServices(t, h, b, name, nodes)
 
-	l2probe := harness.StartProbe(h.Layout.Client, l2ip)
-	bgpProbe := harness.StartProbe(b.Layout.Remote, bgpIP)
-	localProbe := harness.StartProbe(b.Layout.Remote, localIP)
+	l2probe := h.StartProbe(h.Layout.Client, l2ip)
+	bgpProbe := b.StartProbe(b.Layout.Remote, bgpIP)
+	localProbe := b.StartProbe(b.Layout.Remote, localIP)
 	stopProbes := func() {
 		l2probe.Stop()
 		bgpProbe.Stop()

@@ -60,7 +60,7 @@ func TestMemberlistKeyRotation(t *testing.T) {
 	}
 	var probes []*probe
 	for _, ip := range ips {
-		probes = append(probes, startProbe(h.Layout.Client, ip))
+		probes = append(probes, h.StartProbe(h.Layout.Client, ip))
 	}
 	defer func() {
 		for _, p := range probes {

@@ -281,7 +281,7 @@ func (sb *stressBench) runLoad(t *testing.T, load string) (stressResult, bool) {
 		}
 		mu.Unlock()
 	})
-	p := startProbe(h.Layout.Client, sb.ip)
+	p := h.StartProbe(h.Layout.Client, sb.ip)
 	time.Sleep(sb.dur)
 	p.Stop()
 	close(done)

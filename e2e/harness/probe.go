@@ -46,77 +46,26 @@ func EchoGetPort(ns, ip string, port int, timeout time.Duration) (bool, error) {
 	return prober.Ask(c, ip, time.Now().Add(timeout))
 }
 
-// Probe sends GET / to IP:Port (80 by StartProbe) from a namespace every 20 ms on a new
-// connection (1 s timeout each) until stopped, for at most 15 minutes,
-// and keeps the failures.
+// Probe is one address's requests, sent by the lab's prober process
+// (StartProbeProcess, T.StartProbe): a GET / on a new connection every
+// period (1 s timeout each) until stopped, with the failures kept.
 type Probe struct {
 	NS, IP string
 	Port   int
 	start  time.Time
-	done   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+	wg     sync.WaitGroup // the failures' neighbour reads
 
 	mu     sync.Mutex
 	sent   int
 	failed []string
 	failAt []time.Time     // when each failed request was sent
 	okAt   []time.Duration // when each answered request was sent
-	// stopProc, for a probe fed by lab-prober (StartProbeProcess),
-	// ends that process; maxLate is the longest the process sent a
-	// request after its turn.
+	// stopProc ends the prober process; maxLate is the longest it sent
+	// a request after its turn.
 	stopProc func()
 	maxLate  time.Duration
 	// conns counts the connections a kept probe opened.
 	conns int
-}
-
-// StartProbe starts probing ip from ns.
-func StartProbe(ns, ip string) *Probe { return StartProbePort(ns, ip, 80) }
-
-// StartProbePort starts probing ip:port from ns, a request every 20 ms.
-func StartProbePort(ns, ip string, port int) *Probe {
-	return StartProbeEvery(ns, ip, port, 20*time.Millisecond)
-}
-
-// StartProbeEvery starts probing ip:port from ns, a request every every.
-func StartProbeEvery(ns, ip string, port int, every time.Duration) *Probe {
-	p := &Probe{NS: ns, IP: ip, Port: port, start: time.Now(), done: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for time.Since(p.start) < 15*time.Minute {
-			select {
-			case <-p.done:
-				return
-			case <-tick.C:
-			}
-			at := time.Since(p.start)
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				ok, err := EchoGetPort(p.NS, p.IP, p.Port, time.Second)
-				var failure string
-				if !ok {
-					// Read before taking the lock: the other requests'
-					// results wait on it.
-					failure = fmt.Sprintf("%s: %v (client's neighbor entry then: %s)", at.Round(time.Millisecond), err, neighbor(p.NS, p.IP))
-				}
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				p.sent++
-				if ok {
-					p.okAt = append(p.okAt, at)
-				} else {
-					p.failAt = append(p.failAt, p.start.Add(at))
-					p.failed = append(p.failed, failure)
-				}
-			}()
-		}
-	}()
-	return p
 }
 
 // neighborReads bounds the neighbor reads of failed requests in flight,
@@ -148,14 +97,7 @@ func neighbor(ns, ip string) string {
 func (p *Probe) Since() time.Duration { return time.Since(p.start).Round(time.Millisecond) }
 
 // Stop ends the probe once its requests in flight are done.
-func (p *Probe) Stop() {
-	if p.stopProc != nil {
-		p.stopProc()
-		return
-	}
-	p.once.Do(func() { close(p.done) })
-	p.wg.Wait()
-}
+func (p *Probe) Stop() { p.stopProc() }
 
 // Result counts the requests sent and failed.
 func (p *Probe) Result() (sent, failed int) {

@@ -10,13 +10,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/herald-lb/herald/e2e/lab/labbin"
 	"github.com/herald-lb/herald/e2e/lab/prober"
 )
 
 // StartProbeProcess probes each of ips on port from namespace ns, a
-// request every every (1 s timeout each), like StartProbeEvery, but from
-// a process of its own: bin is the lab's prober (labbin.Prober), started
-// in ns with `ip netns exec`. The test process forks short commands
+// request every every (1 s timeout each), from a process of its own:
+// bin is the lab's prober (labbin.Prober), started in ns with `ip netns
+// exec`. The test process forks short commands
 // while it probes, and a vfork child that is slow to exec holds the
 // forking thread: a second or more, seen in the churn soak, in which the
 // test's own requests passed their deadlines although the network had
@@ -64,7 +65,7 @@ func startProbeProcess(bin, ns string, ips []string, port int, every time.Durati
 	byIP := map[string]*Probe{}
 	var probes []*Probe
 	for _, ip := range ips {
-		p := &Probe{NS: ns, IP: ip, Port: port, start: start, done: make(chan struct{})}
+		p := &Probe{NS: ns, IP: ip, Port: port, start: start}
 		byIP[ip] = p
 		probes = append(probes, p)
 	}
@@ -168,4 +169,22 @@ func (p *Probe) MaxLate() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.maxLate
+}
+
+// StartProbe probes ip:80 from ns every 20 ms from the lab's prober
+// process (StartProbeProcess): the tests' probes never run in the test
+// process, whose forks of short commands can hold it up for a second
+// and fail requests the network answered. It fails the test if the
+// prober cannot start.
+func (h *T) StartProbe(ns, ip string) *Probe { return h.StartProbePort(ns, ip, 80) }
+
+// StartProbePort is StartProbe to another port (a NodePort, say).
+func (h *T) StartProbePort(ns, ip string, port int) *Probe {
+	h.T.Helper()
+	ps, err := StartProbeProcess(h.Lab.Bins.Path(labbin.Prober), ns, []string{ip}, port, 20*time.Millisecond)
+	if err != nil {
+		h.T.Fatalf("probing %s:%d from %s: %v", ip, port, ns, err)
+	}
+	h.T.Cleanup(ps[0].Stop) // a failed test leaves no prober running
+	return ps[0]
 }

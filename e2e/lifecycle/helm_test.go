@@ -216,7 +216,7 @@ func (hr *helmRun) upgradeUnderProbe(t *testing.T, l2IP, bgpIP string, speakerLo
 	// The L2 election as the speakers saw it up to now: what a move
 	// during the upgrade is compared with.
 	electionBefore := electionLines(h)
-	l2Probe, bgpProbe := harness.StartProbe(h.Layout.Client, l2IP), harness.StartProbe(h.Layout.Remote, bgpIP)
+	l2Probe, bgpProbe := h.StartProbe(h.Layout.Client, l2IP), h.StartProbe(h.Layout.Remote, bgpIP)
 	// Which node answers for the L2 VIP, seen from the client: a restart
 	// in place must not move it, even for a moment.
 	l2MACs := harness.WatchMAC(h.Layout.Client, l2IP)
