@@ -593,13 +593,37 @@ func soakFRRProblems(b bgpLab, svcs []soakSvc, ipOf map[string]string, nodes []s
 	return bad
 }
 
-// soakProbeTargets picks n VIPs spread over the kinds (30 % L2 IPv4,
-// 20 % L2 IPv6, 30 % BGP IPv4, the rest BGP IPv6) and the Services:
-// L2 VIPs probed from the LAN client, BGP ones from behind the router.
+// soakProbeTargets picks n VIPs (soakProbeServices) and where each is
+// probed from: L2 VIPs from the LAN client, BGP ones from behind the
+// router.
 func soakProbeTargets(h *harness.T, svcs []soakSvc, ipOf map[string]string, n int) [][2]string {
+	var out [][2]string
+	for _, sv := range soakProbeServices(svcs, n) {
+		ns := h.Layout.Client
+		if sv.kind.bgp() {
+			ns = h.Layout.Remote
+		}
+		out = append(out, [2]string{ns, ipOf[sv.name]})
+	}
+	return out
+}
+
+// soakProbeServices picks n Services spread over the kinds (30 % L2
+// IPv4, 20 % L2 IPv6, 30 % BGP IPv4, the rest BGP IPv6) and over the
+// groups in turn, so that every group's deletions are probed and no
+// group's pods serve most of the probes. (Picking by index alone put
+// every BGP IPv4 target and half of all in group 0: its one pod left
+// serving during a deletion answered 10 VIPs' requests, and under the
+// 20 ms load it answered them 1.7 s late.)
+func soakProbeServices(svcs []soakSvc, n int) []soakSvc {
 	share := map[string]int{"l2v4": n * 3 / 10, "l2v6": n * 2 / 10, "bgpv4": n * 3 / 10}
 	share["bgpv6"] = n - share["l2v4"] - share["l2v6"] - share["bgpv4"]
-	var out [][2]string
+	groups := 0
+	for _, sv := range svcs {
+		groups = max(groups, sv.group+1)
+	}
+	var out []soakSvc
+	next := 0 // the group the next pick should be in
 	for _, k := range soakKinds {
 		var of []soakSvc
 		for _, sv := range svcs {
@@ -607,13 +631,23 @@ func soakProbeTargets(h *harness.T, svcs []soakSvc, ipOf map[string]string, n in
 				of = append(of, sv)
 			}
 		}
-		m := min(share[k.name], len(of))
-		ns := h.Layout.Client
-		if k.bgp() {
-			ns = h.Layout.Remote
-		}
-		for i := range m {
-			out = append(out, [2]string{ns, ipOf[of[i*len(of)/m].name]})
+		taken := make([]bool, len(of))
+		for range min(share[k.name], len(of)) {
+			pick := -1
+			for i, sv := range of {
+				if !taken[i] && sv.group == next%groups {
+					pick = i
+					break
+				}
+			}
+			for i := range of {
+				if pick < 0 && !taken[i] {
+					pick = i // none left in that group: the first one left
+				}
+			}
+			taken[pick] = true
+			out = append(out, of[pick])
+			next++
 		}
 	}
 	return out
