@@ -112,6 +112,9 @@ type soakRun struct {
 	winners map[string]map[string][]string
 	probes  *soakProbes
 	resets  *harness.RSTCapture
+	// captures hold every packet to and from the probed VIPs, in the
+	// client's and the remote client's namespace.
+	captures []*harness.PacketCapture
 	// speakerLogs follows the speakers' logs; changesBefore/After are
 	// each speaker's election changes at the start and end of the churn.
 	speakerLogs                 *harness.LogFollower
@@ -221,6 +224,13 @@ func (sr *soakRun) setUp(t *testing.T) {
 		captureIn = append(captureIn, n.Netns)
 	}
 	sr.resets = harness.StartRSTCapture(t, captureIn)
+	vipsIn := map[string][]string{}
+	for _, tg := range sr.probes.targets {
+		vipsIn[tg[0]] = append(vipsIn[tg[0]], tg[1])
+	}
+	for _, ns := range []string{h.Layout.Client, h.Layout.Remote} {
+		sr.captures = append(sr.captures, harness.StartPacketCapture(t, h.Lab.ModuleDir, ns, vipsIn[ns]...))
+	}
 	for _, tg := range sr.probes.targets {
 		h.Poll(2*time.Minute, tg[1]+" answering from "+tg[0], func() (bool, string) {
 			ok, err := harness.EchoGet(tg[0], tg[1], time.Second)
@@ -406,6 +416,21 @@ func (sr *soakRun) report(t *testing.T) {
 	due := int(float64(len(sr.probes.targets)) * sr.elapsed.Seconds() / sr.cfg.probeEvery.Seconds())
 	row(fmt.Sprintf("probes: %d VIPs, GET every %s", len(sr.probes.targets), sr.cfg.probeEvery), fmt.Sprintf("%d sent of %d due, %d failed, longest gap %s", sr.sent, due, sr.failed, sr.maxGap.Round(time.Millisecond)), "0 failed, >= 90% sent", sr.failed == 0 && sr.sent*10 >= due*9)
 	row("probers (own processes): longest late send", sr.probes.maxLate().Round(time.Millisecond).String(), "-", true)
+	// The wire's view of the same requests: a failure the probers count
+	// that the capture shows answered in time was the client's, not the
+	// network's; one unanswered is printed with every packet it had.
+	captured, lateResets, unanswered := 0, 0, []string{}
+	for _, c := range sr.captures {
+		res, err := c.Flows(80)
+		if err != nil {
+			t.Logf("reading the capture %s: %v", c.Path(), err)
+		}
+		captured, lateResets = captured+res.Conns, lateResets+res.LateResets
+		for _, u := range res.Unanswered {
+			unanswered = append(unanswered, u.String())
+		}
+	}
+	row("capture: connections without an answer", fmt.Sprintf("%d of %d (%d resets after an answer)", len(unanswered), captured, lateResets), "-", true)
 	row("Service IP changes", strconv.Itoa(len(sr.ipLog)), "0", len(sr.ipLog) == 0)
 	changes, perNode := sr.electionDelta()
 	row("election changes during the churn (no node failed)", fmt.Sprintf("%v %v", changes, perNode), "0", changes == 0)
@@ -459,6 +484,7 @@ func (sr *soakRun) report(t *testing.T) {
 		}
 	}
 	details("failed requests", sr.failures)
+	details("connections without an answer in the capture (tcpdump -i any in the client's and the remote client's namespace)", unanswered)
 	if sr.failed > 0 {
 		t.Logf("TCP resets (tcpdump -e in the client's, the remote client's and every node's namespace):\n  %s", strings.Join(sr.resets.Near(sr.probes.failedAt()), "\n  "))
 		t.Logf("the speakers' logs within 3 s of a failed request:\n  %s", strings.Join(sr.speakerLogs.Near(sr.probes.failedAt(), 3*time.Second), "\n  "))

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/herald-lb/herald/e2e/lab/flows"
 )
 
 // RSTFilter matches TCP segments with RST set, IPv4 and IPv6 (no
@@ -144,6 +146,26 @@ func StartPacketCapture(t *testing.T, moduleDir, ns string, hosts ...string) *Pa
 	time.Sleep(500 * time.Millisecond) // tcpdump opens its socket
 	return c
 }
+
+// Flows stops the capture and follows its connections to port
+// (package flows): how many there were and which got no answer, with
+// their packets. A capture that never ran has none.
+func (c *PacketCapture) Flows(port uint16) (flows.Result, error) {
+	c.stop()
+	if c.path == "" {
+		return flows.Result{}, nil
+	}
+	f, err := os.Open(c.path)
+	if err != nil {
+		return flows.Result{}, err
+	}
+	defer f.Close()
+	return flows.Scan(f, port)
+}
+
+// Path is the capture's file ("" when nothing is captured). It is kept
+// only when the test fails.
+func (c *PacketCapture) Path() string { return c.path }
 
 func (c *PacketCapture) stop() {
 	if c.cmd == nil {
