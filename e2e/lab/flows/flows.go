@@ -90,7 +90,7 @@ func Scan(r io.Reader, serverPort uint16) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("not a pcap file (magic %#x)", m)
 	}
-	t := tracker{port: serverPort, open: map[string]*Conn{}}
+	t := tracker{port: serverPort, open: map[connKey]*Conn{}}
 	switch lt := bo.Uint32(hdr[20:24]) & 0x0fffffff; lt {
 	case 1: // Ethernet: the type at 12, the IP packet at 14
 		t.typeAt, t.ipAt = 12, 14
@@ -125,10 +125,13 @@ func Scan(r io.Reader, serverPort uint16) (Result, error) {
 	return t.result(), nil
 }
 
+// connKey is a connection's client and server address and port.
+type connKey struct{ client, server netip.AddrPort }
+
 type tracker struct {
 	port         uint16
-	typeAt, ipAt int              // where the link layer puts the EtherType and the IP packet
-	open         map[string]*Conn // by client address and port and server address
+	typeAt, ipAt int // where the link layer puts the EtherType and the IP packet
+	open         map[connKey]*Conn
 	res          Result
 	last         time.Time // the capture's last TCP packet
 }
@@ -196,7 +199,7 @@ func (t *tracker) packet(at time.Time, b []byte) {
 			p.Flags += f.s
 		}
 	}
-	key := client.String() + ">" + server.String()
+	key := connKey{client, server}
 	c := t.open[key]
 	if fromClient && syn && !ack {
 		if c != nil && len(c.Packets) > 0 && c.Packets[0].Seq == p.Seq {
@@ -243,7 +246,7 @@ func (c *Conn) add(p Packet) {
 }
 
 // end forgets the connection under key, keeping it if it got no answer.
-func (t *tracker) end(key string) {
+func (t *tracker) end(key connKey) {
 	c := t.open[key]
 	if c == nil {
 		return
