@@ -100,7 +100,7 @@ func soakWatchdog(h *harness.T, w *soakWatch, p *soakProbes, svcOf map[string]st
 				break
 			}
 			dumps++
-			h.T.Logf("probe of %s failing at %s: %s", pr.IP, pr.Since(), soakPathDump(h, w, pr.IP, svcOf[pr.IP]))
+			h.T.Logf("probe of %s failing at %s: %s", pr.IP, pr.Since(), soakPathDump(h, w, pr.IP, svcOf[pr.IP], time.Now()))
 		}
 	}
 }
@@ -114,9 +114,22 @@ func (p *soakProbes) running() []*harness.Probe {
 
 var soakJump = regexp.MustCompile(`-j (HERALD-[A-Z0-9-]+)`)
 
-// soakPathDump describes a VIP's path now.
-func soakPathDump(h *harness.T, w *soakWatch, ip, svc string) string {
+// soakPathDump describes a VIP's path now; seen is when its failure was
+// noticed.
+func soakPathDump(h *harness.T, w *soakWatch, ip, svc string, seen time.Time) string {
 	var b strings.Builder
+	// A reset leaves its flow in conntrack's CLOSE state for 10 s: the
+	// entry names the endpoint the flow was sent to and the node that
+	// translated it, so a reset can be told apart from a refused or
+	// unreachable endpoint. Read first, before the slower reads below,
+	// and timed: a read more than 10 s after the failure cannot show it.
+	for _, n := range h.Layout.Nodes {
+		ct, err := h.Exec(n.Name, "conntrack", "-L", "-p", "tcp", "--orig-dst", ip, "--state", "CLOSE")
+		if err != nil && strings.TrimSpace(ct) == "" {
+			ct = err.Error()
+		}
+		fmt.Fprintf(&b, "  %s: conntrack CLOSE flows to %s, read %s after the failure was seen: %s\n", n.Name, ip, time.Since(seen).Round(time.Millisecond), strings.ReplaceAll(strings.TrimSpace(ct), "\n", "; "))
+	}
 	fmt.Fprintf(&b, "Service %s\n", svc)
 	for _, sl := range w.slicesBySvc()[svc] {
 		for _, e := range sl.Endpoints {
@@ -139,17 +152,6 @@ func soakPathDump(h *harness.T, w *soakWatch, ip, svc string) string {
 	for _, n := range h.Layout.Nodes {
 		br, _ := h.Exec(n.Name, "ip", "-br", "link", "show", "cbr0")
 		fmt.Fprintf(&b, "  %s: %s\n", n.Name, strings.TrimSpace(br))
-	}
-	// A reset leaves its flow in conntrack's CLOSE state for 10 s: the
-	// entry names the endpoint the flow was sent to and the node that
-	// translated it, so a reset can be told apart from a refused or
-	// unreachable endpoint.
-	for _, n := range h.Layout.Nodes {
-		ct, err := h.Exec(n.Name, "conntrack", "-L", "-p", "tcp", "--orig-dst", ip, "--state", "CLOSE")
-		if err != nil && strings.TrimSpace(ct) == "" {
-			ct = err.Error()
-		}
-		fmt.Fprintf(&b, "  %s: conntrack CLOSE flows to %s: %s\n", n.Name, ip, strings.ReplaceAll(strings.TrimSpace(ct), "\n", "; "))
 	}
 	save := "iptables-save"
 	if isIPv6(ip) {
