@@ -1,7 +1,11 @@
-// Package handover keeps TCP connections open across a planned move of a
-// layer-2 address: one whose former holder is still a live member (herald
+// Package handover keeps TCP connections open across a move of a layer-2
+// address whose former holder is a live member: a planned move (herald
 // drain and --undo, the move back to a node that recovered or restarted,
-// an advertisement that changed).
+// an advertisement that changed), or a move away from a member declared
+// dead that was not (a speaker starved of CPU misses memberlist's probes
+// and refutes its death a moment later, its kernel and its conntrack
+// untouched; it keeps off its addresses for the hold while clients' next
+// packets already reach the new holder).
 //
 // The address's new holder has no conntrack entry for the connections
 // the former holder carried. Their next packet reaches it as a TCP segment
@@ -55,7 +59,7 @@ type Kernel interface {
 	List() ([]Entry, error)
 }
 
-// move is an address this node took over from a live member.
+// move is an address this node took over from another member.
 type move struct {
 	from string
 	at   time.Time
@@ -73,7 +77,7 @@ type move struct {
 const LostGrace = time.Minute
 
 // Tracker follows the addresses this node holds and which of them it took
-// over from a live member lately. Pure: the caller passes the time.
+// over from another member lately. Pure: the caller passes the time.
 type Tracker struct {
 	held  map[netip.Addr]bool
 	moves map[netip.Addr]move
@@ -125,8 +129,9 @@ type Round struct {
 	// round this tracker saw (a speaker that just started).
 	Before func(netip.Addr) string
 	// Live are the members alive now, and those held for a restart in
-	// place (their rules stay in the kernel); a former holder that is
-	// not (dead, gone) has no connections to forward to.
+	// place (their rules stay in the kernel). A former holder that is not
+	// (dead, gone) is not forwarded to until it is again: packets sent
+	// to a node that is down are lost, where here they are reset at once.
 	Live map[string]bool
 	// Addresses are the nodes' addresses (their InternalIPs).
 	Addresses map[string][]netip.Addr
@@ -157,7 +162,10 @@ func (t *Tracker) Update(r Round) Result {
 		if t.held[a] {
 			continue
 		}
-		if prev := t.other[a]; r.Keep > 0 && prev != "" && prev != r.Self && r.Live[prev] {
+		// Recorded whether or not prev is alive now: a member declared
+		// dead by mistake is back within a second, with every connection
+		// it carried still in its conntrack.
+		if prev := t.other[a]; r.Keep > 0 && prev != "" && prev != r.Self {
 			t.moves[a] = move{from: prev, at: r.Now, ifaces: r.Held[a]}
 		}
 	}
@@ -188,12 +196,15 @@ func (t *Tracker) Update(r Round) Result {
 			end = g
 		}
 		t.moves[a] = m
-		if !r.Live[m.from] || !r.Now.Before(end) {
+		if !r.Now.Before(end) {
 			delete(t.moves, a)
 			continue
 		}
 		if res.Next.IsZero() || end.Before(res.Next) {
 			res.Next = end
+		}
+		if !r.Live[m.from] {
+			continue
 		}
 		via, ok := sameFamily(r.Addresses[m.from], a)
 		if !ok {

@@ -70,8 +70,9 @@ func TestTrackerPlannedMove(t *testing.T) {
 	}
 }
 
-// TestTrackerNotPlanned: an address taken from a dead member, from
-// nobody, or held before forwards nowhere; Keep 0 forwards nothing.
+// TestTrackerNotPlanned: an address taken from a dead member (until it is
+// alive again, TestTrackerFalseDeath), from nobody, or held before
+// forwards nowhere; Keep 0 forwards nothing.
 func TestTrackerNotPlanned(t *testing.T) {
 	held := map[netip.Addr][]string{vip4: {"eth0"}}
 	for name, r := range map[string]Round{
@@ -97,20 +98,53 @@ func TestTrackerNotPlanned(t *testing.T) {
 	}
 }
 
-// TestTrackerFormerHolderGoes: the former holder dying ends the forward,
-// and it does not come back when the member does.
-func TestTrackerFormerHolderGoes(t *testing.T) {
+// TestTrackerFormerHolderDies: the former holder dying stops the forward
+// (packets sent to a node that is down are lost, not reset); alive again
+// within Keep (a death refuted: its kernel and conntrack never stopped),
+// it is forwarded to again.
+func TestTrackerFormerHolderDies(t *testing.T) {
 	tr := NewTracker()
 	held := map[netip.Addr][]string{vip4: {"eth0"}}
 	if res := tr.Update(round(0, held, map[netip.Addr]string{vip4: "a"}, "a", "c")); len(res.Entries) != 1 {
 		t.Fatalf("%v", res.Entries)
 	}
 	prev := map[netip.Addr]string{vip4: "c"}
-	if res := tr.Update(round(time.Second, held, prev, "c")); len(res.Entries) != 0 {
-		t.Fatalf("a dead: %v", res.Entries)
+	if res := tr.Update(round(time.Second, held, prev, "c")); len(res.Entries) != 0 || !res.Next.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("a dead: %v next %v, want none until a is back, the move ending an hour on", res.Entries, res.Next)
 	}
-	if res := tr.Update(round(2*time.Second, held, prev, "a", "c")); len(res.Entries) != 0 {
-		t.Fatalf("a back: %v", res.Entries)
+	want := []Entry{{vip4, "eth0", nodes["a"][0], "a", t0}}
+	if res := tr.Update(round(2*time.Second, held, prev, "a", "c")); !slices.Equal(res.Entries, want) {
+		t.Fatalf("a back: %v, want %v", res.Entries, want)
+	}
+	if res := tr.Update(round(time.Hour, held, prev, "a", "c")); len(res.Entries) != 0 {
+		t.Fatalf("a back after Keep: %v, want none", res.Entries)
+	}
+}
+
+// TestTrackerFalseDeath: an address taken from a member declared dead
+// (a speaker starved of CPU misses memberlist's probes) is forwarded to
+// it from the round that sees it alive again, which is a moment later
+// while it keeps off its addresses for the recovery hold. Before, the
+// new holder reset every connection the member had carried.
+func TestTrackerFalseDeath(t *testing.T) {
+	tr := NewTracker()
+	held := map[netip.Addr][]string{vip4: {"eth0"}}
+	if res := tr.Update(round(0, held, map[netip.Addr]string{vip4: "a"}, "b", "c")); len(res.Entries) != 0 {
+		t.Fatalf("a dead: %v, want none", res.Entries)
+	}
+	want := []Entry{{vip4, "eth0", nodes["a"][0], "a", t0}}
+	prev := map[netip.Addr]string{vip4: "c"}
+	if res := tr.Update(round(300*time.Millisecond, held, prev, "a", "b", "c")); !slices.Equal(res.Entries, want) {
+		t.Fatalf("a alive again: %v, want %v", res.Entries, want)
+	}
+	// a takes its address back after the hold: this node forwards its
+	// connections there for LostGrace still (clients that missed the
+	// move), then stops.
+	if res := tr.Update(round(30*time.Second, nil, map[netip.Addr]string{vip4: "a"}, "a", "b", "c")); !slices.Equal(res.Entries, want) {
+		t.Fatalf("a holds it again: %v, want %v for LostGrace", res.Entries, want)
+	}
+	if res := tr.Update(round(30*time.Second+LostGrace, nil, map[netip.Addr]string{vip4: "a"}, "a", "b", "c")); len(res.Entries) != 0 {
+		t.Fatalf("LostGrace after a took it back: %v, want none", res.Entries)
 	}
 }
 
