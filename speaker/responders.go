@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/herald-lb/herald/speaker/layer2"
 )
@@ -45,7 +46,12 @@ func (r *packetResponder) Stop() {
 // PacketResponders is the real ResponderFactory: it opens ARP and NDP
 // sockets on the interface (IPv4 only where IPv6 is disabled) and runs
 // the responder until stopped.
+//
+// Its responders share one layer2.Wake, ticking for the life of the
+// process: after a pause of the process they stay silent for a moment.
 func PacketResponders(log *slog.Logger) ResponderFactory {
+	wake := layer2.NewWake(layer2.DefaultPause, layer2.DefaultQuiet, time.Now())
+	go wake.Run(context.Background(), layer2.DefaultWakeTick, log)
 	return func(ifi layer2.Interface, a layer2.Announcer) (Responder, error) {
 		nifi, err := net.InterfaceByIndex(ifi.Index)
 		if err != nil {
@@ -62,7 +68,7 @@ func PacketResponders(log *slog.Logger) ResponderFactory {
 			}
 			log.Warn("IPv6 not served on this interface: NDP sockets cannot be opened", "interface", ifi.Name, "err", err)
 		}
-		r, err := layer2.NewResponder(ifi, socks, a, layer2.Options{Log: log.With("interface", ifi.Name)})
+		r, err := layer2.NewResponder(ifi, socks, a, layer2.Options{Log: log.With("interface", ifi.Name), Wake: wake})
 		if err != nil {
 			return nil, err
 		}

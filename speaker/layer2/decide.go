@@ -64,6 +64,8 @@ const (
 	ReasonNotAnnounced   Reason = "IP not announced by this node"
 	ReasonOtherInterface Reason = "IP announced by this node on another interface"
 	ReasonEncode         Reason = "reply could not be encoded"
+	// ReasonPaused: the process was just paused (Wake).
+	ReasonPaused Reason = "this process was just paused"
 )
 
 // Decision is what to do with one received frame.

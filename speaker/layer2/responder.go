@@ -72,6 +72,9 @@ type Options struct {
 	// Log receives conflicts, I/O errors and, at debug level, dropped
 	// frames; nil discards.
 	Log *slog.Logger
+	// Wake, when set, silences replies and gratuitous announcements
+	// while it says the process was just paused.
+	Wake *Wake
 }
 
 // Stats counts a Responder's traffic, for metrics.
@@ -98,6 +101,7 @@ type Responder struct {
 	grp   Groups
 	a     Announcer
 	log   *slog.Logger
+	wake  *Wake // nil: always awake
 	burst []time.Duration
 	// after is time.After; the tests replace it with a fake clock.
 	after func(time.Duration) <-chan time.Time
@@ -151,6 +155,7 @@ func NewResponder(ifi Interface, s Sockets, a Announcer, opts Options) (*Respond
 		grp:     s.Groups,
 		a:       a,
 		log:     log.With("interface", ifi.Name),
+		wake:    opts.Wake,
 		burst:   slices.Clone(burst),
 		after:   time.After,
 		stop:    make(chan struct{}),
@@ -244,6 +249,9 @@ func closed(err error) bool {
 
 func (r *Responder) handle(c Conn, frame []byte) {
 	d := Decide(frame, r.ifi, r.a)
+	if d.Reason == ReasonReplied && !r.awake() {
+		d.Reason = ReasonPaused
+	}
 	r.mu.Lock()
 	switch d.Family {
 	case IPv4:
@@ -294,6 +302,11 @@ func (r *Responder) handle(c Conn, frame []byte) {
 		r.stats.NAReplies++
 	}
 	r.mu.Unlock()
+}
+
+// awake: no pause of this process just ended (Options.Wake).
+func (r *Responder) awake() bool {
+	return r.wake == nil || r.wake.Awake(time.Now())
 }
 
 // write sends frame to the Ethernet destination it carries.
@@ -413,6 +426,10 @@ func (r *Responder) gratuitousFrames(ip netip.Addr) (Conn, [][]byte, error) {
 }
 
 func (r *Responder) sendGratuitous(c Conn, ip netip.Addr, frames [][]byte) error {
+	if !r.awake() {
+		r.log.Debug("gratuitous announcement not sent: this process was just paused", "ip", ip)
+		return nil
+	}
 	var errs []error
 	for _, f := range frames {
 		if err := r.write(c, f); err != nil {
