@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/herald-lb/herald/e2e/harness"
+	"github.com/herald-lb/herald/e2e/lab/kubelet"
 	"github.com/herald-lb/herald/e2e/lab/labbin"
 )
 
@@ -31,6 +32,24 @@ type soakConfig struct {
 	// probeEvery is each probed VIP's request interval.
 	probeEvery time.Duration
 	bench      bool
+	// busy is how many busy loops run beside the churn, and speakerArgs
+	// flags added to the speakers: loads and settings to recreate an
+	// earlier lab (HERALD_SOAK_BUSY, HERALD_SOAK_SPEAKER_ARGS).
+	busy        int
+	speakerArgs []string
+}
+
+// soakExtras reads HERALD_SOAK_BUSY (0 to 8 busy loops beside the churn)
+// and HERALD_SOAK_SPEAKER_ARGS (flags added to the speakers) into cfg.
+func soakExtras(t *testing.T, cfg *soakConfig) {
+	if v := os.Getenv("HERALD_SOAK_BUSY"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 8 {
+			t.Fatalf("HERALD_SOAK_BUSY=%q: want 0 to 8 busy loops", v)
+		}
+		cfg.busy = n
+	}
+	cfg.speakerArgs = strings.Fields(os.Getenv("HERALD_SOAK_SPEAKER_ARGS"))
 }
 
 // TestChurnSoak is the short churn soak of make test: 100 LoadBalancer
@@ -54,7 +73,9 @@ type soakConfig struct {
 // a test of a saturated machine, which TestL2UnderCPUStressTarget is.
 // The table prints how busy the machine was.
 func TestChurnSoak(t *testing.T) {
-	runChurnSoak(t, soakConfig{services: 100, groups: 4, probes: 20, dur: 5 * time.Minute, warmup: time.Minute, probeEvery: soakProbeEvery(t)})
+	cfg := soakConfig{services: 100, groups: 4, probes: 20, dur: 5 * time.Minute, warmup: time.Minute, probeEvery: soakProbeEvery(t)}
+	soakExtras(t, &cfg)
+	runChurnSoak(t, cfg)
 }
 
 // soakProbeEvery is the probes' interval: 100 ms, or
@@ -93,6 +114,7 @@ func TestBenchChurnSoak(t *testing.T) {
 		}
 		cfg.services, cfg.groups = n, max(4, n/50)
 	}
+	soakExtras(t, &cfg)
 	runChurnSoak(t, cfg)
 }
 
@@ -168,6 +190,9 @@ func (sr *soakRun) setUp(t *testing.T) {
 	h := &hv
 	s, b := l2{h}, newBGPLab(h)
 	s.readySpeakers(2 * time.Minute)
+	if len(sr.cfg.speakerArgs) > 0 {
+		s.speakerArgs(sr.cfg.speakerArgs)
+	}
 	sr.nodes = s.nodeNames()
 	var err error
 	sr.svcs, err = soakServices(sr.cfg.services, sr.cfg.groups)
@@ -274,6 +299,14 @@ func (sr *soakRun) soak(t *testing.T) {
 		defer wg.Done()
 		sr.during = soakCheckL2(s, sr.l2ips, sr.winners["layer2"], sr.macOf, done, 1)
 	}()
+	if sr.cfg.busy > 0 {
+		kill, err := busyLoops(sr.cfg.busy, "", sr.cfg.dur+time.Minute)
+		if err != nil {
+			t.Fatalf("busy loops: %v", err)
+		}
+		t.Cleanup(kill)
+		defer kill()
+	}
 	sr.speakerLogs = h.FollowLogs(heraldNS, speakerSel, "speaker")
 	sr.changesBefore = sr.electionChanges(t)
 	cpu0 := machineCPU()
@@ -398,6 +431,10 @@ func (sr *soakRun) report(t *testing.T) {
 	var r strings.Builder
 	fmt.Fprintf(&r, "BENCH churn soak: %d LoadBalancer Services (L2 IPv4 %d, L2 IPv6 %d, BGP IPv4 %d, BGP IPv6 %d; externalTrafficPolicy Cluster) over %d groups of %d echo pods, %d nodes; %s of churn, usage at start sampled after %s\n",
 		len(sr.svcs), kinds["l2v4"], kinds["l2v6"], kinds["bgpv4"], kinds["bgpv6"], sr.cfg.groups, soakReplicas, len(sr.nodes), sr.elapsed.Round(time.Second), sr.cfg.warmup)
+	if sr.cfg.busy > 0 || len(sr.cfg.speakerArgs) > 0 || os.Getenv(kubelet.NoCPUCgroupsEnv) == "1" {
+		fmt.Fprintf(&r, "  recreating an earlier lab: %d busy loops beside the churn, speaker flags added %q, %s=%q\n",
+			sr.cfg.busy, sr.cfg.speakerArgs, kubelet.NoCPUCgroupsEnv, os.Getenv(kubelet.NoCPUCgroupsEnv))
+	}
 	fmt.Fprintf(&r, "  setup: IPs %s, announced %s, in FRR %s, probed VIPs answering %s; endpoints settled %s after the churn\n",
 		sr.tIPs.Round(time.Second), sr.tAnn.Round(time.Second), sr.tFRR.Round(time.Second), sr.tReach.Round(time.Second), sr.settle.Round(time.Second))
 	row := func(what, got, target string, ok bool) {

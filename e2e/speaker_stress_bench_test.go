@@ -380,7 +380,7 @@ func startLoad(load string, pids map[string]int, requestMilli int64) (stop func(
 		return g, err
 	}
 	busy := func(n int, dir string) error {
-		kill, err := busyLoops(n, dir)
+		kill, err := busyLoops(n, dir, 15*time.Minute)
 		if err == nil {
 			kills = append(kills, kill)
 		}
@@ -432,9 +432,9 @@ func startLoad(load string, pids map[string]int, requestMilli int64) (stop func(
 
 // busyLoops starts n busy shell loops, each in the cpu cgroup dir if
 // not "" (the shell moves itself before it loops), bounded by
-// timeout(1) in case the test dies, and returns what kills them (their
-// process groups, by PID).
-func busyLoops(n int, cgroup string) (func(), error) {
+// timeout(1) to limit in case the test dies, and returns what kills them
+// (their process groups, by PID).
+func busyLoops(n int, cgroup string, limit time.Duration) (func(), error) {
 	var cmds []*exec.Cmd
 	kill := func() {
 		for _, c := range cmds {
@@ -442,7 +442,7 @@ func busyLoops(n int, cgroup string) (func(), error) {
 			_ = c.Wait()
 		}
 	}
-	script := `exec timeout 15m sh -c 'while :; do :; done'`
+	script := fmt.Sprintf(`exec timeout %ds sh -c 'while :; do :; done'`, int(limit.Seconds())+1)
 	if cgroup != "" {
 		script = `echo $$ > "$1/cgroup.procs" || exit 1; ` + script
 	}
