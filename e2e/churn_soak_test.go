@@ -456,7 +456,7 @@ func (sr *soakRun) report(t *testing.T) {
 	// The wire's view of the same requests: a failure the probers count
 	// that the capture shows answered in time was the client's, not the
 	// network's; one unanswered is printed with every packet it had.
-	captured, lateResets, unanswered := 0, 0, []string{}
+	captured, lateResets, unanswered, elsewhere := 0, 0, []string{}, []string{}
 	for _, c := range sr.captures {
 		res, err := c.Flows(80)
 		if err != nil {
@@ -466,8 +466,14 @@ func (sr *soakRun) report(t *testing.T) {
 		for _, u := range res.Unanswered {
 			unanswered = append(unanswered, u.String())
 		}
+		for _, e := range res.ResetElsewhere {
+			elsewhere = append(elsewhere, fmt.Sprintf("%s (%s, then %s)", e.ElsewhereString(), sr.macOf[e.AnsweredFrom.String()], sr.macOf[e.ResetFrom.String()]))
+		}
 	}
 	row("capture: connections without an answer", fmt.Sprintf("%d of %d (%d resets after an answer)", len(unanswered), captured, lateResets), "-", true)
+	// A connection reset by a node that did not answer its SYN: its
+	// address moved while it was open, and the node it moved to reset it.
+	row("capture: connections reset by another node than the one that answered", strconv.Itoa(len(elsewhere)), "0", len(elsewhere) == 0)
 	row("Service IP changes", strconv.Itoa(len(sr.ipLog)), "0", len(sr.ipLog) == 0)
 	changes, perNode := sr.electionDelta()
 	row("election changes during the churn (no node failed)", fmt.Sprintf("%v %v", changes, perNode), "0", changes == 0)
@@ -522,6 +528,7 @@ func (sr *soakRun) report(t *testing.T) {
 	}
 	details("failed requests", sr.failures)
 	details("connections without an answer in the capture (tcpdump -i any in the client's and the remote client's namespace)", unanswered)
+	details("connections reset by another node than the one that answered them (capture)", elsewhere)
 	if sr.failed > 0 {
 		t.Logf("TCP resets (tcpdump -e in the client's, the remote client's and every node's namespace):\n  %s", strings.Join(sr.resets.Near(sr.probes.failedAt()), "\n  "))
 		t.Logf("the speakers' logs within 3 s of a failed request:\n  %s", strings.Join(sr.speakerLogs.Near(sr.probes.failedAt(), 3*time.Second), "\n  "))
@@ -545,6 +552,9 @@ func (sr *soakRun) report(t *testing.T) {
 	}
 	if len(sr.ipLog) > 0 {
 		t.Errorf("%d Service IP changes", len(sr.ipLog))
+	}
+	if len(elsewhere) > 0 {
+		t.Errorf("%d connections reset by a node that did not carry them (the capture)", len(elsewhere))
 	}
 	if len(sr.moved) > 0 || len(sr.annProblems) > 0 {
 		t.Errorf("announcements: %d L2 winners moved, %d problems at the end", len(sr.moved), len(sr.annProblems))

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"sort"
 	"strings"
@@ -24,6 +25,10 @@ type Packet struct {
 	Flags      string // S, F, R, P and . (ACK), in that order
 	Seq, Ack   uint32
 	Len        int // payload bytes on the wire (the IP length, not the snap length)
+	// From is the Ethernet address the frame came from (zero when the
+	// capture does not say): for the server's packets, which node sent
+	// them.
+	From MAC
 }
 
 func (p Packet) String() string {
@@ -31,8 +36,20 @@ func (p Packet) String() string {
 	if p.FromClient {
 		dir = "client>server"
 	}
-	return fmt.Sprintf("%s %s [%s] seq %d ack %d len %d", p.At.UTC().Format("15:04:05.000000"), dir, p.Flags, p.Seq, p.Ack, p.Len)
+	s := fmt.Sprintf("%s %s [%s] seq %d ack %d len %d", p.At.UTC().Format("15:04:05.000000"), dir, p.Flags, p.Seq, p.Ack, p.Len)
+	if !p.FromClient && !p.From.IsZero() {
+		s += " from " + p.From.String()
+	}
+	return s
 }
+
+// MAC is an Ethernet address.
+type MAC [6]byte
+
+// IsZero: no address known.
+func (m MAC) IsZero() bool { return m == MAC{} }
+
+func (m MAC) String() string { return net.HardwareAddr(m[:]).String() }
 
 // Conn is one connection: from the client's SYN to its end.
 type Conn struct {
@@ -43,6 +60,11 @@ type Conn struct {
 	// ResetByServer, ResetByClient: a reset came from that side (for a
 	// connection without an answer, at any time).
 	ResetByServer, ResetByClient bool
+	// AnsweredFrom is the Ethernet address of the server side's first
+	// packet (its SYN-ACK); ResetFrom, that of a reset from the server's
+	// address sent by another one: a node that never carried the
+	// connection (its address had moved there) reset it.
+	AnsweredFrom, ResetFrom MAC
 
 	closed bool // the client sent its FIN, or a reset was seen
 	finned bool // the client sent its FIN
@@ -58,6 +80,12 @@ func (c *Conn) String() string {
 	return b.String()
 }
 
+// ElsewhereString is one line for a connection reset by another node:
+// who answered, who reset, and whether the answer had come.
+func (c *Conn) ElsewhereString() string {
+	return fmt.Sprintf("%s -> %s answered by %s, reset by %s (answer before the reset: %v)", c.Client, c.Server, c.AnsweredFrom, c.ResetFrom, c.Answered)
+}
+
 // Result is what a capture shows.
 type Result struct {
 	Conns int // connections begun by a client SYN
@@ -68,6 +96,12 @@ type Result struct {
 	// LateResets counts resets from the server after it answered and
 	// the client sent its FIN: they cost no request.
 	LateResets int
+	// ResetElsewhere are the connections reset from the server's address
+	// by another Ethernet address than the one that answered their SYN:
+	// the address moved while they were open, and the node it moved to
+	// did not know them. Counted whenever it happened (before or after
+	// the answer); their packets are kept only while unanswered.
+	ResetElsewhere []*Conn
 }
 
 // Scan reads a pcap file (Ethernet or Linux cooked link type,
@@ -93,11 +127,11 @@ func Scan(r io.Reader, serverPort uint16) (Result, error) {
 	t := tracker{port: serverPort, open: map[connKey]*Conn{}}
 	switch lt := bo.Uint32(hdr[20:24]) & 0x0fffffff; lt {
 	case 1: // Ethernet: the type at 12, the IP packet at 14
-		t.typeAt, t.ipAt = 12, 14
-	case 113: // Linux cooked (tcpdump -i any, older)
-		t.typeAt, t.ipAt = 14, 16
-	case 276: // Linux cooked v2 (tcpdump -i any)
-		t.typeAt, t.ipAt = 0, 20
+		t.typeAt, t.ipAt, t.macAt, t.macLenAt = 12, 14, 6, -1
+	case 113: // Linux cooked (tcpdump -i any, older): the sender's address at 6, its length at 4
+		t.typeAt, t.ipAt, t.macAt, t.macLenAt = 14, 16, 6, 5
+	case 276: // Linux cooked v2 (tcpdump -i any): the sender's address at 12, its length at 11
+		t.typeAt, t.ipAt, t.macAt, t.macLenAt = 0, 20, 12, 11
 	default:
 		return Result{}, fmt.Errorf("link type %d: only Ethernet (1) and Linux cooked captures (113, 276) are read", lt)
 	}
@@ -131,9 +165,12 @@ type connKey struct{ client, server netip.AddrPort }
 type tracker struct {
 	port         uint16
 	typeAt, ipAt int // where the link layer puts the EtherType and the IP packet
-	open         map[connKey]*Conn
-	res          Result
-	last         time.Time // the capture's last TCP packet
+	// macAt is where the sender's Ethernet address is, macLenAt the
+	// byte giving its length (-1: always 6).
+	macAt, macLenAt int
+	open            map[connKey]*Conn
+	res             Result
+	last            time.Time // the capture's last TCP packet
 }
 
 // inFlight is how recent a connection's SYN must be, at the capture's
@@ -190,6 +227,9 @@ func (t *tracker) packet(at time.Time, b []byte) {
 	flags := tcp[13]
 	syn, ack, fin, rst, psh := flags&0x02 != 0, flags&0x10 != 0, flags&0x01 != 0, flags&0x04 != 0, flags&0x08 != 0
 	p := Packet{At: at, FromClient: fromClient, Seq: binary.BigEndian.Uint32(tcp[4:8]), Ack: binary.BigEndian.Uint32(tcp[8:12])}
+	if t.macLenAt < 0 || b[t.macLenAt] == 6 {
+		p.From = MAC(b[t.macAt : t.macAt+6])
+	}
 	p.Len = max(0, ipLen-int(tcp[12]>>4)*4)
 	for _, f := range []struct {
 		on bool
@@ -215,6 +255,13 @@ func (t *tracker) packet(at time.Time, b []byte) {
 		return // begun before the capture
 	}
 	c.add(p)
+	if !fromClient && c.AnsweredFrom.IsZero() {
+		c.AnsweredFrom = p.From
+	}
+	if rst && !fromClient && c.ResetFrom.IsZero() && !p.From.IsZero() && p.From != c.AnsweredFrom {
+		c.ResetFrom = p.From
+		t.res.ResetElsewhere = append(t.res.ResetElsewhere, c)
+	}
 	switch {
 	case !fromClient && p.Len > 0 && !c.closed:
 		c.Answered = true
@@ -274,7 +321,15 @@ func (t *tracker) result() Result {
 // at most limit connections without an answer.
 func Report(name string, r Result, limit int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d connections, %d without an answer, %d resets after an answer\n", name, r.Conns, len(r.Unanswered), r.LateResets)
+	fmt.Fprintf(&b, "%s: %d connections, %d without an answer, %d resets after an answer, %d reset by another node than the one that answered\n", name, r.Conns, len(r.Unanswered), r.LateResets, len(r.ResetElsewhere))
+	for i, c := range r.ResetElsewhere {
+		if i == limit {
+			fmt.Fprintf(&b, "... %d more reset elsewhere\n", len(r.ResetElsewhere)-limit)
+			break
+		}
+		b.WriteString(c.ElsewhereString())
+		b.WriteString("\n")
+	}
 	for i, c := range r.Unanswered {
 		if i == limit {
 			fmt.Fprintf(&b, "... %d more\n", len(r.Unanswered)-limit)

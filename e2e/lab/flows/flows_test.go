@@ -13,6 +13,8 @@ import (
 type capture struct {
 	buf bytes.Buffer
 	t0  time.Time
+	// from is the source Ethernet address of the frames seg writes.
+	from MAC
 }
 
 func newCapture() *capture {
@@ -42,6 +44,7 @@ func (c *capture) seg(ms int, src, dst netip.AddrPort, flags string, seq, ack ui
 	}
 	var frame []byte
 	eth := make([]byte, 14)
+	copy(eth[6:12], c.from[:])
 	if src.Addr().Is4() {
 		binary.BigEndian.PutUint16(eth[12:14], 0x0800)
 		ip := make([]byte, 20)
@@ -182,6 +185,7 @@ func TestScanEnds(t *testing.T) {
 // TestScanCooked reads what tcpdump -i any writes (Linux cooked v2).
 func TestScanCooked(t *testing.T) {
 	c := newCapture()
+	c.from = nodeA
 	c.answered(0, client(40001), vip)
 	c.seg(10, netip.AddrPortFrom(client6.Addr(), 40002), vip6, "S", 100, 0, 0)
 	c.seg(1010, netip.AddrPortFrom(client6.Addr(), 40002), vip6, "S", 100, 0, 0)
@@ -200,6 +204,8 @@ func TestScanCooked(t *testing.T) {
 		binary.LittleEndian.PutUint32(rec[12:16], binary.LittleEndian.Uint32(rec[12:16])+6)
 		hdr := make([]byte, 20)
 		copy(hdr[0:2], frame[12:14])
+		hdr[11] = 6
+		copy(hdr[12:18], frame[6:12])
 		out.Write(rec)
 		out.Write(hdr)
 		out.Write(frame[14:])
@@ -211,6 +217,70 @@ func TestScanCooked(t *testing.T) {
 	}
 	if res.Conns != 3 || len(res.Unanswered) != 1 || len(res.Unanswered[0].Packets) != 2 {
 		t.Errorf("cooked capture: %d connections, unanswered %v", res.Conns, res.Unanswered)
+	}
+	if p := res.Unanswered[0].Packets[0]; p.From != nodeA {
+		t.Errorf("cooked capture: the sender's address %s, want %s", p.From, nodeA)
+	}
+}
+
+var (
+	nodeA = MAC{0x02, 0, 0, 0, 0, 0xa}
+	nodeB = MAC{0x02, 0, 0, 0, 0, 0xb}
+)
+
+// TestScanResetElsewhere: a reset from the server's address sent by
+// another node than the one that answered the SYN, after the answer (the
+// client's ACK reached the node the address moved to) or before it (the
+// request did: the client's read fails), is told apart; a reset from the
+// node that answered is not.
+func TestScanResetElsewhere(t *testing.T) {
+	c := newCapture()
+	// Answered by A; the client's last ACK went to B, which reset it.
+	c.from = nodeA
+	c.seg(0, client(40001), vip, "S", 100, 0, 0)
+	c.seg(0, vip, client(40001), "SA", 500, 101, 0)
+	c.seg(0, client(40001), vip, "A", 101, 501, 0)
+	c.seg(1, client(40001), vip, "PA", 101, 501, 40)
+	c.seg(400, vip, client(40001), "PA", 501, 141, 400)
+	c.seg(400, client(40001), vip, "A", 141, 901, 0)
+	c.from = nodeB
+	c.seg(400, vip, client(40001), "R", 901, 0, 0)
+	// The handshake with A, the request to B: reset before any answer.
+	c.from = nodeA
+	c.seg(10, client(40002), vip, "S", 100, 0, 0)
+	c.seg(10, vip, client(40002), "SA", 500, 101, 0)
+	c.seg(10, client(40002), vip, "A", 101, 501, 0)
+	c.seg(11, client(40002), vip, "PA", 101, 501, 40)
+	c.from = nodeB
+	c.seg(11, vip, client(40002), "R", 501, 0, 0)
+	// Answered and reset late by A itself: not elsewhere.
+	c.from = nodeA
+	c.answered(20, client(40003), vip)
+	c.seg(25, vip, client(40003), "R", 902, 0, 0)
+
+	res, err := Scan(bytes.NewReader(c.buf.Bytes()), 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.ResetElsewhere) != 2 {
+		t.Fatalf("reset elsewhere: %v, want 2", res.ResetElsewhere)
+	}
+	after, before := res.ResetElsewhere[0], res.ResetElsewhere[1]
+	if after.Client != client(40001) || !after.Answered || after.AnsweredFrom != nodeA || after.ResetFrom != nodeB {
+		t.Errorf("reset after the answer: %s", after.ElsewhereString())
+	}
+	if before.Client != client(40002) || before.Answered || before.ResetFrom != nodeB {
+		t.Errorf("reset before the answer: %s", before.ElsewhereString())
+	}
+	if len(res.Unanswered) != 1 || res.Unanswered[0] != before {
+		t.Errorf("unanswered %v, want the one reset before its answer", res.Unanswered)
+	}
+	if s := before.String(); !strings.Contains(s, "[R] seq 501 ack 0 len 0 from 02:00:00:00:00:0b") {
+		t.Errorf("its packets: %s", s)
+	}
+	want := "198.51.100.100:40001 -> 198.51.100.120:80 answered by 02:00:00:00:00:0a, reset by 02:00:00:00:00:0b (answer before the reset: true)"
+	if got := after.ElsewhereString(); got != want {
+		t.Errorf("ElsewhereString() = %s, want %s", got, want)
 	}
 }
 
@@ -225,7 +295,7 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := Report("client.pcap", res, 2)
-	want := "client.pcap: 4 connections, 3 without an answer, 0 resets after an answer\n" +
+	want := "client.pcap: 4 connections, 3 without an answer, 0 resets after an answer, 0 reset by another node than the one that answered\n" +
 		"198.51.100.100:41000 -> 198.51.100.120:80\n  21:06:40.000000 client>server [S] seq 100 ack 0 len 0\n" +
 		"198.51.100.100:41001 -> 198.51.100.120:80\n  21:06:40.001000 client>server [S] seq 100 ack 0 len 0\n" +
 		"... 1 more\n"
