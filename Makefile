@@ -165,7 +165,7 @@ chart-test: helm ## helm lint and the golden helm template outputs of charts/her
 # are back in make test: the reset a run saw at the L2 hand-over on
 # 2026-11-27 has not come back in 5 runs since, and a failure prints the
 # client's captures (#36, docs/testing.md).
-E2E_TESTS ?= ^(TestSpeakerL2|TestSpeakerBGP|TestProxyNFTables|TestController|TestFaultsNetworkPartition|TestMigrateFromMetalLB|TestPodSecurityAdmission|TestHelmPodSecurity|TestRules|TestPrometheusRuleIsRules|TestNamesExist|TestDashboard|TestL2FailoverTarget|TestL2UnderCPUStressTarget|TestSpeakerCPURequest|TestDSRFailover|TestDSRBGP|TestDrainL2|TestDrainBGP|TestL2MoveKeepsConnections|TestChurnSoak|TestSoakProbeServicesSpread)$$
+E2E_TESTS ?= ^(TestSpeakerL2|TestSpeakerBGP|TestProxyNFTables|TestController|TestFaultsNetworkPartition|TestMigrateFromMetalLB|TestPodSecurityAdmission|TestHelmPodSecurity|TestRules|TestPrometheusRuleIsRules|TestNamesExist|TestDashboard|TestL2FailoverTarget|TestL2UnderCPUStressTarget|TestSpeakerCPURequest|TestDSRFailover|TestDSRBGP|TestDrainL2|TestDrainBGP|TestL2MoveKeepsConnections|TestL2FalseDeathKeepsConnections|TestChurnSoak|TestSoakProbeServicesSpread)$$
 E2E_PACKAGES ?= . ./lifecycle ./monitoring
 e2e-test: toolchain helm ## the e2e tests of make test, E2E_TESTS in E2E_PACKAGES (needs root; make e2e-all runs every one)
 	@if [ ! -f e2e/go.mod ]; then \

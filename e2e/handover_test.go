@@ -65,19 +65,7 @@ func TestL2MoveKeepsConnections(t *testing.T) {
 	movedAt := time.Since(start)
 	during := keep("the connection opened during the drain")
 	time.Sleep(3 * time.Second)
-	table, _ := h.Exec(next, "nft", "list", "table", "ip", "herald-handover")
-	t.Logf("MOVE %s's forwarding while %s is drained:\n%s", next, winner, table)
-	// The table may hold other addresses' rules too (an earlier test's
-	// moves, within --handover-keep): this address's must have counted.
-	var rule string
-	for _, l := range strings.Split(table, "\n") {
-		if strings.Contains(l, "daddr "+ip+" ") {
-			rule = l
-		}
-	}
-	if !strings.Contains(rule, "dup to ") || strings.Contains(rule, "counter packets 0 ") {
-		t.Errorf("%s forwards nothing for %s to %s (its herald-handover table above)", next, ip, winner)
-	}
+	m.checkForwarded(next, winner, "MOVE", "while "+winner+" is drained")
 	backStart := time.Now()
 	m.drain(winner, true)
 	m.oneAnswer(func(n string) bool { return n == winner }, winner+" answering for "+ip+" again")
@@ -213,17 +201,7 @@ func TestL2FalseDeathKeepsConnections(t *testing.T) {
 	back := time.Now()
 	m.oneAnswer(func(n string) bool { return n == winner }, winner+" answering for "+ip+" again")
 	backAfter := time.Since(back)
-	table, _ := h.Exec(next, "nft", "list", "table", "ip", "herald-handover")
-	t.Logf("FALSE DEATH %s's forwarding:\n%s", next, table)
-	var rule string
-	for _, l := range strings.Split(table, "\n") {
-		if strings.Contains(l, "daddr "+ip+" ") {
-			rule = l
-		}
-	}
-	if !strings.Contains(rule, "dup to ") || strings.Contains(rule, "counter packets 0 ") {
-		t.Errorf("%s forwarded nothing for %s to %s (its herald-handover table above)", next, ip, winner)
-	}
+	m.checkForwarded(next, winner, "FALSE DEATH", "during the hold")
 	time.Sleep(every)
 	changes := stop()
 	p.Stop()
@@ -287,4 +265,24 @@ func (m *l2MoveService) answeredBy(node string, d time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// checkForwarded logs node's herald-handover table and fails the test
+// unless its rule for the Service's IPv4 address sends to another node
+// and counted packets. The table may hold other addresses' rules too (an
+// earlier test's moves, within --handover-keep).
+func (m *l2MoveService) checkForwarded(node, from, tag, when string) {
+	t := m.T.T
+	t.Helper()
+	table, _ := m.T.Exec(node, "nft", "list", "table", "ip", "herald-handover")
+	t.Logf("%s %s's forwarding %s:\n%s", tag, node, when, table)
+	var rule string
+	for _, l := range strings.Split(table, "\n") {
+		if strings.Contains(l, "daddr "+m.ip+" ") {
+			rule = l
+		}
+	}
+	if !strings.Contains(rule, "dup to ") || strings.Contains(rule, "counter packets 0 ") {
+		t.Errorf("%s forwarded nothing for %s to %s (its herald-handover table above)", node, m.ip, from)
+	}
 }

@@ -322,21 +322,19 @@ func (t *tracker) result() Result {
 func Report(name string, r Result, limit int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d connections, %d without an answer, %d resets after an answer, %d reset by another node than the one that answered\n", name, r.Conns, len(r.Unanswered), r.LateResets, len(r.ResetElsewhere))
-	for i, c := range r.ResetElsewhere {
-		if i == limit {
-			fmt.Fprintf(&b, "... %d more reset elsewhere\n", len(r.ResetElsewhere)-limit)
-			break
-		}
-		b.WriteString(c.ElsewhereString())
-		b.WriteString("\n")
-	}
-	for i, c := range r.Unanswered {
-		if i == limit {
-			fmt.Fprintf(&b, "... %d more\n", len(r.Unanswered)-limit)
-			break
-		}
-		b.WriteString(c.String())
-		b.WriteString("\n")
-	}
+	list(&b, r.ResetElsewhere, (*Conn).ElsewhereString, limit, " reset elsewhere")
+	list(&b, r.Unanswered, (*Conn).String, limit, "")
 	return b.String()
+}
+
+// list writes at most limit connections, each as line gives it.
+func list(b *strings.Builder, conns []*Conn, line func(*Conn) string, limit int, what string) {
+	for i, c := range conns {
+		if i == limit {
+			fmt.Fprintf(b, "... %d more%s\n", len(conns)-limit, what)
+			return
+		}
+		b.WriteString(line(c))
+		b.WriteString("\n")
+	}
 }
