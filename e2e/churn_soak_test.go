@@ -304,8 +304,7 @@ func (sr *soakRun) soak(t *testing.T) {
 		if err != nil {
 			t.Fatalf("busy loops: %v", err)
 		}
-		t.Cleanup(kill)
-		defer kill()
+		defer kill() // also when the churn fails the test
 	}
 	sr.speakerLogs = h.FollowLogs(heraldNS, speakerSel, "speaker")
 	sr.changesBefore = sr.electionChanges(t)

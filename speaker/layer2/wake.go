@@ -78,12 +78,12 @@ func (w *Wake) Run(ctx context.Context, tick time.Duration, log *slog.Logger) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			// The ticker's time is when it was due; a late goroutine
-			// reads the clock itself.
+		case <-t.C:
+			// The clock, not the ticker's time: that is when the tick was
+			// due, not when this goroutine ran.
 			if gap := w.Tick(time.Now()); gap > 0 && log != nil {
 				log.Warn("this process did not run for a while; not answering ARP/NDP for a moment, so that a late answer does not pull an address from a node that took it meanwhile",
-					"paused", gap.Round(time.Millisecond), "quiet", w.Quiet, "due", now.Format(time.RFC3339Nano))
+					"paused", gap.Round(time.Millisecond), "quiet", w.Quiet)
 			}
 		}
 	}

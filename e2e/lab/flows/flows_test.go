@@ -99,6 +99,16 @@ func (c *capture) answeredFrom(ms int, cl, sv netip.AddrPort, isn uint32) {
 	c.seg(ms+4, cl, sv, "A", isn+42, 902, 0)
 }
 
+// request is a handshake at ms and the client's 40-byte request a
+// millisecond later, client ISN 100, server ISN 500: what comes after is
+// the test's.
+func (c *capture) request(ms int, cl, sv netip.AddrPort) {
+	c.seg(ms, cl, sv, "S", 100, 0, 0)
+	c.seg(ms, sv, cl, "SA", 500, 101, 0)
+	c.seg(ms, cl, sv, "A", 101, 501, 0)
+	c.seg(ms+1, cl, sv, "PA", 101, 501, 40)
+}
+
 func TestScan(t *testing.T) {
 	c := newCapture()
 	c.answered(0, client(40001), vip)
@@ -110,18 +120,12 @@ func TestScan(t *testing.T) {
 	c.seg(15, vip6, client6, "R", 902, 0, 0)
 	// A request answered only after the client gave up: unanswered,
 	// with the late answer and the client's reset kept.
-	c.seg(100, client(40002), vip, "S", 100, 0, 0)
-	c.seg(100, vip, client(40002), "SA", 500, 101, 0)
-	c.seg(100, client(40002), vip, "A", 101, 501, 0)
-	c.seg(101, client(40002), vip, "PA", 101, 501, 40)
+	c.request(100, client(40002), vip)
 	c.seg(1101, client(40002), vip, "FA", 141, 501, 0)
 	c.seg(1800, vip, client(40002), "PA", 501, 141, 400)
 	c.seg(1800, client(40002), vip, "R", 141, 0, 0)
 	// Reset by the server before any answer.
-	c.seg(200, client(40003), vip, "S", 100, 0, 0)
-	c.seg(200, vip, client(40003), "SA", 500, 101, 0)
-	c.seg(200, client(40003), vip, "A", 101, 501, 0)
-	c.seg(201, client(40003), vip, "PA", 101, 501, 40)
+	c.request(200, client(40003), vip)
 	c.seg(202, vip, client(40003), "R", 501, 0, 0)
 	// A SYN sent twice, never answered, then given up.
 	c.seg(300, client(40004), vip, "S", 100, 0, 0)
@@ -237,20 +241,14 @@ func TestScanResetElsewhere(t *testing.T) {
 	c := newCapture()
 	// Answered by A; the client's last ACK went to B, which reset it.
 	c.from = nodeA
-	c.seg(0, client(40001), vip, "S", 100, 0, 0)
-	c.seg(0, vip, client(40001), "SA", 500, 101, 0)
-	c.seg(0, client(40001), vip, "A", 101, 501, 0)
-	c.seg(1, client(40001), vip, "PA", 101, 501, 40)
+	c.request(0, client(40001), vip)
 	c.seg(400, vip, client(40001), "PA", 501, 141, 400)
 	c.seg(400, client(40001), vip, "A", 141, 901, 0)
 	c.from = nodeB
 	c.seg(400, vip, client(40001), "R", 901, 0, 0)
 	// The handshake with A, the request to B: reset before any answer.
 	c.from = nodeA
-	c.seg(10, client(40002), vip, "S", 100, 0, 0)
-	c.seg(10, vip, client(40002), "SA", 500, 101, 0)
-	c.seg(10, client(40002), vip, "A", 101, 501, 0)
-	c.seg(11, client(40002), vip, "PA", 101, 501, 40)
+	c.request(10, client(40002), vip)
 	c.from = nodeB
 	c.seg(11, vip, client(40002), "R", 501, 0, 0)
 	// Answered and reset late by A itself: not elsewhere.
